@@ -1,0 +1,2 @@
+"""Dynamic checks: run the user's attention in an isolated child process and
+judge its outputs, in the parent, against trusted float64 references."""

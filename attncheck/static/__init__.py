@@ -1,0 +1,1 @@
+"""Static analysis: libcst rules that point at the line, without importing torch."""

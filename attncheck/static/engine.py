@@ -1,0 +1,196 @@
+"""Lint one Source: parse once, run every selected rule in one batched pass.
+
+The engine owns what all rules share: parsing (and turning a parse failure into
+one clear diagnostic), the per-file facts index, the current function and class
+during the traversal, the metadata providers the rules declare, suppression
+comments, and translating positions into the user's coordinates.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper
+
+from attncheck.findings import Edit, Finding, Severity, Span, Target
+from attncheck.sources import Source
+from attncheck.static.facts import ClassFacts, FileFacts, FunctionFacts
+from attncheck.static.rule import Rule
+from attncheck.static.targets import find_targets
+
+# ``# attncheck: ignore``, ``# attncheck: ignore[ATT201, ATT3]``, ``# noqa: ATT201,ATT202``
+_SUPPRESSION = re.compile(
+    r"#\s*(?:attncheck:\s*ignore(?:\[(?P<codes>[^\]]*)\])?|noqa:\s*(?P<noqa>ATT\d+(?:\s*,\s*ATT\d+)*))",
+    re.IGNORECASE,
+)
+
+
+@dataclass
+class FileResult:
+    """What the static pass learned about one file."""
+
+    source: Source
+    findings: list[Finding] = field(default_factory=list)
+    targets: list[Target] = field(default_factory=list)
+    error: str | None = None  # a file that could not be linted, said plainly
+
+
+class FileContext:
+    """Shared state of one file's traversal, handed to every rule."""
+
+    def __init__(self, source: Source, module: cst.Module) -> None:
+        self.source = source
+        self.module = module
+        self.findings: list[Finding] = []
+        self.function_stack: list[FunctionFacts] = []
+        self.class_stack: list[ClassFacts] = []
+
+    @cached_property
+    def facts(self) -> FileFacts:
+        return FileFacts(self.module)
+
+    @property
+    def function(self) -> FunctionFacts | None:
+        """The innermost function being visited, if any."""
+        return self.function_stack[-1] if self.function_stack else None
+
+    @property
+    def klass(self) -> ClassFacts | None:
+        """The innermost class being visited, if any."""
+        return self.class_stack[-1] if self.class_stack else None
+
+    @cached_property
+    def _line_starts(self) -> list[int]:
+        starts = [0]
+        for index, char in enumerate(self.source.text):
+            if char == "\n":
+                starts.append(index + 1)
+        return starts
+
+    def offset(self, line: int, column: int) -> int:
+        """Character offset of a 1-based line and 0-based column, for Edits."""
+        return self._line_starts[line - 1] + column
+
+    def add(
+        self,
+        *,
+        code: str,
+        severity: Severity,
+        message: str,
+        start: tuple[int, int],
+        end: tuple[int, int],
+        hint: str | None = None,
+        evidence: list[str] | None = None,
+        fix: tuple[Edit, ...] = (),
+    ) -> None:
+        target = None
+        if self.klass is not None:
+            target = self.klass.name
+        elif self.function is not None:
+            target = self.function.name
+        self.findings.append(
+            Finding(
+                code=code,
+                severity=severity,
+                message=message,
+                path=self.source.path,
+                span=self.source.locate(start[0], start[1], end[0], end[1]),
+                target=target,
+                hint=hint,
+                evidence=evidence or [],
+                fix=fix,
+            )
+        )
+
+
+class _ScopeTracker(cst.BatchableCSTVisitor):
+    """Runs first in every batch and keeps FileContext's current scope."""
+
+    def __init__(self, context: FileContext) -> None:
+        super().__init__()
+        self.context = context
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        facts = self.context.facts
+        found = next((c for c in facts.classes.values() if c.node is node), None)
+        self.context.class_stack.append(found or ClassFacts(node=node, bases=()))
+
+    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+        self.context.class_stack.pop()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        fn = self.context.facts.function(node)
+        if fn is not None:
+            self.context.function_stack.append(fn)
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        if self.context.facts.function(original_node) is not None:
+            self.context.function_stack.pop()
+
+
+def parse(source: Source) -> cst.Module | str:
+    """The module, or a one-line reason it cannot be linted."""
+    if not source.text.strip():
+        return "empty file: nothing to check"
+    try:
+        return cst.parse_module(source.text)
+    except cst.ParserSyntaxError as error:
+        span = source.locate(error.raw_line, error.raw_column + 1)
+        where = f"cell {span.cell}, line {span.line}" if span.cell else f"line {span.line}"
+        return f"syntax error at {where}: {error.message}"
+    except (RecursionError, MemoryError):
+        return "file too deeply nested to parse"
+
+
+def lint(source: Source, rules: Sequence[type[Rule]]) -> FileResult:
+    """Run ``rules`` over ``source`` in one batched traversal."""
+    result = FileResult(source)
+    module = parse(source)
+    if isinstance(module, str):
+        result.error = module
+        return result
+    wanted = [rule for rule in rules if rule.wants(source.text)]
+    context = FileContext(source, module)
+    if wanted:
+        wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+        visitors: list[cst.BatchableCSTVisitor] = [_ScopeTracker(context)]
+        visitors += [rule(context) for rule in wanted]
+        wrapper.visit_batched(visitors)
+    result.findings = _unsuppressed(context.findings, source)
+    result.targets = find_targets(context)
+    return result
+
+
+def _unsuppressed(findings: Iterable[Finding], source: Source) -> list[Finding]:
+    lines = source.text.splitlines()
+    suppressed: dict[int, set[str] | None] = {}
+    for number, text in enumerate(lines, start=1):
+        if "#" not in text:
+            continue
+        for match in _SUPPRESSION.finditer(text):
+            codes = match.group("codes") or match.group("noqa")
+            if codes is None:
+                suppressed[number] = None  # every code
+            elif suppressed.get(number, set()) is not None:
+                parsed = {c.strip().upper() for c in codes.split(",") if c.strip()}
+                suppressed.setdefault(number, set()).update(parsed)
+
+    def hidden(finding: Finding) -> bool:
+        line = _file_line(finding.span, source)
+        if line not in suppressed:
+            return False
+        codes = suppressed[line]
+        return codes is None or any(finding.code.startswith(code) for code in codes)
+
+    return [f for f in findings if not hidden(f)]
+
+
+def _file_line(span: Span, source: Source) -> int:
+    if span.cell is None:
+        return span.line
+    start = next(start for start, cell in source.cells if cell == span.cell)
+    return start + span.line - 1

@@ -1,0 +1,268 @@
+"""Light data flow over one file: what each name and ``self.`` attribute holds.
+
+Rules ask questions like "what is ``self.scale``?" or "where does ``S`` come
+from?" far from where the value was written. ``FileFacts`` answers them by
+indexing, once per file, every simple assignment in each function and every
+``self.attr = ...`` in each class, plus the file's import aliases. It is
+deliberately shallow: one assignment is followed, several are reported as
+ambiguous, and nothing is evaluated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+# Module aliases people import attention code with, mapped to the canonical
+# module, so that ``F.softmax``, ``nn.functional.softmax`` and
+# ``torch.nn.functional.softmax`` are recognised as one function.
+_DEFAULT_ALIASES = {
+    "torch": "torch",
+    "nn": "torch.nn",
+    "F": "torch.nn.functional",
+    "math": "math",
+    "np": "numpy",
+}
+
+
+def dotted_name(node: cst.CSTNode) -> str | None:
+    """``a.b.c`` for a Name/Attribute chain, None for anything else."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        base = dotted_name(node.value)
+        return f"{base}.{node.attr.value}" if base else None
+    return None
+
+
+def self_attribute(node: cst.CSTNode) -> str | None:
+    """``"attr"`` for ``self.attr``, None otherwise."""
+    if (
+        isinstance(node, cst.Attribute)
+        and isinstance(node.value, cst.Name)
+        and node.value.value == "self"
+    ):
+        return node.attr.value
+    return None
+
+
+@dataclass
+class FunctionFacts:
+    """Assignments inside one function (nested functions are indexed on their own)."""
+
+    node: cst.FunctionDef
+    owner: ClassFacts | None
+    params: tuple[str, ...]
+    assignments: dict[str, list[cst.BaseExpression]] = field(default_factory=dict)
+    calls: list[cst.Call] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.node.name.value
+
+
+@dataclass
+class ClassFacts:
+    """A class: its bases, methods, and what its ``self.`` attributes are assigned."""
+
+    node: cst.ClassDef
+    bases: tuple[str, ...]
+    methods: dict[str, FunctionFacts] = field(default_factory=dict)
+    attributes: dict[str, list[cst.BaseExpression]] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.node.name.value
+
+    def constructed_as(self, attr: str, facts: FileFacts) -> str | None:
+        """Canonical callee of ``self.attr = Callee(...)``, e.g. ``torch.nn.Linear``."""
+        values = self.attributes.get(attr, [])
+        if len(values) == 1 and isinstance(values[0], cst.Call):
+            return facts.canonical(values[0].func)
+        return None
+
+
+class FileFacts:
+    """The per-file index rules query; built once, lazily, by the engine."""
+
+    def __init__(self, module: cst.Module) -> None:
+        self.module = module
+        self.aliases: dict[str, str] = dict(_DEFAULT_ALIASES)
+        self.classes: dict[str, ClassFacts] = {}
+        self.functions: list[FunctionFacts] = []
+        self._by_node: dict[int, FunctionFacts] = {}
+        module.visit(_Indexer(self))
+
+    # -- lookups -------------------------------------------------------------
+
+    def function(self, node: cst.FunctionDef) -> FunctionFacts | None:
+        return self._by_node.get(id(node))
+
+    def canonical(self, node: cst.CSTNode) -> str | None:
+        """The dotted name of ``node`` with its import alias expanded."""
+        name = dotted_name(node)
+        if name is None:
+            return None
+        head, _, rest = name.partition(".")
+        module = self.aliases.get(head)
+        if module is None:
+            return name
+        return f"{module}.{rest}" if rest else module
+
+    def resolve(
+        self, expr: cst.BaseExpression, fn: FunctionFacts | None, depth: int = 6
+    ) -> cst.BaseExpression:
+        """Follow a Name or ``self.attr`` to the one value assigned to it.
+
+        Stops (returning the last expression reached) at parameters, at names
+        assigned more than once, and after ``depth`` steps.
+        """
+        for _ in range(depth):
+            nxt = self._assigned_value(expr, fn)
+            if nxt is None:
+                return expr
+            expr = nxt
+        return expr
+
+    def _assigned_value(
+        self, expr: cst.BaseExpression, fn: FunctionFacts | None
+    ) -> cst.BaseExpression | None:
+        if isinstance(expr, cst.Name) and fn is not None:
+            values = fn.assignments.get(expr.value, [])
+            return values[0] if len(values) == 1 else None
+        attr = self_attribute(expr)
+        if attr is not None and fn is not None and fn.owner is not None:
+            values = fn.owner.attributes.get(attr, [])
+            return values[0] if len(values) == 1 else None
+        return None
+
+    def iter_functions(self) -> Iterator[FunctionFacts]:
+        return iter(self.functions)
+
+
+class _Indexer(cst.CSTVisitor):
+    """One walk that fills a FileFacts."""
+
+    def __init__(self, facts: FileFacts) -> None:
+        self.facts = facts
+        self.class_stack: list[ClassFacts] = []
+        self.function_stack: list[FunctionFacts] = []
+
+    def visit_Import(self, node: cst.Import) -> None:
+        for alias in node.names:
+            full = dotted_name(alias.name)
+            if full is None:
+                continue
+            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                self.facts.aliases[alias.asname.name.value] = full
+            else:
+                head = full.split(".")[0]
+                self.facts.aliases[head] = head
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if node.module is None or isinstance(node.names, cst.ImportStar):
+            return
+        module = dotted_name(node.module)
+        if module is None:
+            return
+        for alias in node.names:
+            name = dotted_name(alias.name)
+            if name is None:
+                continue
+            local = name
+            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                local = alias.asname.name.value
+            self.facts.aliases[local] = f"{module}.{name}"
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        bases = tuple(filter(None, (self.facts.canonical(arg.value) for arg in node.bases)))
+        facts = ClassFacts(node=node, bases=bases)
+        if not self.class_stack and not self.function_stack:
+            self.facts.classes.setdefault(facts.name, facts)
+        self.class_stack.append(facts)
+
+    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+        self.class_stack.pop()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        # A method is a function defined directly in a class body.
+        owner = None
+        if self.class_stack and (
+            not self.function_stack or self.function_stack[-1].owner is not self.class_stack[-1]
+        ):
+            owner = self.class_stack[-1]
+        params = tuple(p.name.value for p in _all_params(node.params))
+        facts = FunctionFacts(node=node, owner=owner, params=params)
+        if owner is not None:
+            owner.methods.setdefault(facts.name, facts)
+        self.facts.functions.append(facts)
+        self.facts._by_node[id(node)] = facts
+        self.function_stack.append(facts)
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self.function_stack.pop()
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.function_stack:
+            self.function_stack[-1].calls.append(node)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            self._bind(target.target, node.value)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None:
+            self._bind(node.target, node.value)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        # ``x *= s`` makes x's value no longer the one assigned: record it so
+        # that resolve() sees two assignments and stops there.
+        self._bind(node.target, cst.BinaryOperation(node.target, _binary_op(node.operator), node.value))
+
+    def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
+        if not self.function_stack:
+            return
+        fn = self.function_stack[-1]
+        if isinstance(target, cst.Name):
+            fn.assignments.setdefault(target.value, []).append(value)
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            elements = [e.value for e in target.elements]
+            if isinstance(value, (cst.Tuple, cst.List)) and len(value.elements) == len(elements):
+                for element, item in zip(elements, value.elements):
+                    self._bind(element, item.value)
+                return
+            # ``b, s, d = x.shape`` binds s to ``x.shape[1]``.
+            for index, element in enumerate(elements):
+                if isinstance(element, cst.Name):
+                    fn.assignments.setdefault(element.value, []).append(_element(value, index))
+        attr = self_attribute(target)
+        if attr is not None and fn.owner is not None:
+            fn.owner.attributes.setdefault(attr, []).append(value)
+
+
+def _element(value: cst.BaseExpression, index: int) -> cst.BaseExpression:
+    """``value[index]``: what a name bound by unpacking holds, as an expression."""
+    return cst.Subscript(
+        value=value,
+        slice=[cst.SubscriptElement(cst.Index(cst.Integer(str(index))))],
+    )
+
+
+def _binary_op(op: cst.BaseAugOp) -> cst.BaseBinaryOp:
+    name = type(op).__name__.replace("Assign", "")
+    return getattr(cst, name)()
+
+
+def _all_params(params: cst.Parameters) -> Iterator[cst.Param]:
+    yield from params.posonly_params
+    yield from params.params
+    if isinstance(params.star_arg, cst.Param):
+        yield params.star_arg
+    yield from params.kwonly_params
+    if params.star_kwarg is not None:
+        yield params.star_kwarg

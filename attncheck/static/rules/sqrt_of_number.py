@@ -1,0 +1,58 @@
+"""ATT204 sqrt-of-number: ``torch.sqrt`` takes a tensor, not a Python number."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from attncheck.static.engine import FileContext
+from attncheck.static.rule import Invalid, Rule
+
+_NUMBER_CALLS = {"len", "int", "float", "math.sqrt"}
+
+
+class SqrtOfNumber(Rule):
+    code = "ATT204"
+    PREFILTER = ("sqrt",)
+    VALID = (
+        "scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))",
+        "scores = scores / torch.sqrt(torch.tensor(d_k, dtype=torch.float32))",
+        "def f(q, d):\n    return torch.sqrt(q)",
+    )
+    INVALID = (
+        Invalid("scores = q @ k.transpose(-2, -1) / torch.sqrt(64)", line=1, message="64"),
+        Invalid("def f(q, k):\n    d = q.size(-1)\n    return q @ k / torch.sqrt(d)", line=3),
+        Invalid("def f(q, k, n):\n    S = q.shape[1]\n    return (q @ k).divide(torch.sqrt(S))", line=3),
+        Invalid("def f(q, k):\n    n, s, e = q.shape\n    return q @ k / torch.sqrt(e // 8)", line=3),
+    )
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.context.facts.canonical(node.func) != "torch.sqrt" or len(node.args) != 1:
+            return
+        argument = node.args[0].value
+        if not _is_python_number(argument, self.context):
+            return
+        shown = self.context.module.code_for_node(argument)
+        self.report(
+            node,
+            f"torch.sqrt({shown}) is called on a Python number, so every forward raises "
+            "TypeError: torch.sqrt expects a Tensor",
+            hint=f"use math.sqrt({shown}), or ({shown}) ** 0.5",
+        )
+
+
+def _is_python_number(value: cst.BaseExpression, context: FileContext) -> bool:
+    """Literals, arithmetic on them, ``x.size(i)``, ``x.shape[i]``, ``len(...)``."""
+    value = context.facts.resolve(value, context.function)
+    if isinstance(value, (cst.Integer, cst.Float)):
+        return True
+    if isinstance(value, cst.UnaryOperation):
+        return _is_python_number(value.expression, context)
+    if isinstance(value, cst.BinaryOperation):
+        return _is_python_number(value.left, context) and _is_python_number(value.right, context)
+    if isinstance(value, cst.Call):
+        name = context.facts.canonical(value.func) or ""
+        return name in _NUMBER_CALLS or (name.endswith(".size") and len(value.args) == 1)
+    if isinstance(value, cst.Subscript):
+        name = context.facts.canonical(value.value) or ""
+        return name.endswith(".shape")
+    return False

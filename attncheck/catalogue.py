@@ -26,7 +26,7 @@ class CodeInfo:
 
 
 def _entries() -> Iterable[CodeInfo]:
-    E, W = Severity.ERROR, Severity.WARNING
+    E, W = Severity.ERROR, Severity.WARNING  # noqa: N806 - short names keep the table readable
     table = [
         ("ATT101", "missing-qkv-projection", E, "inputs split into heads with no learned Q/K/V projection"),
         ("ATT102", "missing-output-projection", E, "heads merged but no output projection applied"),

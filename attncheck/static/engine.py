@@ -22,7 +22,8 @@ from attncheck.static.facts import ClassFacts, FileFacts, FunctionFacts
 from attncheck.static.rule import Rule
 from attncheck.static.targets import find_targets
 
-# ``# attncheck: ignore``, ``# attncheck: ignore[ATT201, ATT3]``, ``# noqa: ATT201,ATT202``
+# Suppression comments: ``attncheck: ignore``, ``attncheck: ignore[ATT201, ATT3]``,
+# and flake8-style ``noqa`` followed by a colon and ATT codes.
 _SUPPRESSION = re.compile(
     r"#\s*(?:attncheck:\s*ignore(?:\[(?P<codes>[^\]]*)\])?|noqa:\s*(?P<noqa>ATT\d+(?:\s*,\s*ATT\d+)*))",
     re.IGNORECASE,

@@ -233,7 +233,7 @@ class _Indexer(cst.CSTVisitor):
         elif isinstance(target, (cst.Tuple, cst.List)):
             elements = [e.value for e in target.elements]
             if isinstance(value, (cst.Tuple, cst.List)) and len(value.elements) == len(elements):
-                for element, item in zip(elements, value.elements):
+                for element, item in zip(elements, value.elements, strict=True):
                     self._bind(element, item.value)
                 return
             # ``b, s, d = x.shape`` binds s to ``x.shape[1]``.

@@ -1,0 +1,63 @@
+"""Precision on real code: attncheck --static-only over transformers, timm, diffusers
+and x-transformers, with the findings counted per code and severity.
+
+Every error-level finding printed here must be a real bug; warnings are listed
+for triage. Usage: ``python bench/realworld.py [--show warnings|errors|none]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from corpus import unpacked
+
+PACKAGES = ("transformers", "timm", "diffusers", "x-transformers")
+
+
+def lint(directory: Path) -> dict:
+    completed = subprocess.run(
+        [sys.executable, "-m", "attncheck", "--static-only", "--format", "json", "--exit-zero",
+         str(directory)],
+        capture_output=True, text=True, check=False,
+    )
+    if completed.returncode != 0:
+        raise SystemExit(f"attncheck failed on {directory}:\n{completed.stderr[-2000:]}")
+    return json.loads(completed.stdout)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--show", choices=("errors", "warnings", "none"), default="errors",
+                        help="which findings to list one per line (errors, errors and warnings, none)")
+    args = parser.parse_args()
+    shown = {"errors": {"error"}, "warnings": {"error", "warning"}, "none": set()}[args.show]
+    totals: Counter[tuple[str, str]] = Counter()
+    for package in PACKAGES:
+        root = unpacked(package)
+        report = lint(root)
+        counts = Counter((f["code"], f["severity"]) for f in report["findings"])
+        totals.update(counts)
+        files = len({f["path"] for f in report["findings"]})
+        print(f"== {package}: {sum(counts.values())} findings in {files} files, "
+              f"{len(report['targets'])} attention targets, {len(report.get('errors', []))} unreadable files")
+        for (code, severity), count in sorted(counts.items()):
+            print(f"   {code} {severity:<8} {count}")
+        for finding in report["findings"]:
+            if finding["severity"] in shown:
+                path = Path(finding["path"]).relative_to(root.parent) if Path(finding["path"]).is_absolute() \
+                    else finding["path"]
+                print(f"   {path}:{finding['line']}: {finding['code']} [{finding['severity']}] "
+                      f"{finding['message']}")
+    print("== total")
+    for (code, severity), count in sorted(totals.items()):
+        print(f"   {code} {severity:<8} {count}")
+
+
+if __name__ == "__main__":
+    main()

@@ -19,6 +19,7 @@ from libcst.metadata import MetadataWrapper
 from attncheck.findings import Edit, Finding, Severity, Span, Target
 from attncheck.sources import Source
 from attncheck.static.facts import ClassFacts, FileFacts, FunctionFacts
+from attncheck.static.regions import Reduced, attention_regions
 from attncheck.static.rule import Rule
 from attncheck.static.targets import find_targets
 
@@ -41,11 +42,16 @@ class FileResult:
 
 
 class FileContext:
-    """Shared state of one file's traversal, handed to every rule."""
+    """Shared state of one file's traversal, handed to every rule.
 
-    def __init__(self, source: Source, module: cst.Module) -> None:
+    ``module`` may be parsed from only the attention-relevant lines of a large
+    file (``regions``); ``file_line`` turns its line numbers into the file's.
+    """
+
+    def __init__(self, source: Source, module: cst.Module, reduced: Reduced | None = None) -> None:
         self.source = source
         self.module = module
+        self.reduced = reduced
         self.findings: list[Finding] = []
         self.function_stack: list[FunctionFacts] = []
         self.class_stack: list[ClassFacts] = []
@@ -72,9 +78,13 @@ class FileContext:
                 starts.append(index + 1)
         return starts
 
+    def file_line(self, line: int) -> int:
+        """The file's line number for a line of the parsed module."""
+        return self.reduced.original_line(line) if self.reduced is not None else line
+
     def offset(self, line: int, column: int) -> int:
-        """Character offset of a 1-based line and 0-based column, for Edits."""
-        return self._line_starts[line - 1] + column
+        """Character offset in the file of a module position (1-based line, 0-based column), for Edits."""
+        return self._line_starts[self.file_line(line) - 1] + column
 
     def add(
         self,
@@ -99,7 +109,7 @@ class FileContext:
                 severity=severity,
                 message=message,
                 path=self.source.path,
-                span=self.source.locate(start[0], start[1], end[0], end[1]),
+                span=self.source.locate(self.file_line(start[0]), start[1], self.file_line(end[0]), end[1]),
                 target=target,
                 hint=hint,
                 evidence=evidence or [],
@@ -133,12 +143,19 @@ class _ScopeTracker(cst.BatchableCSTVisitor):
             self.context.function_stack.pop()
 
 
-def parse(source: Source) -> cst.Module | str:
-    """The module, or a one-line reason it cannot be linted."""
+def parse(source: Source) -> tuple[cst.Module, Reduced | None] | str:
+    """The module (of the attention-relevant lines of a large file, when they
+    parse on their own), or a one-line reason the file cannot be linted."""
     if not source.text.strip():
         return "empty file: nothing to check"
+    reduced = attention_regions(source.text)
+    if reduced is not None:
+        try:
+            return cst.parse_module(reduced.text), reduced
+        except (cst.ParserSyntaxError, RecursionError):
+            pass  # the text scan was fooled: parse the whole file below
     try:
-        return cst.parse_module(source.text)
+        return cst.parse_module(source.text), None
     except cst.ParserSyntaxError as error:
         span = source.locate(error.raw_line, error.raw_column + 1)
         where = f"cell {span.cell}, line {span.line}" if span.cell else f"line {span.line}"
@@ -150,12 +167,13 @@ def parse(source: Source) -> cst.Module | str:
 def lint(source: Source, rules: Sequence[type[Rule]]) -> FileResult:
     """Run ``rules`` over ``source`` in one batched traversal."""
     result = FileResult(source)
-    module = parse(source)
-    if isinstance(module, str):
-        result.error = module
+    parsed = parse(source)
+    if isinstance(parsed, str):
+        result.error = parsed
         return result
+    module, reduced = parsed
     wanted = [rule for rule in rules if rule.wants(source.text)]
-    context = FileContext(source, module)
+    context = FileContext(source, module, reduced)
     if wanted:
         wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
         visitors: list[cst.BatchableCSTVisitor] = [_ScopeTracker(context)]

@@ -1,0 +1,99 @@
+"""The pre-parse reduction of large files keeps attention code and real line numbers."""
+
+from __future__ import annotations
+
+import textwrap
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attncheck.sources import Source
+from attncheck.static.engine import lint
+from attncheck.static.regions import MIN_LINES, attention_regions
+from attncheck.static.rules.sqrt_of_number import SqrtOfNumber
+
+ATTENTION = textwrap.dedent('''
+    class Attention(nn.Module):
+        """Attention with a mistake far down a large file."""
+
+        def __init__(self, d_model, num_heads):
+            super().__init__()
+            self.d_k = d_model // num_heads
+
+        def helper(self, x):
+            # not attention
+            y = x + 1
+            y = y * 2
+            y = y - 3
+            y = y / 4
+            return y
+
+        def forward(self, q, k, v):
+            scores = torch.matmul(q, k.transpose(-2, -1)) / torch.sqrt(64)
+            return torch.softmax(scores, dim=-1) @ v
+''')
+
+FILLER = textwrap.dedent('''
+    @decorator(
+        name="x",
+    )
+    class Filler{n}(nn.Module):
+        """Docstring with a line that looks like code:
+    class NotAClass:
+        """
+
+        def forward(self, x):
+            # a comment
+            x = self.a(x)
+            x = self.b(x)
+            x = self.c(x)
+            x = self.d(x)
+            x = self.e(x)
+            x = self.f(x)
+            return x
+''')
+
+
+def _large_file(position: int, fillers: int = 40) -> str:
+    parts = ["import torch\nimport torch.nn as nn\n"]
+    parts += [FILLER.format(n=n) for n in range(fillers)]
+    parts.insert(position + 1, ATTENTION)
+    return "".join(parts)
+
+
+def test_small_files_are_parsed_whole():
+    assert attention_regions("x = 1\n" * (MIN_LINES - 1)) is None
+
+
+@settings(max_examples=25, deadline=None)
+@given(position=st.integers(min_value=0, max_value=40))
+def test_kept_lines_map_back_to_the_same_text(position):
+    text = _large_file(position)
+    reduced = attention_regions(text)
+    assert reduced is not None
+    original = text.splitlines()
+    for kept, number in zip(reduced.text.splitlines(), reduced.lines, strict=True):
+        assert original[number - 1] == kept
+    assert "def forward(self, q, k, v):" in reduced.text
+    assert "self.d_k = d_model // num_heads" in reduced.text  # __init__ is kept
+    assert "Filler" not in reduced.text and "def helper" not in reduced.text
+    assert reduced.text.count("\n") < len(original) // 4
+
+
+@settings(max_examples=10, deadline=None)
+@given(position=st.integers(min_value=0, max_value=40))
+def test_findings_in_a_reduced_file_point_at_the_real_line(position):
+    text = _large_file(position)
+    result = lint(Source("big.py", text), [SqrtOfNumber])
+    expected = next(i for i, line in enumerate(text.splitlines(), 1) if "torch.sqrt(64)" in line)
+    assert [f.line for f in result.findings] == [expected]
+
+
+def test_when_the_kept_part_does_not_parse_the_whole_file_is_linted(monkeypatch):
+    from attncheck.static import engine
+    from attncheck.static.regions import Reduced
+
+    monkeypatch.setattr(engine, "attention_regions", lambda text: Reduced("def broken(:\n", (1,)))
+    text = _large_file(3)
+    result = lint(Source("big.py", text), [SqrtOfNumber])
+    assert result.error is None and len(result.findings) == 1

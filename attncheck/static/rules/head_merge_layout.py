@@ -29,7 +29,7 @@ class HeadMergeLayout(Rule):
     )
     INVALID = (
         Invalid("def f(self, q, k, v, N, S, E):\n    a = torch.softmax(q @ k.transpose(-2, -1), dim=-1)\n"
-                "    return torch.matmul(a, v).reshape(N, S, E)", line=3, message="transpose"),
+                "    return torch.matmul(a, v).reshape(N, S, E)", line=3, message="transposing"),
         Invalid("def f(self, x, v, b, s):\n    w = F.softmax(x, dim=-1)\n    w = self.dropout(w)\n"
                 "    ctx = w @ v\n    ctx = ctx.contiguous().view(b, s, self.d_model)\n    return ctx", line=5),
         Invalid("def f(self, q, k, v, B, T, C):\n"

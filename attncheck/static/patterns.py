@@ -96,9 +96,7 @@ def is_dtype_min(node: cst.BaseExpression, facts: FileFacts) -> bool:
     if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
         inner = node.expression
         return (
-            isinstance(inner, cst.Attribute)
-            and inner.attr.value == "max"
-            and _is_finfo(inner.value, facts)
+            isinstance(inner, cst.Attribute) and inner.attr.value == "max" and _is_finfo(inner.value, facts)
         )
     return isinstance(node, cst.Attribute) and node.attr.value == "min" and _is_finfo(node.value, facts)
 
@@ -164,7 +162,9 @@ class _FlowRecorder(cst.CSTVisitor):
 
     def leave_AugAssign(self, original_node: cst.AugAssign) -> None:
         operator = getattr(cst, type(original_node.operator).__name__.replace("Assign", ""))()
-        self._write(original_node.target, cst.BinaryOperation(original_node.target, operator, original_node.value))
+        self._write(
+            original_node.target, cst.BinaryOperation(original_node.target, operator, original_node.value)
+        )
 
     def _write(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
         # The write happens after its right-hand side was read.
@@ -182,8 +182,20 @@ class _FlowRecorder(cst.CSTVisitor):
 # Calls that hand back their receiver's values unchanged, as far as the layout
 # and the mask semantics of a tensor go.
 TRANSPARENT_METHODS = frozenset(
-    {"contiguous", "float", "half", "double", "bfloat16", "to", "type_as", "type", "clone",
-     "detach", "cuda", "cpu"}
+    {
+        "contiguous",
+        "float",
+        "half",
+        "double",
+        "bfloat16",
+        "to",
+        "type_as",
+        "type",
+        "clone",
+        "detach",
+        "cuda",
+        "cpu",
+    }
 )
 
 
@@ -261,7 +273,9 @@ class Tracer:
 # -- softmax, matmul, transposes ------------------------------------------------
 
 
-def softmax_input(node: cst.BaseExpression, facts: FileFacts, fn: FunctionFacts | None) -> cst.BaseExpression | None:
+def softmax_input(
+    node: cst.BaseExpression, facts: FileFacts, fn: FunctionFacts | None
+) -> cst.BaseExpression | None:
     """The scores a softmax is taken of, for every common spelling, else None.
 
     ``F.softmax(s, dim=-1)``, ``torch.softmax(s, -1)``, ``s.softmax(-1)``, and
@@ -329,15 +343,25 @@ def is_transposed(node: cst.BaseExpression, facts: FileFacts) -> bool:
 
 DimRole = Literal["batch", "seq", "heads", "head_dim", "model", "rest"]
 
-_HEADS = re.compile(r"^(h|nh|heads?|n_?heads?|num_?heads?|nheads?|head_?num|num_attention_heads|"
-                    r"num_(?:query|q|kv|key_value)_heads|n_(?:q|kv)_heads?|n_?head)$", re.IGNORECASE)
-_HEAD_DIM = re.compile(r"^(d_?k|d_?v|d_?h|dh|hd|hs|d_?head|head_?dim|head_?size|dim_?head|"
-                       r"attention_head_size|d_?qkv|kv_?dim|e_?h)$", re.IGNORECASE)
-_SEQ = re.compile(r"^(s|t|l|n|seq|seq_?len(gth)?(_[qk])?|[qk]_?len|(tgt|src|kv|key|query)_?len(gth)?|"
-                  r"num_tokens|tokens|length|len_[qk]|seq_?len_?(q|k|kv))$", re.IGNORECASE)
+_HEADS = re.compile(
+    r"^(h|nh|heads?|n_?heads?|num_?heads?|nheads?|head_?num|num_attention_heads|"
+    r"num_(?:query|q|kv|key_value)_heads|n_(?:q|kv)_heads?|n_?head)$",
+    re.IGNORECASE,
+)
+_HEAD_DIM = re.compile(
+    r"^(d_?k|d_?v|d_?h|dh|hd|hs|d_?head|head_?dim|head_?size|dim_?head|"
+    r"attention_head_size|d_?qkv|kv_?dim|e_?h)$",
+    re.IGNORECASE,
+)
+_SEQ = re.compile(
+    r"^(s|t|l|n|seq|seq_?len(gth)?(_[qk])?|[qk]_?len|(tgt|src|kv|key|query)_?len(gth)?|"
+    r"num_tokens|tokens|length|len_[qk]|seq_?len_?(q|k|kv))$",
+    re.IGNORECASE,
+)
 _BATCH = re.compile(r"^(b|bs|bsz|batch|batch_?size|nb|n_?batch)$", re.IGNORECASE)
-_MODEL = re.compile(r"^(c|d|e|d_?model|embed_?dim|hidden_?(size|dim)|n_?embd|dim|emb_?dim|model_?dim)$",
-                    re.IGNORECASE)
+_MODEL = re.compile(
+    r"^(c|d|e|d_?model|embed_?dim|hidden_?(size|dim)|n_?embd|dim|emb_?dim|model_?dim)$", re.IGNORECASE
+)
 
 
 def dim_role(node: cst.BaseExpression) -> DimRole | None:
@@ -355,8 +379,13 @@ def dim_role(node: cst.BaseExpression) -> DimRole | None:
     name = base_name(node)
     if name is None:
         return None
-    for role, pattern in (("heads", _HEADS), ("head_dim", _HEAD_DIM), ("batch", _BATCH),
-                          ("seq", _SEQ), ("model", _MODEL)):
+    for role, pattern in (
+        ("heads", _HEADS),
+        ("head_dim", _HEAD_DIM),
+        ("batch", _BATCH),
+        ("seq", _SEQ),
+        ("model", _MODEL),
+    ):
         if pattern.match(name):
             return role  # type: ignore[return-value]
     return None
@@ -438,7 +467,10 @@ def _is_constant(node: cst.BaseExpression, facts: FileFacts) -> bool:
     if literal_value(node, facts) is not None or is_dtype_min(node, facts):
         return True
     # ``torch.tensor(float('-inf'))`` and ``torch.full_like(s, -1e9)`` hold one constant.
-    if isinstance(node, cst.Call) and (facts.canonical(node.func) or "") in ("torch.tensor", "torch.full_like"):
+    if isinstance(node, cst.Call) and (facts.canonical(node.func) or "") in (
+        "torch.tensor",
+        "torch.full_like",
+    ):
         index = 1 if (facts.canonical(node.func) or "").endswith("full_like") else 0
         value = argument(node, index)
         return value is not None and literal_value(value, facts) is not None
@@ -487,7 +519,9 @@ def selected_polarity(node: cst.BaseExpression) -> tuple[cst.BaseExpression, Pol
         if isinstance(node, cst.Comparison) and len(node.comparisons) == 1:
             target = node.comparisons[0]
             right = target.comparator
-            if isinstance(target.operator, _COMPARISONS_ZERO) and (literal_is(right, 0) or _is_name(right, "False")):
+            if isinstance(target.operator, _COMPARISONS_ZERO) and (
+                literal_is(right, 0) or _is_name(right, "False")
+            ):
                 node, flipped = node.left, not flipped
                 continue
             if isinstance(target.operator, cst.Equal) and (literal_is(right, 1) or _is_name(right, "True")):
@@ -502,7 +536,9 @@ def selected_polarity(node: cst.BaseExpression) -> tuple[cst.BaseExpression, Pol
             if name == "logical_not":
                 flipped = not flipped
             elif name in ("eq", "ne"):
-                if not node.args or not (literal_is(node.args[0].value, 0) or literal_is(node.args[0].value, 1)):
+                if not node.args or not (
+                    literal_is(node.args[0].value, 0) or literal_is(node.args[0].value, 1)
+                ):
                     return None
                 zero = literal_is(node.args[0].value, 0)
                 flipped ^= (name == "eq") == zero
@@ -518,8 +554,27 @@ def selected_polarity(node: cst.BaseExpression) -> tuple[cst.BaseExpression, Pol
 
 
 _MASK_SHAPING = frozenset(
-    {"bool", "to", "unsqueeze", "view", "reshape", "expand", "expand_as", "contiguous", "byte",
-     "long", "int", "float", "type", "type_as", "cuda", "detach", "squeeze", "repeat", "flip"}
+    {
+        "bool",
+        "to",
+        "unsqueeze",
+        "view",
+        "reshape",
+        "expand",
+        "expand_as",
+        "contiguous",
+        "byte",
+        "long",
+        "int",
+        "float",
+        "type",
+        "type_as",
+        "cuda",
+        "detach",
+        "squeeze",
+        "repeat",
+        "flip",
+    }
 )
 
 
@@ -529,7 +584,9 @@ def _is_name(node: cst.BaseExpression, value: str) -> bool:
 
 def is_mask_shaping(node: cst.BaseExpression) -> bool:
     """``mask.unsqueeze(1)``, ``mask.bool()``, ``mask[:, None]``: same entries, other shape."""
-    return (isinstance(node, cst.Call) and method_name(node) in _MASK_SHAPING) or isinstance(node, cst.Subscript)
+    return (isinstance(node, cst.Call) and method_name(node) in _MASK_SHAPING) or isinstance(
+        node, cst.Subscript
+    )
 
 
 # -- naming ---------------------------------------------------------------------

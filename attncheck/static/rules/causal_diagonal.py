@@ -24,7 +24,9 @@ from attncheck.static.patterns import (
 from attncheck.static.rule import Invalid, Rule
 
 _SDPA = "torch.nn.functional.scaled_dot_product_attention"
-_KV_CACHE = re.compile(r"past_key_values?|layer_past|kv_cache|use_cache|\bpast\b|cache_position", re.IGNORECASE)
+_KV_CACHE = re.compile(
+    r"past_key_values?|layer_past|kv_cache|use_cache|\bpast\b|cache_position", re.IGNORECASE
+)
 _ADDITIVE = re.compile(r"inf|finfo|\.min\b|-1e\d|-10000")
 
 
@@ -54,18 +56,38 @@ class CausalDiagonal(Rule):
         "def f(q, k, v):\n    return F.scaled_dot_product_attention(q, k, v, is_causal=True)",
     )
     INVALID = (
-        Invalid("def f(s, T):\n    m = torch.triu(torch.ones(T, T)).bool()\n"
-                "    return s.masked_fill(m, -1e4)", line=2, message="itself"),
-        Invalid("def f(s, T):\n    m = torch.tril(torch.ones(T, T), diagonal=1)\n"
-                "    return s.masked_fill(m == 0, -1e4)", line=2, message="next"),
-        Invalid("def f(s, T):\n    m = torch.tril(torch.ones(T, T)).bool()\n"
-                "    return s.masked_fill(m, -1e4)", line=2, message="inverted"),
-        Invalid("def f(s, T):\n    m = torch.full((T, T), float('-inf')).triu()\n    s += m\n    return s", line=2),
-        Invalid("def f(q, k, v, past_key_value=None):\n"
-                "    return F.scaled_dot_product_attention(q, k, v, is_causal=True)",
-                line=2, message="top-left", severity=Severity.WARNING),
-        Invalid("def f(s, q_len, kv_len, past_key_values):\n    m = torch.tril(torch.ones(q_len, kv_len))\n"
-                "    return s.masked_fill(m == 0, -1e4)", line=2, severity=Severity.WARNING),
+        Invalid(
+            "def f(s, T):\n    m = torch.triu(torch.ones(T, T)).bool()\n    return s.masked_fill(m, -1e4)",
+            line=2,
+            message="itself",
+        ),
+        Invalid(
+            "def f(s, T):\n    m = torch.tril(torch.ones(T, T), diagonal=1)\n"
+            "    return s.masked_fill(m == 0, -1e4)",
+            line=2,
+            message="next",
+        ),
+        Invalid(
+            "def f(s, T):\n    m = torch.tril(torch.ones(T, T)).bool()\n    return s.masked_fill(m, -1e4)",
+            line=2,
+            message="inverted",
+        ),
+        Invalid(
+            "def f(s, T):\n    m = torch.full((T, T), float('-inf')).triu()\n    s += m\n    return s", line=2
+        ),
+        Invalid(
+            "def f(q, k, v, past_key_value=None):\n"
+            "    return F.scaled_dot_product_attention(q, k, v, is_causal=True)",
+            line=2,
+            message="top-left",
+            severity=Severity.WARNING,
+        ),
+        Invalid(
+            "def f(s, q_len, kv_len, past_key_values):\n    m = torch.tril(torch.ones(q_len, kv_len))\n"
+            "    return s.masked_fill(m == 0, -1e4)",
+            line=2,
+            severity=Severity.WARNING,
+        ),
     )
 
     def __init__(self, context: FileContext) -> None:
@@ -106,8 +128,9 @@ class CausalDiagonal(Rule):
             for side in (node.left, node.right):
                 self._check(side, blocked=True, fn=self.context.function, additive=True)
 
-    def _check(self, mask: cst.BaseExpression, *, blocked: bool, fn: FunctionFacts | None,
-               additive: bool = False) -> None:
+    def _check(
+        self, mask: cst.BaseExpression, *, blocked: bool, fn: FunctionFacts | None, additive: bool = False
+    ) -> None:
         triangle = self._trace(mask, fn)
         if triangle is None or id(triangle.call) in self.reported:
             return
@@ -125,8 +148,10 @@ class CausalDiagonal(Rule):
                 f"`{shown}` selects the {role} positions of a causal mask but {problem}",
                 hint="blocked = torch.triu(ones(T, T), diagonal=1).bool(); "
                 "kept = torch.tril(ones(T, T)) with masked_fill(kept == 0, ...)",
-                evidence=[f"triangle: {'triu' if triangle.upper else 'tril'}, diagonal={triangle.diagonal}",
-                          f"used as: {role}"],
+                evidence=[
+                    f"triangle: {'triu' if triangle.upper else 'tril'}, diagonal={triangle.diagonal}",
+                    f"used as: {role}",
+                ],
             )
         elif _rectangular(triangle.source) and self._has_kv_cache(fn):
             self.report(
@@ -142,8 +167,11 @@ class CausalDiagonal(Rule):
         flipped = False
         node: cst.BaseExpression = mask
         for _ in range(10):
-            if (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Subtract)
-                    and literal_is(node.left, 1)):
+            if (
+                isinstance(node, cst.BinaryOperation)
+                and isinstance(node.operator, cst.Subtract)
+                and literal_is(node.left, 1)
+            ):
                 node, flipped = node.right, not flipped
                 continue
             found = selected_polarity(node)
@@ -165,9 +193,17 @@ class CausalDiagonal(Rule):
             return None
         canonical = self.context.facts.canonical(node.func) or ""
         if canonical in ("torch.triu", "torch.tril") and node.args:
-            upper, source, diagonal = canonical.endswith("triu"), node.args[0].value, argument(node, 1, "diagonal")
+            upper, source, diagonal = (
+                canonical.endswith("triu"),
+                node.args[0].value,
+                argument(node, 1, "diagonal"),
+            )
         elif method_name(node) in ("triu", "tril", "triu_", "tril_") and not canonical.startswith("torch."):
-            upper, source, diagonal = method_name(node).startswith("triu"), receiver(node), argument(node, 0, "diagonal")
+            upper, source, diagonal = (
+                method_name(node).startswith("triu"),
+                receiver(node),
+                argument(node, 0, "diagonal"),
+            )
         else:
             return None
         value = 0.0 if diagonal is None else literal_value(diagonal, self.context.facts)
@@ -183,14 +219,18 @@ def _diagonal_problem(triangle: _Triangle, blocks: bool) -> str | None:
     """What is wrong with this triangle in this role, or None for the causal one."""
     k = triangle.diagonal
     if blocks != triangle.upper:
-        return ("is the wrong triangle: the mask is inverted, each token sees the future and not the past "
-                f"({'triu' if triangle.upper else 'tril'} where "
-                f"{'tril' if triangle.upper else 'triu'} is meant)")
+        return (
+            "is the wrong triangle: the mask is inverted, each token sees the future and not the past "
+            f"({'triu' if triangle.upper else 'tril'} where "
+            f"{'tril' if triangle.upper else 'triu'} is meant)"
+        )
     wanted = 1 if blocks else 0
     if k == wanted:
         return None
     if k < wanted:
-        return f"diagonal={k} also blocks the diagonal: a token cannot see itself and row 0 has no visible key"
+        return (
+            f"diagonal={k} also blocks the diagonal: a token cannot see itself and row 0 has no visible key"
+        )
     return f"diagonal={k} lets each token see the next {abs(k - wanted)} token(s) (a future leak)"
 
 

@@ -30,8 +30,11 @@ class FullyMaskedNan(Rule):
         "def f(s, causal_mask):\n    return s.masked_fill(causal_mask, -math.inf).softmax(-1)",
     )
     INVALID = (
-        Invalid("def f(s, mask):\n    s = s.masked_fill(mask == 0, float('-inf'))\n    return s.softmax(-1)",
-                line=2, message="NaN"),
+        Invalid(
+            "def f(s, mask):\n    s = s.masked_fill(mask == 0, float('-inf'))\n    return s.softmax(-1)",
+            line=2,
+            message="NaN",
+        ),
         Invalid("def f(s, pad):\n    return torch.softmax(s.masked_fill(pad, -float('inf')), -1)", line=2),
         Invalid("def f(s, m):\n    return F.softmax(torch.where(m, s, -torch.inf), dim=-1)", line=2),
         Invalid('def f(s, m):\n    s.masked_fill_(m, float("-inf"))\n    return s.softmax(-1)', line=2),
@@ -73,6 +76,8 @@ def _guarded(fn: FunctionFacts | None, facts: FileFacts) -> bool:
         return False
     for call in fn.calls:
         name = method_name(call) or (facts.canonical(call.func) or "").rsplit(".", 1)[-1]
-        if name in _GUARDS or (name == "clamp" and any(a.keyword and a.keyword.value == "min" for a in call.args)):
+        if name in _GUARDS or (
+            name == "clamp" and any(a.keyword and a.keyword.value == "min" for a in call.args)
+        ):
             return True
     return False

@@ -28,15 +28,28 @@ class HeadMergeLayout(Rule):
         "def f(self, o):\n    return einops.rearrange(o, 'b h s d -> b s (h d)')",
     )
     INVALID = (
-        Invalid("def f(self, q, k, v, N, S, E):\n    a = torch.softmax(q @ k.transpose(-2, -1), dim=-1)\n"
-                "    return torch.matmul(a, v).reshape(N, S, E)", line=3, message="transposing"),
-        Invalid("def f(self, x, v, b, s):\n    w = F.softmax(x, dim=-1)\n    w = self.dropout(w)\n"
-                "    ctx = w @ v\n    ctx = ctx.contiguous().view(b, s, self.d_model)\n    return ctx", line=5),
-        Invalid("def f(self, q, k, v, B, T, C):\n"
-                "    y = F.scaled_dot_product_attention(q, k, v, is_causal=True)\n"
-                "    return y.reshape(B, T, C)", line=3),
-        Invalid("def f(self, p, v, b, n):\n    out = torch.einsum('bhij,bhjd->bhid', p, v)\n"
-                "    return out.reshape(b, n, -1)", line=3),
+        Invalid(
+            "def f(self, q, k, v, N, S, E):\n    a = torch.softmax(q @ k.transpose(-2, -1), dim=-1)\n"
+            "    return torch.matmul(a, v).reshape(N, S, E)",
+            line=3,
+            message="transposing",
+        ),
+        Invalid(
+            "def f(self, x, v, b, s):\n    w = F.softmax(x, dim=-1)\n    w = self.dropout(w)\n"
+            "    ctx = w @ v\n    ctx = ctx.contiguous().view(b, s, self.d_model)\n    return ctx",
+            line=5,
+        ),
+        Invalid(
+            "def f(self, q, k, v, B, T, C):\n"
+            "    y = F.scaled_dot_product_attention(q, k, v, is_causal=True)\n"
+            "    return y.reshape(B, T, C)",
+            line=3,
+        ),
+        Invalid(
+            "def f(self, p, v, b, n):\n    out = torch.einsum('bhij,bhjd->bhid', p, v)\n"
+            "    return out.reshape(b, n, -1)",
+            line=3,
+        ),
     )
 
     def __init__(self, context: FileContext) -> None:

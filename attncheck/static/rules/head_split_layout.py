@@ -25,14 +25,27 @@ class HeadSplitLayout(Rule):
         "def f(self, x, b, n):\n    return self.to_q(x).view(b, n, self.heads, -1).transpose(1, 2)",
     )
     INVALID = (
-        Invalid("def f(self, x):\n    b, s, _ = x.shape\n"
-                "    return self.q(x).view(b, self.num_heads, s, self.d_k)", line=3, message="num_heads"),
-        Invalid("def f(self, query):\n    N, S, E = query.shape\n    H = self.n_head\n"
-                "    return query.reshape(N, H, S, E // H)", line=4),
-        Invalid("def f(self, x, batch_size, seq_len):\n    q = self.W_q(x)\n"
-                "    q = q.view(batch_size, self.num_heads, -1, self.d_k)\n    return q", line=3),
-        Invalid("def f(self, x, B, T):\n    q, k, v = self.qkv(x).chunk(3, dim=-1)\n"
-                "    return torch.reshape(k, (B, self.n_heads, T, self.head_dim))", line=3),
+        Invalid(
+            "def f(self, x):\n    b, s, _ = x.shape\n"
+            "    return self.q(x).view(b, self.num_heads, s, self.d_k)",
+            line=3,
+            message="num_heads",
+        ),
+        Invalid(
+            "def f(self, query):\n    N, S, E = query.shape\n    H = self.n_head\n"
+            "    return query.reshape(N, H, S, E // H)",
+            line=4,
+        ),
+        Invalid(
+            "def f(self, x, batch_size, seq_len):\n    q = self.W_q(x)\n"
+            "    q = q.view(batch_size, self.num_heads, -1, self.d_k)\n    return q",
+            line=3,
+        ),
+        Invalid(
+            "def f(self, x, B, T):\n    q, k, v = self.qkv(x).chunk(3, dim=-1)\n"
+            "    return torch.reshape(k, (B, self.n_heads, T, self.head_dim))",
+            line=3,
+        ),
     )
 
     def __init__(self, context: FileContext) -> None:
@@ -64,7 +77,9 @@ class HeadSplitLayout(Rule):
         )
 
 
-def _split_call(node: cst.Call, canonical: str | None) -> tuple[cst.BaseExpression, Sequence[cst.BaseExpression]] | None:
+def _split_call(
+    node: cst.Call, canonical: str | None
+) -> tuple[cst.BaseExpression, Sequence[cst.BaseExpression]] | None:
     """The tensor and the sizes of ``x.view(...)``, ``x.reshape(...)``, ``torch.reshape(x, shape)``."""
     if canonical == "torch.reshape" and len(node.args) == 2:
         shape = node.args[1].value

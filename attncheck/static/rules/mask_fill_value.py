@@ -10,7 +10,14 @@ from libcst.metadata import PositionProvider
 from attncheck.findings import Edit
 from attncheck.static.engine import FileContext
 from attncheck.static.facts import FileFacts, dotted_name
-from attncheck.static.patterns import FLOAT16_MIN, FillSite, Tracer, constant_value, fill_site, looks_like_scores
+from attncheck.static.patterns import (
+    FLOAT16_MIN,
+    FillSite,
+    Tracer,
+    constant_value,
+    fill_site,
+    looks_like_scores,
+)
 from attncheck.static.rule import Invalid, Rule
 
 # Negative values closer to zero than this remove nothing from a softmax.

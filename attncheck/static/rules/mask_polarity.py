@@ -9,15 +9,24 @@ from libcst.metadata import PositionProvider
 
 from attncheck.static.engine import FileContext
 from attncheck.static.facts import FunctionFacts
-from attncheck.static.patterns import Polarity, Tracer, fill_site, is_blocking_value, is_mask_shaping, selected_polarity
+from attncheck.static.patterns import (
+    Polarity,
+    Tracer,
+    fill_site,
+    is_blocking_value,
+    is_mask_shaping,
+    selected_polarity,
+)
 from attncheck.static.rule import Invalid, Rule
 
 # Phrases whose meaning is "this position is removed" or "this position is kept".
 # Negated phrases come first: "not masked" is a keep, "cannot attend" a block.
 _KEEP_NEGATED = r"not\s+(?:be\s+)?(?:masked|blocked|ignored)|unmasked"
 _BLOCK_NEGATED = r"(?:not|cannot|can't|never)\s+(?:be\s+)?(?:attend|attended|seen|visible|allowed)|不可见|不关注|不参与|不能看到"
-_BLOCK = (r"masked|mask(?:ed)?\s+out|to\s+mask|blocked|ignored?|padding|padded|\bpad\b|excluded?|disallowed|"
-          r"屏蔽|遮挡|遮盖|掩盖|忽略|填充|被\s*mask")
+_BLOCK = (
+    r"masked|mask(?:ed)?\s+out|to\s+mask|blocked|ignored?|padding|padded|\bpad\b|excluded?|disallowed|"
+    r"屏蔽|遮挡|遮盖|掩盖|忽略|填充|被\s*mask"
+)
 _KEEP = r"\bkeep|kept|attend|visible|valid|allowed|real\s+tokens?|保留|可见|关注|有效|参与"
 _MEANINGS = (
     (re.compile(_KEEP_NEGATED, re.IGNORECASE), "keep"),
@@ -65,14 +74,26 @@ class MaskPolarity(Rule):
         "    return torch.where(attention_mask.bool(), s, -1e4)",
     )
     INVALID = (
-        Invalid("def f(s, mask):\n    # mask 中 True/1 表示需要屏蔽的位置\n"
-                "    return s.masked_fill(mask == 0, float('-inf'))", line=3, message="blocks the zeros"),
-        Invalid("def f(s, mask):\n    # 1 for tokens to attend\n    return s.masked_fill(mask, -1e4)", line=3),
-        Invalid('def f(s, key_padding_mask):\n    """key_padding_mask: True = padding (ignored)."""\n'
-                "    return torch.where(key_padding_mask, s, -1e4)", line=3),
-        Invalid('class A:\n    def forward(self, x, mask=None):\n        """\n        Args:\n'
-                "            mask: 0 表示屏蔽\n        \"\"\"\n        m = mask.unsqueeze(1)\n"
-                "        return x.masked_fill(m.bool(), -1e4)", line=8),
+        Invalid(
+            "def f(s, mask):\n    # mask 中 True/1 表示需要屏蔽的位置\n"
+            "    return s.masked_fill(mask == 0, float('-inf'))",
+            line=3,
+            message="blocks the zeros",
+        ),
+        Invalid(
+            "def f(s, mask):\n    # 1 for tokens to attend\n    return s.masked_fill(mask, -1e4)", line=3
+        ),
+        Invalid(
+            'def f(s, key_padding_mask):\n    """key_padding_mask: True = padding (ignored)."""\n'
+            "    return torch.where(key_padding_mask, s, -1e4)",
+            line=3,
+        ),
+        Invalid(
+            'class A:\n    def forward(self, x, mask=None):\n        """\n        Args:\n'
+            '            mask: 0 表示屏蔽\n        """\n        m = mask.unsqueeze(1)\n'
+            "        return x.masked_fill(m.bool(), -1e4)",
+            line=8,
+        ),
     )
 
     def __init__(self, context: FileContext) -> None:
@@ -102,8 +123,11 @@ class MaskPolarity(Rule):
             f"the {where} says {said} in `{mask_name}` marks blocked positions, but `{code_text}` "
             f"blocks the {blocked} of `{mask_name}`: the code keeps exactly the keys it should drop",
             hint=f"make the code and the {where} agree: "
-            + ("block with masked_fill(mask.bool(), ...)" if documented == "ones"
-               else "block with masked_fill(mask == 0, ...)"),
+            + (
+                "block with masked_fill(mask.bool(), ...)"
+                if documented == "ones"
+                else "block with masked_fill(mask == 0, ...)"
+            ),
             evidence=[f"{where}: {said} = blocked", f"code: `{code_text}` blocks the {blocked}"],
         )
 
@@ -131,7 +155,10 @@ class MaskPolarity(Rule):
             said = declared_blocked(comment)
             if said is not None:
                 return said, "comment"
-        for owner, where in ((fn.node, "docstring"), (fn.owner.node if fn.owner else None, "class docstring")):
+        for owner, where in (
+            (fn.node, "docstring"),
+            (fn.owner.node if fn.owner else None, "class docstring"),
+        ):
             docstring = owner.get_docstring() if owner is not None else None
             if docstring:
                 said = declared_blocked(_parameter_doc(docstring, mask_name.rsplit(".", 1)[-1]))
@@ -165,7 +192,7 @@ def _parameter_doc(docstring: str, name: str) -> str:
         if re.match(rf"{re.escape(name)}\b\s*(\(|:)", stripped):
             indent = len(text) - len(text.lstrip())
             entry = [stripped]
-            for following in lines[index + 1:]:
+            for following in lines[index + 1 :]:
                 if following.strip() and len(following) - len(following.lstrip()) <= indent:
                     break
                 entry.append(following.strip())

@@ -35,16 +35,27 @@ class SoftmaxOrder(Rule):
         "def f(s):\n    w = F.softmax(s, dim=-1)\n    return torch.where(torch.isnan(w), 0.0, w)",
     )
     INVALID = (
-        Invalid("def f(q, k):\n    w = F.softmax(q @ k.transpose(-2, -1), dim=-1)\n"
-                "    return w / math.sqrt(q.size(-1))", line=3, message="scale"),
-        Invalid("def f(self, s):\n    w = torch.softmax(s, dim=-1)\n    w = w * self.scale\n    return w",
-                line=3),
-        Invalid("def f(s, mask):\n    w = s.softmax(dim=-1)\n    return w.masked_fill(mask == 0, 0.0)",
-                line=3, message="renormalis"),
+        Invalid(
+            "def f(q, k):\n    w = F.softmax(q @ k.transpose(-2, -1), dim=-1)\n"
+            "    return w / math.sqrt(q.size(-1))",
+            line=3,
+            message="scale",
+        ),
+        Invalid(
+            "def f(self, s):\n    w = torch.softmax(s, dim=-1)\n    w = w * self.scale\n    return w", line=3
+        ),
+        Invalid(
+            "def f(s, mask):\n    w = s.softmax(dim=-1)\n    return w.masked_fill(mask == 0, 0.0)",
+            line=3,
+            message="renormalis",
+        ),
         Invalid("def f(s, attn_mask):\n    p = F.softmax(s, -1)\n    return p * attn_mask", line=3),
-        Invalid("def f(q, k, mask):\n    scores = torch.matmul(q, k.mT)\n    weights = F.softmax(scores, dim=-1)\n"
-                "    scores = scores.masked_fill(mask == 0, float('-inf'))\n    return weights",
-                line=4, message="already taken"),
+        Invalid(
+            "def f(q, k, mask):\n    scores = torch.matmul(q, k.mT)\n    weights = F.softmax(scores, dim=-1)\n"
+            "    scores = scores.masked_fill(mask == 0, float('-inf'))\n    return weights",
+            line=4,
+            message="already taken",
+        ),
     )
 
     def __init__(self, context: FileContext) -> None:
@@ -87,14 +98,20 @@ class SoftmaxOrder(Rule):
             return
         if self._is_probabilities(site.target):
             mask_text = self.context.module.code_for_node(site.mask)
-            if constant_value(site.value, facts) == 0 and "isnan" not in mask_text and ".all(" not in mask_text:
+            if (
+                constant_value(site.value, facts) == 0
+                and "isnan" not in mask_text
+                and ".all(" not in mask_text
+            ):
                 if not self._renormalised():
                     self._report_mask(node, site.mask)
             return
         self._check_masked_too_late(node, site.target)
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        if isinstance(node.operator, cst.AddAssign) and "mask" in self.context.module.code_for_node(node.value):
+        if isinstance(node.operator, cst.AddAssign) and "mask" in self.context.module.code_for_node(
+            node.value
+        ):
             self._check_masked_too_late(node, node.target)
 
     def _check_masked_too_late(self, node: cst.CSTNode, scores: cst.BaseExpression) -> None:
@@ -102,14 +119,13 @@ class SoftmaxOrder(Rule):
         if fn is None or not isinstance(scores, cst.Name):
             return
         flow = self.tracer.flow(fn)
-        softmaxes = [
-            (call, softmax_input(call, self.context.facts, fn)) for call in fn.calls
-        ]
+        softmaxes = [(call, softmax_input(call, self.context.facts, fn)) for call in fn.calls]
         softmaxes = [(call, taken) for call, taken in softmaxes if taken is not None]
         if not softmaxes or any(flow.is_after(call, node) for call, _ in softmaxes):
             return
         earlier = [
-            call for call, taken in softmaxes
+            call
+            for call, taken in softmaxes
             if isinstance(taken, cst.Name) and taken.value == scores.value and flow.is_after(node, call)
         ]
         if not earlier:

@@ -9,7 +9,14 @@ from libcst.metadata import PositionProvider
 
 from attncheck.findings import Edit
 from attncheck.static.engine import FileContext
-from attncheck.static.patterns import TRANSPARENT_METHODS, Tracer, base_name, is_transposed, method_name, receiver
+from attncheck.static.patterns import (
+    TRANSPARENT_METHODS,
+    Tracer,
+    base_name,
+    is_transposed,
+    method_name,
+    receiver,
+)
 from attncheck.static.rule import Invalid, Rule
 
 # ``.contiguous()`` is the one call that makes the view safe; ``.to``/``.clone``
@@ -31,10 +38,15 @@ class ViewAfterTranspose(Rule):
     INVALID = (
         Invalid("out = out.transpose(1, 2).view(b, s, d)", line=1, message="transpose"),
         Invalid("def f(x, b, s):\n    y = x.permute(0, 2, 1, 3)\n    return y.view(b, s, -1)", line=3),
-        Invalid("def f(ctx, b, s):\n    y = torch.transpose(ctx, 1, 2).float()\n    return y.view(b, s, -1)", line=3),
+        Invalid(
+            "def f(ctx, b, s):\n    y = torch.transpose(ctx, 1, 2).float()\n    return y.view(b, s, -1)",
+            line=3,
+        ),
         Invalid("z = w.mT.view(-1)", line=1, message="mT"),
-        Invalid("def f(a, v, b, s, d):\n    o = torch.matmul(a, v).transpose(1, 2)\n    o = o.view(b, s, d)\n    return o",
-                line=3),
+        Invalid(
+            "def f(a, v, b, s, d):\n    o = torch.matmul(a, v).transpose(1, 2)\n    o = o.view(b, s, d)\n    return o",
+            line=3,
+        ),
     )
 
     def __init__(self, context: FileContext) -> None:

@@ -88,7 +88,7 @@ _SIZES = {
 }
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(
     order=st.permutations(["seq", "heads"]),
     names=st.fixed_dictionaries({role: st.sampled_from(options) for role, options in _SIZES.items()}),

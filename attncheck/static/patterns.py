@@ -289,10 +289,10 @@ def softmax_input(
     if method_name(node) == "softmax" and not canonical.startswith(("torch.", "numpy.", "scipy.")):
         return receiver(node)
     attr = self_attribute(node.func)
-    if attr is not None and fn is not None and fn.owner is not None and node.args:
-        if (fn.owner.constructed_as(attr, facts) or "").endswith("Softmax"):
-            return node.args[0].value
-    return None
+    if attr is None or fn is None or fn.owner is None or not node.args:
+        return None
+    built = fn.owner.constructed_as(attr, facts) or ""
+    return node.args[0].value if built.endswith("Softmax") else None
 
 
 def matmul_operands(
@@ -373,9 +373,12 @@ def dim_role(node: cst.BaseExpression) -> DimRole | None:
     """
     if isinstance(node, cst.UnaryOperation) and literal_is(node, -1):
         return "rest"
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.FloorDivide):
-        if dim_role(node.right) == "heads":
-            return "head_dim"
+    if (
+        isinstance(node, cst.BinaryOperation)
+        and isinstance(node.operator, cst.FloorDivide)
+        and dim_role(node.right) == "heads"
+    ):
+        return "head_dim"
     name = base_name(node)
     if name is None:
         return None
@@ -532,7 +535,7 @@ def selected_polarity(node: cst.BaseExpression) -> tuple[cst.BaseExpression, Pol
                 continue
             return None
         name = method_name(node)
-        if isinstance(node, cst.Call) and name in ("logical_not", "eq", "ne") + tuple(_MASK_SHAPING):
+        if isinstance(node, cst.Call) and name in ("logical_not", "eq", "ne", *_MASK_SHAPING):
             if name == "logical_not":
                 flipped = not flipped
             elif name in ("eq", "ne"):

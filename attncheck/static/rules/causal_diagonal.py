@@ -48,7 +48,8 @@ class CausalDiagonal(Rule):
         "def f(s, T):\n    m = torch.triu(torch.ones(T, T), diagonal=1).bool()\n"
         "    return s.masked_fill(m, float('-inf'))",
         "def f(s, T):\n    m = torch.tril(torch.ones(T, T))\n    return s.masked_fill(m == 0, -1e4)",
-        "class A:\n    def __init__(self, n):\n        self.register_buffer('bias', torch.tril(torch.ones(n, n)).view(1, 1, n, n))\n"
+        "class A:\n    def __init__(self, n):\n"
+        "        self.register_buffer('bias', torch.tril(torch.ones(n, n)).view(1, 1, n, n))\n"
         "    def forward(self, att, T):\n        return att.masked_fill(self.bias[:, :, :T, :T] == 0, -1e4)",
         "def f(s, T):\n    m = torch.full((T, T), torch.finfo(s.dtype).min).triu(1)\n    return s + m",
         "def f(q, k, v, T):\n    keep = torch.ones(T, T, dtype=torch.bool).tril()\n"
@@ -159,7 +160,8 @@ class CausalDiagonal(Rule):
                 f"`{shown}` is a top-left aligned causal mask over a rectangular (queries, keys) "
                 "matrix in a forward with a KV cache: the new queries should be aligned bottom-right",
                 severity=Severity.WARNING,
-                hint="offset the diagonal by k_len - q_len: torch.tril(ones(q_len, k_len), diagonal=k_len - q_len)",
+                hint="offset the diagonal by k_len - q_len: "
+                "torch.tril(ones(q_len, k_len), diagonal=k_len - q_len)",
             )
 
     def _trace(self, mask: cst.BaseExpression, fn: FunctionFacts | None) -> _Triangle | None:

@@ -22,7 +22,8 @@ class FullyMaskedNan(Rule):
     code = "ATT303"
     PREFILTER = ("inf",)
     VALID = (
-        "def f(s, mask):\n    s = s.masked_fill(mask == 0, torch.finfo(s.dtype).min)\n    return s.softmax(-1)",
+        "def f(s, mask):\n    s = s.masked_fill(mask == 0, torch.finfo(s.dtype).min)\n"
+        "    return s.softmax(-1)",
         "def f(s, mask):\n    s = s.masked_fill(~mask, float('-inf'))\n"
         "    return torch.nan_to_num(s.softmax(-1), nan=0.0)",
         "def f(self, att, T):\n    att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float('-inf'))\n"

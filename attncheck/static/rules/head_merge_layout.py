@@ -23,8 +23,10 @@ class HeadMergeLayout(Rule):
         "def f(self, a, v, b, s):\n    o = a @ v\n    return o.transpose(1, 2).reshape(b, s, -1)",
         "def f(self, a, v, b, s, d):\n    o = torch.matmul(a, v).permute(0, 2, 1, 3).contiguous()\n"
         "    return o.view(b, s, d)",
-        "def f(self, a, v, b, s):\n    o = torch.bmm(a, v)\n    return o.view(b, self.num_heads, s, self.head_dim)",
-        "def f(self, a, v):\n    o = torch.einsum('bqhk,bkhd->bqhd', a, v)\n    return o.reshape(a.size(0), a.size(1), -1)",
+        "def f(self, a, v, b, s):\n    o = torch.bmm(a, v)\n"
+        "    return o.view(b, self.num_heads, s, self.head_dim)",
+        "def f(self, a, v):\n    o = torch.einsum('bqhk,bkhd->bqhd', a, v)\n"
+        "    return o.reshape(a.size(0), a.size(1), -1)",
         "def f(self, o):\n    return einops.rearrange(o, 'b h s d -> b s (h d)')",
     )
     INVALID = (

@@ -22,7 +22,10 @@ from attncheck.static.rule import Invalid, Rule
 # Phrases whose meaning is "this position is removed" or "this position is kept".
 # Negated phrases come first: "not masked" is a keep, "cannot attend" a block.
 _KEEP_NEGATED = r"not\s+(?:be\s+)?(?:masked|blocked|ignored)|unmasked"
-_BLOCK_NEGATED = r"(?:not|cannot|can't|never)\s+(?:be\s+)?(?:attend|attended|seen|visible|allowed)|不可见|不关注|不参与|不能看到"
+_BLOCK_NEGATED = (
+    r"(?:not|cannot|can't|never)\s+(?:be\s+)?(?:attend|attended|seen|visible|allowed)"
+    r"|不可见|不关注|不参与|不能看到"
+)
 _BLOCK = (
     r"masked|mask(?:ed)?\s+out|to\s+mask|blocked|ignored?|padding|padded|\bpad\b|excluded?|disallowed|"
     r"屏蔽|遮挡|遮盖|掩盖|忽略|填充|被\s*mask"
@@ -70,7 +73,8 @@ class MaskPolarity(Rule):
         "    return s.masked_fill(mask == 0, -1e4)",
         "def f(s, mask):\n    # True means masked\n    return s.masked_fill(mask, -1e4)",
         "def f(s, mask):\n    # mask 中 0 表示需要屏蔽的位置\n    return s.masked_fill(mask == 0, -1e4)",
-        'def f(s, attention_mask):\n    """attention_mask: 1 for tokens that are not masked, 0 for tokens that are masked."""\n'
+        'def f(s, attention_mask):\n    """attention_mask: 1 for tokens that are not masked, '
+        '0 for tokens that are masked."""\n'
         "    return torch.where(attention_mask.bool(), s, -1e4)",
     )
     INVALID = (

@@ -51,7 +51,8 @@ class SoftmaxOrder(Rule):
         ),
         Invalid("def f(s, attn_mask):\n    p = F.softmax(s, -1)\n    return p * attn_mask", line=3),
         Invalid(
-            "def f(q, k, mask):\n    scores = torch.matmul(q, k.mT)\n    weights = F.softmax(scores, dim=-1)\n"
+            "def f(q, k, mask):\n    scores = torch.matmul(q, k.mT)\n"
+            "    weights = F.softmax(scores, dim=-1)\n"
             "    scores = scores.masked_fill(mask == 0, float('-inf'))\n    return weights",
             line=4,
             message="already taken",
@@ -102,9 +103,9 @@ class SoftmaxOrder(Rule):
                 constant_value(site.value, facts) == 0
                 and "isnan" not in mask_text
                 and ".all(" not in mask_text
+                and not self._renormalised()
             ):
-                if not self._renormalised():
-                    self._report_mask(node, site.mask)
+                self._report_mask(node, site.mask)
             return
         self._check_masked_too_late(node, site.target)
 
@@ -162,7 +163,8 @@ class SoftmaxOrder(Rule):
             node,
             f"the mask `{shown}` is applied after the softmax without renormalising: the "
             "remaining weights no longer sum to 1 and the masked keys' share is simply lost",
-            hint="mask the scores before the softmax (scores.masked_fill(blocked, torch.finfo(scores.dtype).min)), "
+            hint="mask the scores before the softmax "
+            "(scores.masked_fill(blocked, torch.finfo(scores.dtype).min)), "
             "or divide the masked weights by their row sum",
             evidence=[f"post-softmax mask: {shown}"],
         )

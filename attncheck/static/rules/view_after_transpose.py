@@ -44,7 +44,8 @@ class ViewAfterTranspose(Rule):
         ),
         Invalid("z = w.mT.view(-1)", line=1, message="mT"),
         Invalid(
-            "def f(a, v, b, s, d):\n    o = torch.matmul(a, v).transpose(1, 2)\n    o = o.view(b, s, d)\n    return o",
+            "def f(a, v, b, s, d):\n    o = torch.matmul(a, v).transpose(1, 2)\n"
+            "    o = o.view(b, s, d)\n    return o",
             line=3,
         ),
     )

@@ -71,6 +71,8 @@ class ClassFacts:
     bases: tuple[str, ...]
     methods: dict[str, FunctionFacts] = field(default_factory=dict)
     attributes: dict[str, list[cst.BaseExpression]] = field(default_factory=dict)
+    # ``self.register_buffer("bias", value)`` makes ``self.bias`` hold ``value``.
+    buffers: dict[str, list[cst.BaseExpression]] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -210,6 +212,15 @@ class _Indexer(cst.CSTVisitor):
     def visit_Call(self, node: cst.Call) -> None:
         if self.function_stack:
             self.function_stack[-1].calls.append(node)
+            self._record_buffer(node)
+
+    def _record_buffer(self, node: cst.Call) -> None:
+        owner = self.function_stack[-1].owner
+        if owner is None or self_attribute(node.func) != "register_buffer" or len(node.args) < 2:
+            return
+        name = node.args[0].value
+        if isinstance(name, cst.SimpleString):
+            owner.buffers.setdefault(name.evaluated_value, []).append(node.args[1].value)
 
     def visit_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:

@@ -1,0 +1,117 @@
+"""ATT302 mask-fill-value: a fill value that overflows float16 or that masks nothing."""
+
+from __future__ import annotations
+
+import math
+
+import libcst as cst
+from libcst.metadata import PositionProvider
+
+from attncheck.findings import Edit
+from attncheck.static.engine import FileContext
+from attncheck.static.facts import FileFacts, dotted_name
+from attncheck.static.patterns import (
+    FLOAT16_MIN,
+    FillSite,
+    Tracer,
+    constant_value,
+    fill_site,
+    looks_like_scores,
+)
+from attncheck.static.rule import Invalid, Rule
+
+# Negative values closer to zero than this remove nothing from a softmax.
+_NEGLIGIBLE = 1e-3
+
+
+class MaskFillValue(Rule):
+    code = "ATT302"
+    PREFILTER = ("masked_fill", "where")
+    VALID = (
+        "scores = scores.masked_fill(mask == 0, torch.finfo(scores.dtype).min)",
+        "scores = scores.masked_fill(mask == 0, -1e4)",
+        "scores = scores.masked_fill(mask == 0, -65504.0)",
+        "scores = torch.where(mask, scores, -10000.0)",
+        "lengths = lengths.masked_fill(pad, 1)",
+        "x = x.masked_fill(pad.unsqueeze(-1), 0.0)",
+    )
+    INVALID = (
+        Invalid("scores = scores.masked_fill(mask == 0, -1e9)", line=1, message="float16"),
+        Invalid("att = att.masked_fill(mask, -1e-9)", line=1, message="nothing"),
+        Invalid("scores = scores.masked_fill(mask == 0, float('inf'))", line=1, message="positive"),
+        Invalid("def f(s, m):\n    neg = -1e10\n    return torch.where(m, s, neg)", line=3),
+        Invalid("scores.masked_fill_(~mask, -1e20)", line=1),
+        Invalid("w = torch.masked_fill(attn_logits, pad, 1e9)", line=1, message="positive"),
+    )
+
+    def __init__(self, context: FileContext) -> None:
+        super().__init__(context)
+        self.tracer = Tracer(context.facts)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        facts = self.context.facts
+        site = fill_site(node, facts)
+        if site is None:
+            site = self._with_named_value(node)
+        if site is None:
+            return
+        value_node, _ = self.tracer.origin(site.value, self.context.function, through=frozenset())
+        value = constant_value(value_node, facts)
+        if value is None or math.isnan(value):
+            return
+        problem = _problem(value, site, facts)
+        if problem is None:
+            return
+        shown = self.context.module.code_for_node(site.value)
+        self.report(
+            node,
+            f"fill value `{shown}` {problem}",
+            hint="fill with torch.finfo(scores.dtype).min (or -1e4, which float16 can hold)",
+            evidence=[f"fill value: {shown} = {value:g}"],
+            fix=self._fix(site),
+        )
+
+    def _with_named_value(self, node: cst.Call) -> FillSite | None:
+        """``torch.where(m, s, neg)`` where ``neg`` is a local constant."""
+        if self.context.facts.canonical(node.func) != "torch.where" or len(node.args) != 3:
+            return None
+        condition, chosen, other = (a.value for a in node.args)
+        value, _ = self.tracer.origin(other, self.context.function, through=frozenset())
+        if other is value or constant_value(value, self.context.facts) is None:
+            return None
+        return FillSite(node, chosen, condition, other, False)
+
+    def _fix(self, site: FillSite) -> tuple[Edit, ...]:
+        target = dotted_name(site.target) if site.target is not None else None
+        if target is None or "import torch" not in self.context.source.text:
+            return ()
+        if constant_value(site.value, self.context.facts) is None:
+            return ()  # a named constant: the fix belongs where it is defined
+        start = self.get_metadata(PositionProvider, site.value).start
+        end = self.get_metadata(PositionProvider, site.value).end
+        return (
+            Edit(
+                self.context.offset(start.line, start.column),
+                self.context.offset(end.line, end.column),
+                f"torch.finfo({target}.dtype).min",
+            ),
+        )
+
+
+def _problem(value: float, site: FillSite, facts: FileFacts) -> str | None:
+    """Why ``value`` is a wrong fill for masked attention scores, or None."""
+    if math.isinf(value) and value < 0:
+        return None
+    if value < FLOAT16_MIN:
+        return (
+            "overflows float16 (whose most negative value is -65504): in half precision masked_fill "
+            "raises 'value cannot be converted to type c10::Half without overflow'"
+        )
+    if -_NEGLIGIBLE < value < 0:
+        return "is so close to zero that the masked keys keep almost their full weight: it masks nothing"
+    if value > 0 and site.target is not None and looks_like_scores(site.target, facts):
+        return (
+            "is positive: the masked keys get the largest scores and take all the attention "
+            "(a sign error; the fill must be very negative)"
+        )
+    return None

@@ -1,0 +1,170 @@
+"""ATT203 softmax-order: scale or mask applied after the softmax instead of before it."""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from attncheck.static.engine import FileContext
+from attncheck.static.patterns import (
+    Tracer,
+    base_name,
+    constant_value,
+    dim_role,
+    fill_site,
+    literal_value,
+    softmax_input,
+)
+from attncheck.static.rule import Invalid, Rule
+
+_SCALE_NAME = re.compile(r"(scal|sqrt|temper|norm_fact|inv_freq|^d_?k$|head_dim|^dh$)", re.IGNORECASE)
+_RENORMALISED = re.compile(r"/\s*\(?\s*(torch\.sum\(|[\w.\[\]]+\.sum\()")
+# Multiplying by these after the softmax is legitimate: HF's head_mask, manual dropout.
+_LEGIT_FACTOR = re.compile(r"(head|drop|keep_prob)", re.IGNORECASE)
+
+
+class SoftmaxOrder(Rule):
+    code = "ATT203"
+    PREFILTER = ("softmax",)
+    VALID = (
+        "def f(q, k, mask):\n    s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))\n"
+        "    s = s.masked_fill(mask == 0, -1e4)\n    return F.softmax(s, dim=-1)",
+        "def f(s, mask):\n    w = torch.softmax(s, -1) * mask\n    return w / w.sum(-1, keepdim=True)",
+        "def f(self, s, head_mask):\n    w = s.softmax(-1)\n    return w * head_mask",
+        "def f(s):\n    w = F.softmax(s, dim=-1)\n    return torch.where(torch.isnan(w), 0.0, w)",
+    )
+    INVALID = (
+        Invalid(
+            "def f(q, k):\n    w = F.softmax(q @ k.transpose(-2, -1), dim=-1)\n"
+            "    return w / math.sqrt(q.size(-1))",
+            line=3,
+            message="scale",
+        ),
+        Invalid(
+            "def f(self, s):\n    w = torch.softmax(s, dim=-1)\n    w = w * self.scale\n    return w", line=3
+        ),
+        Invalid(
+            "def f(s, mask):\n    w = s.softmax(dim=-1)\n    return w.masked_fill(mask == 0, 0.0)",
+            line=3,
+            message="renormalis",
+        ),
+        Invalid("def f(s, attn_mask):\n    p = F.softmax(s, -1)\n    return p * attn_mask", line=3),
+        Invalid(
+            "def f(q, k, mask):\n    scores = torch.matmul(q, k.mT)\n"
+            "    weights = F.softmax(scores, dim=-1)\n"
+            "    scores = scores.masked_fill(mask == 0, float('-inf'))\n    return weights",
+            line=4,
+            message="already taken",
+        ),
+    )
+
+    def __init__(self, context: FileContext) -> None:
+        super().__init__(context)
+        self.tracer = Tracer(context.facts)
+
+    def _is_probabilities(self, node: cst.BaseExpression) -> bool:
+        fn = self.context.function
+        source, fn = self.tracer.origin(node, fn)
+        return softmax_input(source, self.context.facts, fn) is not None
+
+    def _renormalised(self) -> bool:
+        fn = self.context.function
+        return fn is not None and bool(_RENORMALISED.search(self.context.module.code_for_node(fn.node)))
+
+    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+        if isinstance(node.operator, cst.Divide) and self._is_probabilities(node.left):
+            if "sum" not in self.context.module.code_for_node(node.right):
+                self._report_scale(node, node.right)
+            return
+        if not isinstance(node.operator, cst.Multiply):
+            return
+        for weights, factor in ((node.left, node.right), (node.right, node.left)):
+            if not self._is_probabilities(weights):
+                continue
+            name = base_name(factor) or ""
+            if _LEGIT_FACTOR.search(name):
+                return
+            if "mask" in name.lower():
+                if not self._renormalised():
+                    self._report_mask(node, factor)
+            elif self._is_scale(factor):
+                self._report_scale(node, factor)
+            return
+
+    def visit_Call(self, node: cst.Call) -> None:
+        facts = self.context.facts
+        site = fill_site(node, facts)
+        if site is None or site.target is None:
+            return
+        if self._is_probabilities(site.target):
+            mask_text = self.context.module.code_for_node(site.mask)
+            if (
+                constant_value(site.value, facts) == 0
+                and "isnan" not in mask_text
+                and ".all(" not in mask_text
+                and not self._renormalised()
+            ):
+                self._report_mask(node, site.mask)
+            return
+        self._check_masked_too_late(node, site.target)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        if isinstance(node.operator, cst.AddAssign) and "mask" in self.context.module.code_for_node(
+            node.value
+        ):
+            self._check_masked_too_late(node, node.target)
+
+    def _check_masked_too_late(self, node: cst.CSTNode, scores: cst.BaseExpression) -> None:
+        fn = self.context.function
+        if fn is None or not isinstance(scores, cst.Name):
+            return
+        flow = self.tracer.flow(fn)
+        softmaxes = [(call, softmax_input(call, self.context.facts, fn)) for call in fn.calls]
+        softmaxes = [(call, taken) for call, taken in softmaxes if taken is not None]
+        if not softmaxes or any(flow.is_after(call, node) for call, _ in softmaxes):
+            return
+        earlier = [
+            call
+            for call, taken in softmaxes
+            if isinstance(taken, cst.Name) and taken.value == scores.value and flow.is_after(node, call)
+        ]
+        if not earlier:
+            return
+        self.report(
+            node,
+            f"`{scores.value}` is masked after the softmax was already taken from it "
+            f"(`{self.context.module.code_for_node(earlier[0])}`): the attention weights never see the mask",
+            hint="apply the mask to the scores before the softmax and take the softmax of the masked scores",
+            evidence=[f"softmax taken before: {self.context.module.code_for_node(earlier[0])}"],
+        )
+
+    def _is_scale(self, node: cst.BaseExpression) -> bool:
+        if literal_value(node, self.context.facts) is not None or isinstance(node, cst.BinaryOperation):
+            return True
+        if isinstance(node, cst.Call):
+            return (self.context.facts.canonical(node.func) or "").endswith("sqrt")
+        name = base_name(node) or ""
+        return bool(_SCALE_NAME.search(name)) or dim_role(node) in ("head_dim", "model")
+
+    def _report_scale(self, node: cst.CSTNode, factor: cst.BaseExpression) -> None:
+        shown = self.context.module.code_for_node(factor)
+        self.report(
+            node,
+            f"the attention weights are rescaled by `{shown}` after the softmax: the scale must "
+            "sharpen the scores before the softmax, and afterwards the rows no longer sum to 1",
+            hint="scale the scores (q @ k.transpose(-2, -1) * scale) and take the softmax of that",
+            evidence=[f"post-softmax factor: {shown}"],
+        )
+
+    def _report_mask(self, node: cst.CSTNode, mask: cst.BaseExpression) -> None:
+        shown = self.context.module.code_for_node(mask)
+        self.report(
+            node,
+            f"the mask `{shown}` is applied after the softmax without renormalising: the "
+            "remaining weights no longer sum to 1 and the masked keys' share is simply lost",
+            hint="mask the scores before the softmax "
+            "(scores.masked_fill(blocked, torch.finfo(scores.dtype).min)), "
+            "or divide the masked weights by their row sum",
+            evidence=[f"post-softmax mask: {shown}"],
+        )

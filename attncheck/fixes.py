@@ -34,28 +34,41 @@ class FixedFile:
 
 
 def apply_edits(text: str, edits: Iterable[Edit]) -> tuple[str, set[Edit]]:
-    """``text`` with the non-overlapping ``edits`` applied, and the set applied."""
-    applied: set[Edit] = set()
-    limit = len(text) + 1
-    for edit in sorted(set(edits), key=lambda e: (e.start, e.end), reverse=True):
-        if not 0 <= edit.start <= edit.end <= len(text) or edit.end > limit:
-            continue
+    """``text`` with ``edits`` applied, and the set applied.
+
+    Edits are accepted in order of position (an edit overlapping an earlier one,
+    or out of range, is skipped) and applied from the last to the first, so the
+    offsets of the ones before stay valid.
+    """
+    accepted: list[Edit] = []
+    for edit in sorted(set(edits), key=lambda e: (e.start, e.end)):
+        if 0 <= edit.start <= edit.end <= len(text) and not any(_overlap(edit, kept) for kept in accepted):
+            accepted.append(edit)
+    for edit in reversed(accepted):
         text = text[: edit.start] + edit.replacement + text[edit.end :]
-        applied.add(edit)
-        limit = edit.start
-    return text, applied
+    return text, set(accepted)
+
+
+def _overlap(a: Edit, b: Edit) -> bool:
+    return (a.start < b.end and b.start < a.end) or (a.start == a.end == b.start == b.end)
 
 
 def fix_source(source: Source, findings: Iterable[Finding]) -> FixedFile | None:
-    """The fixes of one file's findings, or None when nothing changes."""
-    fixable = [f for f in findings if f.fix]
-    if not fixable:
-        return None
-    text, applied = apply_edits(source.text, (edit for f in fixable for edit in f.fix))
+    """The fixes of one file's findings, or None when nothing changes.
+
+    A finding's edits go in together or not at all; when two findings' edits
+    overlap, the one reported first wins.
+    """
+    chosen: list[Finding] = []
+    edits: list[Edit] = []
+    for finding in findings:
+        if finding.fix and not any(_overlap(new, old) for new in finding.fix for old in edits):
+            chosen.append(finding)
+            edits.extend(finding.fix)
+    text, _ = apply_edits(source.text, edits)
     if text == source.text:
         return None
-    fixed = tuple(f for f in fixable if set(f.fix) <= applied)
-    return FixedFile(source, text, fixed)
+    return FixedFile(source, text, tuple(chosen))
 
 
 def unfixable_reason(source: Source) -> str | None:

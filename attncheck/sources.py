@@ -94,9 +94,12 @@ def from_bytes(data: bytes, shown: str, *, notebook: bool = False) -> Source | F
         return _notebook(data, shown)
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-        text = data.decode(encoding)
     except SyntaxError as error:
-        return FileError(shown, f"cannot decode file: {error.msg}")
+        if "unknown encoding" in str(error.msg):
+            return FileError(shown, f"cannot decode file: {error.msg}")
+        encoding = "utf-8"  # no declaration and the first lines are not UTF-8: say where below
+    try:
+        text = data.decode(encoding)
     except LookupError as error:
         return FileError(shown, f"cannot decode file: {error}")
     except UnicodeDecodeError as error:

@@ -9,7 +9,7 @@ comments, and translating positions into the user's coordinates.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -19,7 +19,7 @@ from libcst.metadata import MetadataWrapper
 from attncheck.findings import Edit, Finding, Severity, Span, Target
 from attncheck.sources import Source
 from attncheck.static.facts import ClassFacts, FileFacts, FunctionFacts
-from attncheck.static.rule import Rule
+from attncheck.static.rule import Rule, visitor_methods
 from attncheck.static.targets import find_targets
 
 # ``# attncheck: ignore``, ``# attncheck: ignore[ATT201, ATT3]``, ``# noqa: ATT201,ATT202``
@@ -113,6 +113,9 @@ class _ScopeTracker(cst.BatchableCSTVisitor):
     def __init__(self, context: FileContext) -> None:
         super().__init__()
         self.context = context
+
+    def get_visitors(self) -> Mapping[str, cst.BatchableCSTVisitor]:
+        return visitor_methods(self)
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         facts = self.context.facts

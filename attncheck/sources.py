@@ -4,14 +4,29 @@ A plain file maps one to one. A notebook's code cells are joined into one
 module (IPython magics and shell escapes commented out, so the text parses and
 line numbers stay put) and each line remembers its cell, so a finding can say
 ``cell 3, line 7``.
+
+Reading never raises for bad input: a file that cannot become a Source comes
+back as a FileError with one plain sentence, so a run over thousands of files
+reports it and goes on.
 """
 
 from __future__ import annotations
 
+import io
+import json
+import re
+import tokenize
 from bisect import bisect_right
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
 
 from attncheck.findings import Span
+
+STDIN = "-"
+
+# A line IPython handles itself: ``%timeit``, ``!pip``, ``x = !ls``, ``obj?``.
+_MAGIC_LINE = re.compile(r"^\s*(?:[%!]|\w+\s*=\s*[%!]|[\w.]+\?{1,2}\s*$)")
 
 
 @dataclass(frozen=True)
@@ -22,6 +37,8 @@ class Source:
     text: str
     # For notebooks: (first line of the cell in ``text``, 1-based cell number), sorted.
     cells: tuple[tuple[int, int], ...] = field(default=())
+    # How the file's bytes were decoded, so that ``--fix`` writes them back the same way.
+    encoding: str = "utf-8"
 
     @property
     def is_notebook(self) -> bool:
@@ -37,3 +54,93 @@ class Source:
         start, cell = self.cells[index]
         end = end_line - start + 1 if end_line is not None else None
         return Span(line - start + 1, column, end, end_column, cell=cell)
+
+    def file_line(self, span: Span) -> int:
+        """The line of ``text`` a span points at (the inverse of ``locate``)."""
+        if span.cell is None:
+            return span.line
+        start = next((start for start, cell in self.cells if cell == span.cell), 1)
+        return start + span.line - 1
+
+
+@dataclass(frozen=True)
+class FileError:
+    """A file that could not be checked, and why, in one sentence.
+
+    ``level`` is ``note`` for something that is not a problem but is worth a
+    word (an empty file named on the command line), ``error`` otherwise.
+    """
+
+    path: str
+    message: str
+    level: Literal["error", "note"] = "error"
+
+
+def read_path(path: Path, shown: str | None = None) -> Source | FileError:
+    """Read a ``.py`` or ``.ipynb`` file from disk."""
+    shown = shown if shown is not None else str(path)
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        return FileError(shown, f"cannot read file: {error.strerror or error}")
+    return from_bytes(data, shown, notebook=path.suffix == ".ipynb")
+
+
+def from_bytes(data: bytes, shown: str, *, notebook: bool = False) -> Source | FileError:
+    """Decode a file's bytes (PEP 263 cookie and BOM honoured) into a Source."""
+    if b"\x00" in data:
+        return FileError(shown, "binary file (contains NUL bytes): not Python source")
+    if notebook:
+        return _notebook(data, shown)
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError as error:
+        if "unknown encoding" in str(error.msg):
+            return FileError(shown, f"cannot decode file: {error.msg}")
+        encoding = "utf-8"  # no declaration and the first lines are not UTF-8: say where below
+    try:
+        text = data.decode(encoding)
+    except LookupError as error:
+        return FileError(shown, f"cannot decode file: {error}")
+    except UnicodeDecodeError as error:
+        where = f"byte 0x{data[error.start]:02x} at offset {error.start}"
+        return FileError(shown, f"not valid {error.encoding.upper()}: {where}")
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    return Source(shown, text, encoding=encoding)
+
+
+def _notebook(data: bytes, shown: str) -> Source | FileError:
+    try:
+        document = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        return FileError(shown, f"invalid notebook: not UTF-8 (byte at offset {error.start})")
+    except json.JSONDecodeError as error:
+        return FileError(shown, f"invalid notebook: not JSON ({error.msg} at line {error.lineno})")
+    cells = document.get("cells") if isinstance(document, dict) else None
+    if not isinstance(cells, list):
+        return FileError(shown, "invalid notebook: no list of cells")
+    lines: list[str] = []
+    starts: list[tuple[int, int]] = []
+    for number, cell in enumerate(cells, start=1):
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        source = cell.get("source", "")
+        text = "".join(source) if isinstance(source, list) else str(source)
+        starts.append((len(lines) + 1, number))
+        lines.extend(_code_lines(text))
+    if not starts:
+        return Source(shown, "", cells=())
+    return Source(shown, "\n".join(lines) + "\n", cells=tuple(starts))
+
+
+def _code_lines(cell_text: str) -> list[str]:
+    """A code cell as Python lines: magics commented out, never an empty cell.
+
+    A cell magic (``%%bash``) makes the whole cell foreign, so every line of it
+    is commented out. Commenting keeps the line count, so cell lines stay exact.
+    """
+    lines = cell_text.splitlines() or [""]
+    if lines[0].lstrip().startswith("%%"):
+        return ["#" + line for line in lines]
+    return ["#" + line if _MAGIC_LINE.match(line) else line for line in lines]

@@ -9,7 +9,7 @@ comments, and translating positions into the user's coordinates.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -20,7 +20,7 @@ from attncheck.findings import Edit, Finding, Severity, Span, Target
 from attncheck.sources import Source
 from attncheck.static.facts import ClassFacts, FileFacts, FunctionFacts
 from attncheck.static.regions import Reduced, attention_regions
-from attncheck.static.rule import Rule
+from attncheck.static.rule import Rule, visitor_methods
 from attncheck.static.targets import find_targets
 
 # Suppression comments: ``attncheck: ignore``, ``attncheck: ignore[ATT201, ATT3]``,
@@ -124,6 +124,9 @@ class _ScopeTracker(cst.BatchableCSTVisitor):
     def __init__(self, context: FileContext) -> None:
         super().__init__()
         self.context = context
+
+    def get_visitors(self) -> Mapping[str, cst.BatchableCSTVisitor]:
+        return visitor_methods(self)
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         facts = self.context.facts

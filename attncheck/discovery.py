@@ -1,0 +1,129 @@
+"""Turn the paths a user typed into the files to check, lazily.
+
+Directories are walked recursively, skipping what is never user code
+(version control, virtual environments, build output, caches, installed
+packages) and what the repository's ``.gitignore`` files ignore. Files named
+explicitly are always checked, whatever their name: the user asked for them.
+``exclude`` patterns from the configuration apply to walked paths only.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pathspec
+
+SUFFIXES = (".py", ".pyi", ".ipynb")
+SKIPPED_DIRS = frozenset(
+    {".git", ".hg", ".svn", ".venv", "venv", "build", "dist", "__pycache__", "node_modules",
+     "site-packages", ".tox", ".nox", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".eggs"}
+)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A file to check: where it is, how to show it, and whether the user named it."""
+
+    path: Path
+    shown: str
+    explicit: bool
+
+
+class Excluder:
+    """Gitignore-style ``exclude`` patterns, relative to the configuration's folder."""
+
+    def __init__(self, patterns: Iterable[str], root: Path) -> None:
+        self.spec = pathspec.GitIgnoreSpec.from_lines(list(patterns))
+        self.root = root.resolve()
+
+    def __call__(self, path: Path, is_dir: bool) -> bool:
+        if not self.spec.patterns:
+            return False
+        try:
+            relative = path.resolve().relative_to(self.root).as_posix()
+        except ValueError:
+            return False
+        return self.spec.match_file(relative + ("/" if is_dir else ""))
+
+
+def discover(paths: Iterable[str], exclude: Excluder | None = None) -> Iterator[Candidate]:
+    """Yield each file to check once, in a stable order. Missing paths raise FileNotFoundError."""
+    seen: set[Path] = set()
+    for given in paths:
+        path = Path(given)
+        if path.is_dir():
+            found = _walk(path, given, exclude)
+        elif path.exists():
+            found = iter([Candidate(path, given, explicit=True)])
+        else:
+            raise FileNotFoundError(given)
+        for candidate in found:
+            key = candidate.path.resolve()
+            if key not in seen:
+                seen.add(key)
+                yield candidate
+
+
+def _walk(top: Path, shown_top: str, exclude: Excluder | None) -> Iterator[Candidate]:
+    ignores = _GitIgnores(top)
+    for folder, dirnames, filenames in os.walk(top):
+        here = Path(folder)
+        ignores.enter(here)
+        dirnames[:] = sorted(
+            name for name in dirnames
+            if not _skipped_dir(here / name) and not ignores.ignored(here / name, is_dir=True)
+            and not (exclude and exclude(here / name, is_dir=True))
+        )
+        for name in sorted(filenames):
+            path = here / name
+            if not name.endswith(SUFFIXES) or ignores.ignored(path, is_dir=False):
+                continue
+            if exclude and exclude(path, is_dir=False):
+                continue
+            shown = os.path.join(shown_top, os.path.relpath(path, top))
+            yield Candidate(path, os.path.normpath(shown), explicit=False)
+
+
+def _skipped_dir(path: Path) -> bool:
+    name = path.name
+    return name in SKIPPED_DIRS or name.endswith(".egg-info") or (path / "pyvenv.cfg").is_file()
+
+
+class _GitIgnores:
+    """The ``.gitignore`` files that apply inside a walk: the repository's from its
+    root down to the walk's top, then each folder's own as the walk enters it."""
+
+    def __init__(self, top: Path) -> None:
+        self.specs: list[tuple[Path, pathspec.GitIgnoreSpec]] = []
+        top = top.resolve()
+        root = next((p for p in (top, *top.parents) if (p / ".git").exists()), None)
+        if root is not None:
+            for folder in reversed(top.relative_to(root).parents):
+                self._load(root / folder)
+
+    def enter(self, folder: Path) -> None:
+        self._load(folder.resolve())
+
+    def _load(self, folder: Path) -> None:
+        file = folder / ".gitignore"
+        if any(base == folder for base, _ in self.specs) or not file.is_file():
+            return
+        try:
+            lines = file.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            return
+        self.specs.append((folder, pathspec.GitIgnoreSpec.from_lines(lines)))
+
+    def ignored(self, path: Path, *, is_dir: bool) -> bool:
+        path = path.resolve()
+        for base, spec in self.specs:
+            try:
+                relative = path.relative_to(base).as_posix()
+            except ValueError:
+                continue
+            if spec.match_file(relative + ("/" if is_dir else "")):
+                return True
+        return False

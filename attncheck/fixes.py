@@ -1,0 +1,116 @@
+"""Apply the edits that rules attach to findings, or show them as a diff.
+
+Edits index a Source's text. They are applied from the last to the first so
+earlier offsets stay valid; an edit that overlaps one already applied is
+skipped (the next run will offer it again against the new text).
+"""
+
+from __future__ import annotations
+
+import difflib
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from attncheck.findings import Edit, Finding
+from attncheck.pipeline import Outcome
+from attncheck.sources import STDIN, Source
+from attncheck.static.engine import FileResult
+
+
+@dataclass(frozen=True)
+class FixedFile:
+    """A file's text before and after its fixes, and which findings the fixes resolve."""
+
+    source: Source
+    text: str
+    fixed: tuple[Finding, ...]
+
+    def diff(self) -> str:
+        before = self.source.text.splitlines(keepends=True)
+        after = self.text.splitlines(keepends=True)
+        name = self.source.path
+        return "".join(difflib.unified_diff(before, after, f"a/{name}", f"b/{name}"))
+
+
+def apply_edits(text: str, edits: Iterable[Edit]) -> tuple[str, set[Edit]]:
+    """``text`` with ``edits`` applied, and the set applied.
+
+    Edits are accepted in order of position (an edit overlapping an earlier one,
+    or out of range, is skipped) and applied from the last to the first, so the
+    offsets of the ones before stay valid.
+    """
+    accepted: list[Edit] = []
+    for edit in sorted(set(edits), key=lambda e: (e.start, e.end)):
+        if 0 <= edit.start <= edit.end <= len(text) and not any(_overlap(edit, kept) for kept in accepted):
+            accepted.append(edit)
+    for edit in reversed(accepted):
+        text = text[: edit.start] + edit.replacement + text[edit.end :]
+    return text, set(accepted)
+
+
+def _overlap(a: Edit, b: Edit) -> bool:
+    return (a.start < b.end and b.start < a.end) or (a.start == a.end == b.start == b.end)
+
+
+def fix_source(source: Source, findings: Iterable[Finding]) -> FixedFile | None:
+    """The fixes of one file's findings, or None when nothing changes.
+
+    A finding's edits go in together or not at all; when two findings' edits
+    overlap, the one reported first wins.
+    """
+    chosen: list[Finding] = []
+    edits: list[Edit] = []
+    for finding in findings:
+        if finding.fix and not any(_overlap(new, old) for new in finding.fix for old in edits):
+            chosen.append(finding)
+            edits.extend(finding.fix)
+    text, _ = apply_edits(source.text, edits)
+    if text == source.text:
+        return None
+    return FixedFile(source, text, tuple(chosen))
+
+
+def unfixable_reason(source: Source) -> str | None:
+    """Why ``--fix`` leaves a file alone, or None when it may write it."""
+    if source.path == STDIN:
+        return "fixes are not written for standard input (use --diff)"
+    if source.is_notebook:
+        return "fixes are not written into notebooks (use --diff to see them)"
+    return None
+
+
+def _write(fixed: FixedFile) -> None:
+    """Write the fixed text back in the file's own encoding."""
+    with open(fixed.source.path, "w", encoding=fixed.source.encoding, newline="") as handle:
+        handle.write(fixed.text)
+
+
+def apply_fixes(outcome: Outcome, results: Iterable[FileResult], *, write: bool) -> bool:
+    """Print the fixes as a diff (``write`` False) or write them and drop the fixed findings.
+
+    Returns whether any file has a fix. Notes about files left alone go to stderr.
+    """
+    by_path: dict[str, list[Finding]] = {}
+    for finding in outcome.findings:
+        by_path.setdefault(finding.path, []).append(finding)
+    changed = False
+    fixed_ids: set[int] = set()
+    for result in results:
+        fixed = fix_source(result.source, by_path.get(result.source.path, []))
+        if fixed is None:
+            continue
+        changed = True
+        if not write:
+            sys.stdout.write(fixed.diff())
+            continue
+        reason = unfixable_reason(result.source)
+        if reason:
+            print(f"{result.source.path}: {reason}", file=sys.stderr)
+            continue
+        _write(fixed)
+        fixed_ids.update(id(f) for f in fixed.fixed)
+    if write and fixed_ids:
+        outcome.findings = [f for f in outcome.findings if id(f) not in fixed_ids]
+        print(f"Fixed {len(fixed_ids)} problem(s).", file=sys.stderr)
+    return changed

@@ -1,0 +1,169 @@
+"""One run, start to finish: files -> static lint -> dynamic checks -> merge.
+
+The static pass streams: files are read and linted one at a time (in worker
+processes when there are many), so memory holds results, not a queue of
+texts, and the rules are imported once per process, not once per file. The
+dynamic stage is imported only when it will run, so a static-only run never
+imports torch.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field, replace
+from functools import cache
+
+from attncheck.config import Settings
+from attncheck.discovery import Candidate
+from attncheck.findings import Finding, Severity, TargetResult
+from attncheck.merge import merge
+from attncheck.sources import FileError, Source, read_path
+from attncheck.static.engine import FileResult, lint
+from attncheck.static.rule import Rule
+
+POOL_THRESHOLD = 64  # fewer files than this are linted in-process: a pool costs more than it saves
+STATIC_ONLY_REASON = "static-only run"
+INSTALL_HINT = "pip install 'attncheck[dynamic]'"
+
+
+@dataclass
+class Outcome:
+    """Everything a reporter needs. ``sources`` keeps the files that have findings, for code frames."""
+
+    findings: list[Finding] = field(default_factory=list)
+    targets: list[TargetResult] = field(default_factory=list)
+    errors: list[FileError] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)  # every file checked, in order
+    sources: dict[str, Source] = field(default_factory=dict)
+
+    @property
+    def files(self) -> int:
+        return len(self.paths)
+
+
+@cache
+def _rules(codes: tuple[str, ...]) -> tuple[type[Rule], ...]:
+    from attncheck.static.rules import all_rules
+
+    return tuple(rule for rule in all_rules() if rule.code in codes)
+
+
+def enabled_codes(settings: Settings) -> tuple[str, ...]:
+    from attncheck.catalogue import CODES
+
+    return tuple(code for code in CODES if settings.enabled(code))
+
+
+Item = Candidate | Source | FileError  # a file to read, text already read (stdin), or a failed read
+
+
+def lint_one(item: Item, codes: tuple[str, ...]) -> FileResult | FileError:
+    """Read (unless already read) and lint one file; bad input becomes a FileError."""
+    if isinstance(item, (Source, FileError)):
+        source: Source | FileError = item
+        explicit = True
+    else:
+        source = read_path(item.path, item.shown)
+        explicit = item.explicit
+    if isinstance(source, FileError):
+        return source
+    if not source.text.strip():
+        if explicit:
+            return FileError(source.path, "empty file: nothing to check", level="note")
+        return FileResult(source)
+    result = lint(source, _rules(codes))
+    if result.error is not None:
+        return FileError(source.path, result.error)
+    return result
+
+
+def lint_all(items: Iterable[Item], codes: tuple[str, ...], jobs: int) -> Iterator[FileResult | FileError]:
+    """Lint every item, in order; in a process pool when there are many and ``jobs`` > 1."""
+    items = list(items)
+    if jobs <= 1 or len(items) < POOL_THRESHOLD:
+        for item in items:
+            yield lint_one(item, codes)
+        return
+    chunk = max(1, min(64, len(items) // (jobs * 8)))
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        yield from pool.map(lint_one, items, [codes] * len(items), chunksize=chunk)
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def run(items: Iterable[Item], settings: Settings, *, static_only: bool, jobs: int,
+        warn: Callable[[str], None] = _stderr) -> tuple[Outcome, list[FileResult]]:
+    """The whole pass. Returns the outcome and the static results (for fixes)."""
+    codes = enabled_codes(settings)
+    outcome = Outcome()
+    results: list[FileResult] = []
+    for result in lint_all(items, codes, jobs):
+        outcome.paths.append(result.path if isinstance(result, FileError) else result.source.path)
+        if isinstance(result, FileError):
+            outcome.errors.append(result)
+            continue
+        result.findings = _kept(result.findings, result.source.path, settings)
+        results.append(result)
+    dynamic: list[Finding] = []
+    if static_only:
+        outcome.targets = _skipped(results, STATIC_ONLY_REASON)
+    elif results:
+        dynamic, outcome.targets = _run_dynamic(results, settings, jobs, warn)
+        dynamic = [f for f in dynamic if settings.enabled(f.code)]
+        dynamic = _kept(dynamic, None, settings)
+    static = [f for result in results for f in result.findings]
+    outcome.findings = sorted(merge(static, dynamic, outcome.targets), key=_order)
+    paths = {f.path for f in outcome.findings}
+    outcome.sources = {r.source.path: r.source for r in results if r.source.path in paths}
+    return outcome, results
+
+
+def _kept(findings: Sequence[Finding], path: str | None, settings: Settings) -> list[Finding]:
+    """Drop the findings that select/ignore or per-file-ignores turn off."""
+    kept = []
+    for finding in findings:
+        off = settings.ignored_for(path or finding.path) if settings.per_file_ignores else ()
+        if settings.enabled(finding.code) and not any(finding.code.startswith(code) for code in off):
+            kept.append(finding)
+    return kept
+
+
+def _skipped(results: Sequence[FileResult], reason: str) -> list[TargetResult]:
+    return [TargetResult(target, "skipped", reason) for r in results for target in r.targets]
+
+
+def _run_dynamic(results: list[FileResult], settings: Settings, jobs: int,
+                 warn: Callable[[str], None]) -> tuple[list[Finding], list[TargetResult]]:
+    try:
+        from attncheck.dynamic.runner import run_dynamic
+    except ImportError as error:
+        reason = f"dynamic checks skipped: {error} ({INSTALL_HINT})"
+        warn(reason)
+        return [], _skipped(results, reason)
+    try:
+        found, targets = run_dynamic(results, settings.dynamic_options(jobs))
+    except Exception as error:  # the static results must survive a crash of the dynamic stage
+        if os.environ.get("ATTNCHECK_DEBUG") == "1":
+            raise
+        reason = f"dynamic stage failed: {type(error).__name__}: {error} (please report this)"
+        warn(reason)
+        return [], [replace(t, status="error", reason=reason) for t in _skipped(results, reason)]
+    return list(found), list(targets)
+
+
+def _order(finding: Finding) -> tuple:
+    span = finding.span
+    return (finding.path, span.cell or 0, span.line, span.column, finding.code)
+
+
+def has_problems(outcome: Outcome) -> bool:
+    """Whether the run should fail: a finding at warning or above, or a file that could not be checked."""
+    return any(f.severity >= Severity.WARNING for f in outcome.findings) or any(
+        e.level == "error" for e in outcome.errors
+    )
+

@@ -1,0 +1,58 @@
+"""Output formats, one module per format, each with ``write(outcome, stream, color=...)``.
+
+Reporters only read an Outcome; they never decide what is a problem (that is
+the pipeline's job) and never import each other, so adding a format is adding
+one module and one line below.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections import Counter
+from typing import Any, Protocol, TextIO
+
+from attncheck.findings import Finding, Severity, TargetResult
+from attncheck.pipeline import Outcome
+
+FORMATS = ("text", "json", "sarif", "github", "junit")
+
+
+class Writer(Protocol):
+    def __call__(self, outcome: Outcome, stream: TextIO, *, color: bool) -> None: ...
+
+
+def writer(name: str) -> Writer:
+    """The ``write`` function of a format (imported on demand)."""
+    if name not in FORMATS:
+        raise ValueError(f"unknown format {name!r}")
+    return importlib.import_module(f"attncheck.report.{name}_format").write
+
+
+def location(finding: Finding) -> str:
+    """``path:line:col``, or ``path:cell N:line:col`` for notebooks."""
+    span = finding.span
+    cell = f"cell {span.cell}:" if span.cell is not None else ""
+    return f"{finding.path}:{cell}{span.line}:{span.column}"
+
+
+def target_kind(result: TargetResult) -> str:
+    return "class" if result.target.is_class else "function"
+
+
+def summary(outcome: Outcome) -> dict[str, Any]:
+    """Counts shared by the text and JSON reports."""
+    severities = Counter(str(f.severity) for f in outcome.findings)
+    statuses = Counter(result.status for result in outcome.targets)
+    return {
+        "files": outcome.files,
+        "files_with_findings": len({f.path for f in outcome.findings if f.severity >= Severity.WARNING}),
+        "problems": severities["error"] + severities["warning"],
+        "errors": severities["error"],
+        "warnings": severities["warning"],
+        "infos": severities["info"],
+        "file_errors": sum(1 for e in outcome.errors if e.level == "error"),
+        "targets": {
+            "total": len(outcome.targets),
+            **{status: statuses[status] for status in ("passed", "failed", "skipped", "error")},
+        },
+    }

@@ -1,0 +1,101 @@
+"""SARIF 2.1.0, for GitHub code scanning and other SARIF viewers.
+
+Every catalogued rule is listed under ``tool.driver.rules`` (with its doc as
+help), so a viewer can explain a code even when this run did not find it.
+Files that could not be checked become tool execution notifications.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, TextIO
+from urllib.parse import quote
+
+from attncheck import __version__
+from attncheck.catalogue import CODES, doc
+from attncheck.findings import Finding, Severity
+from attncheck.pipeline import Outcome
+from attncheck.sources import STDIN
+
+SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
+LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
+_RULE_INDEX = {code: index for index, code in enumerate(CODES)}
+
+
+def document(outcome: Outcome) -> dict[str, Any]:
+    run: dict[str, Any] = {
+        "tool": {"driver": {
+            "name": "attncheck",
+            "version": __version__,
+            "informationUri": "https://pypi.org/project/attncheck/",
+            "rules": [_rule(code) for code in CODES],
+        }},
+        "results": [_result(f) for f in outcome.findings if f.code in _RULE_INDEX],
+        "invocations": [{
+            "executionSuccessful": True,
+            "toolExecutionNotifications": [
+                {"level": "error" if e.level == "error" else "note", "message": {"text": e.message},
+                 "locations": [{"physicalLocation": {"artifactLocation": {"uri": uri(e.path)}}}]}
+                for e in outcome.errors
+            ],
+        }],
+    }
+    return {"$schema": SCHEMA, "version": "2.1.0", "runs": [run]}
+
+
+def write(outcome: Outcome, stream: TextIO, *, color: bool = False) -> None:
+    json.dump(document(outcome), stream, indent=2, ensure_ascii=False)
+    stream.write("\n")
+
+
+def uri(path: str) -> str:
+    """A relative URI for paths under the current folder, a ``file:`` URI otherwise."""
+    if path == STDIN:
+        return "stdin"
+    resolved = Path(path).resolve()
+    try:
+        return quote(resolved.relative_to(Path.cwd().resolve()).as_posix())
+    except ValueError:
+        return resolved.as_uri()
+
+
+def _rule(code: str) -> dict[str, Any]:
+    info = CODES[code]
+    rule: dict[str, Any] = {
+        "id": code,
+        "name": info.name,
+        "shortDescription": {"text": f"{info.name}: {info.summary}"},
+        "fullDescription": {"text": info.summary},
+        "defaultConfiguration": {"level": LEVEL[info.severity]},
+    }
+    text = doc(code)
+    if text:
+        rule["help"] = {"text": text, "markdown": text}
+    return rule
+
+
+def _result(finding: Finding) -> dict[str, Any]:
+    span = finding.span
+    region: dict[str, int] = {"startLine": span.line, "startColumn": span.column}
+    if span.end_line is not None:
+        region["endLine"] = span.end_line
+    if span.end_column is not None:
+        # SARIF's endColumn is exclusive; ours is inclusive.
+        region["endColumn"] = span.end_column + 1
+    result: dict[str, Any] = {
+        "ruleId": finding.code,
+        "ruleIndex": _RULE_INDEX[finding.code],
+        "level": LEVEL[finding.severity],
+        "message": {"text": finding.message + (f"\nhint: {finding.hint}" if finding.hint else "")},
+        "locations": [{"physicalLocation": {
+            "artifactLocation": {"uri": uri(finding.path)},
+            "region": region,
+        }}],
+        "properties": {"source": finding.source},
+    }
+    if finding.target:
+        result["properties"]["target"] = finding.target
+    if span.cell is not None:
+        result["properties"]["cell"] = span.cell
+    return result

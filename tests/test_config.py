@@ -1,0 +1,110 @@
+"""Finding, reading, validating and overriding ``[tool.attncheck]``."""
+
+from __future__ import annotations
+
+import pytest
+
+from attncheck.config import (
+    ConfigError,
+    DynamicOptions,
+    Settings,
+    find_config,
+    load,
+    parse_codes,
+    with_overrides,
+)
+
+
+def write(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_full_table_is_read(tmp_path):
+    config = write(tmp_path / "pyproject.toml", """
+[tool.attncheck]
+select = ["ATT2", "att301"]
+ignore = ["ATT204"]
+exclude = ["third_party/"]
+per-file-ignores = {"tests/*.py" = ["ATT3"]}
+timeout = 5
+device = "cpu"
+[tool.attncheck.targets.MyAttention]
+init = {d_model = 64, n_heads = 4}
+""")
+    settings = load(config)
+    assert settings.select == ("ATT2", "ATT301")
+    assert settings.ignore == ("ATT204",)
+    assert settings.exclude == ("third_party/",)
+    assert settings.per_file_ignores == (("tests/*.py", ("ATT3",)),)
+    assert (settings.timeout, settings.device) == (5.0, "cpu")
+    assert settings.root == tmp_path.resolve()
+    options = settings.dynamic_options(jobs=3)
+    assert options == DynamicOptions(timeout=5.0, device="cpu", jobs=3,
+                                     targets={"MyAttention": {"init": {"d_model": 64, "n_heads": 4}}})
+
+
+@pytest.mark.parametrize(("table", "message"), [
+    ("selct = ['ATT2']", "unknown key 'selct'"),
+    ("select = ['ATT999']", "unknown code or prefix 'ATT999'"),
+    ("ignore = 'XYZ'", "unknown code or prefix 'XYZ'"),
+    ("select = [1]", "select must be a list of strings"),
+    ("timeout = -1", "timeout: must be a positive number"),
+    ("timeout = true", "timeout: must be a positive number"),
+    ("device = 'tpu'", "device: must be one of cpu, cuda, auto"),
+    ("per-file-ignores = ['x']", "per-file-ignores must be a table"),
+    ("per-file-ignores = {'a.py' = ['NOPE']}", "unknown code or prefix 'NOPE'"),
+    ("targets = {A = 1}", "targets must be a table of tables"),
+    ("select = [", "invalid TOML"),
+])
+def test_bad_configuration_is_one_clear_error(tmp_path, table, message):
+    config = write(tmp_path / "pyproject.toml", f"[tool.attncheck]\n{table}\n")
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("[", r"\[")):
+        load(config)
+
+
+def test_nearest_config_wins_and_pyproject_without_table_is_passed_over(tmp_path):
+    write(tmp_path / "pyproject.toml", "[tool.attncheck]\nselect = ['ATT1']\n")
+    write(tmp_path / "pkg" / "pyproject.toml", "[project]\nname = 'x'\n")
+    module = write(tmp_path / "pkg" / "sub" / "m.py", "x = 1\n")
+    assert find_config(module) == tmp_path / "pyproject.toml"
+    write(tmp_path / "pkg" / "attncheck.toml", "select = ['ATT3']\n")
+    found = find_config(module)
+    assert found == tmp_path / "pkg" / "attncheck.toml"
+    assert load(found).select == ("ATT3",)
+
+
+def test_no_config_means_defaults():
+    settings = load(None)
+    assert settings.select == ("ALL",) and settings.enabled("ATT201")
+
+
+def test_command_line_overrides_the_file_key_by_key(tmp_path):
+    config = write(tmp_path / "attncheck.toml", "select = ['ATT1']\nignore = ['ATT101']\ntimeout = 9\n")
+    settings = load(config)
+    merged = with_overrides(settings, select=["ATT2,ATT3"], ignore=[], timeout=None, device="cuda")
+    assert merged.select == ("ATT2", "ATT3")
+    assert merged.ignore == ("ATT101",)
+    assert (merged.timeout, merged.device) == (9.0, "cuda")
+    with pytest.raises(ConfigError, match="--select: unknown code"):
+        with_overrides(settings, select=["ATT8"], ignore=[], timeout=None, device=None)
+
+
+def test_most_specific_selector_wins():
+    settings = Settings(select=("ATT2",), ignore=("ATT201",))
+    assert settings.enabled("ATT202") and not settings.enabled("ATT201") and not settings.enabled("ATT301")
+    narrow = Settings(select=("ATT201",), ignore=("ATT2",))
+    assert narrow.enabled("ATT201") and not narrow.enabled("ATT202")
+    assert not Settings(select=("ALL",), ignore=("ALL",)).enabled("ATT101")
+
+
+def test_per_file_ignores_match_relative_to_the_config(tmp_path):
+    settings = Settings(root=tmp_path, per_file_ignores=(("tests/**", ("ATT2",)), ("*.ipynb", ("ATT301",))))
+    assert settings.ignored_for(str(tmp_path / "tests" / "deep" / "t.py")) == ("ATT2",)
+    assert settings.ignored_for(str(tmp_path / "nb" / "a.ipynb")) == ("ATT301",)
+    assert settings.ignored_for(str(tmp_path / "src" / "m.py")) == ()
+
+
+def test_parse_codes_accepts_prefixes_all_and_commas():
+    assert parse_codes(["att2, ATT301", "ALL"], "x") == ("ATT2", "ATT301", "ALL")

@@ -1,0 +1,202 @@
+"""Every output format against its contract, plus merging and fixes.
+
+The outcome here is built by hand (static, dynamic and merged findings, a
+notebook finding, a file error, target results with checks) so the formats
+are tested independently of which rules exist.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from xml.etree import ElementTree
+
+import jsonschema
+import pytest
+
+from attncheck.findings import Check, Edit, Finding, Severity, Span, Target, TargetResult
+from attncheck.fixes import apply_edits, fix_source
+from attncheck.merge import PASSED_REASON, merge
+from attncheck.pipeline import Outcome
+from attncheck.report import FORMATS, location, writer
+from attncheck.report.text_format import frame, summary_line
+from attncheck.sources import FileError, Source
+
+DATA = Path(__file__).parent / "data"
+JSON_SCHEMA = Path(__file__).parent.parent / "attncheck" / "report" / "schema.json"
+
+MODEL = "import torch\n\nclass Attn:\n    def forward(self, q, k):\n        return q @ k / torch.sqrt(64)\n"
+
+
+def finding(code="ATT204", line=5, *, path="model.py", source="static", target="Attn", cell=None,
+            severity=Severity.ERROR, message="torch.sqrt(64) on a number", fix=()):
+    return Finding(code, severity, message, path, Span(line, 24, line, 37, cell=cell), source=source,
+                   target=target, hint="use math.sqrt(64)", fix=fix)
+
+
+def target(name="Attn", path="model.py"):
+    return Target(path=path, name=name, line=3, kinds=("mha",), is_class=True)
+
+
+@pytest.fixture
+def outcome() -> Outcome:
+    results = [
+        TargetResult(target(), "failed", "2 checks failed", [
+            Check("reference", "failed", "max error 0.4 > 1e-5"), Check("batch-independence", "passed")]),
+        TargetResult(target("Other"), "passed", "", [Check("reference", "passed", "")]),
+    ]
+    static = [finding(), finding("ATT201", 5, target="Other", severity=Severity.WARNING)]
+    dynamic = [finding("ATT204", 3, source="dynamic", message="TypeError on forward"),
+               finding("ATT903", 3, source="dynamic", message="output differs")]
+    nb = finding(path="nb.ipynb", line=2, cell=3, target=None)
+    merged = [*merge(static, dynamic, results), nb]
+    sources = {"model.py": Source("model.py", MODEL),
+               "nb.ipynb": Source("nb.ipynb", "import torch\ny = torch.sqrt(64)\n", cells=((1, 3),))}
+    return Outcome(findings=merged, targets=results, errors=[FileError("bad.py", "syntax error at line 1")],
+                   paths=["bad.py", "model.py", "nb.ipynb", "clean.py"], sources=sources)
+
+
+def render(name: str, outcome: Outcome) -> str:
+    stream = io.StringIO()
+    writer(name)(outcome, stream, color=False)
+    return stream.getvalue()
+
+
+def test_merge_joins_static_and_dynamic_and_downgrades_passed_targets(outcome):
+    by_code = {f.code: f for f in outcome.findings if f.path == "model.py"}
+    both = by_code["ATT204"]
+    assert both.source == "both" and both.line == 5  # the static location is kept
+    assert "dynamic: TypeError on forward" in both.evidence
+    assert by_code["ATT903"].source == "dynamic"
+    downgraded = by_code["ATT201"]
+    assert downgraded.severity == Severity.INFO and PASSED_REASON in downgraded.message
+    assert len([f for f in outcome.findings if f.code == "ATT204" and f.path == "model.py"]) == 1
+
+
+def test_json_report_matches_its_schema_and_contract(outcome):
+    document = json.loads(render("json", outcome))
+    jsonschema.validate(document, json.loads(JSON_SCHEMA.read_text()))
+    first = document["findings"][0]
+    assert list(first)[:11] == ["code", "name", "severity", "path", "line", "column", "end_line",
+                                "end_column", "message", "source", "target"]
+    assert {f["source"] for f in document["findings"]} == {"static", "dynamic", "both"}
+    assert document["targets"][0]["checks"][0] == {"name": "reference", "status": "failed",
+                                                   "detail": "max error 0.4 > 1e-5"}
+    assert document["errors"] == [{"path": "bad.py", "message": "syntax error at line 1", "level": "error"}]
+    assert document["summary"]["targets"] == {"total": 2, "passed": 1, "failed": 1, "skipped": 0, "error": 0}
+    notebook = next(f for f in document["findings"] if f["path"] == "nb.ipynb")
+    assert (notebook["cell"], notebook["line"]) == (3, 2)
+
+
+def test_json_schema_rejects_a_broken_report(outcome):
+    document = json.loads(render("json", outcome))
+    document["findings"][0]["source"] = "guess"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(document, json.loads(JSON_SCHEMA.read_text()))
+
+
+def test_sarif_is_valid_sarif_2_1_0(outcome):
+    document = json.loads(render("sarif", outcome))
+    schema = json.loads((DATA / "sarif-schema-2.1.0.json").read_text())
+    jsonschema.validate(document, schema)
+    run = document["runs"][0]
+    rules = run["tool"]["driver"]["rules"]
+    assert {"id", "name", "shortDescription", "fullDescription", "defaultConfiguration"} <= set(rules[0])
+    result = run["results"][0]
+    assert rules[result["ruleIndex"]]["id"] == result["ruleId"]
+    region = result["locations"][0]["physicalLocation"]["region"]
+    assert region == {"startLine": 5, "startColumn": 24, "endLine": 5, "endColumn": 38}
+    assert result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "model.py"
+    notification = run["invocations"][0]["toolExecutionNotifications"][0]
+    assert notification["message"]["text"] == "syntax error at line 1"
+    assert {r["level"] for r in run["results"]} == {"error", "note"}
+
+
+def test_sarif_schema_catches_an_invalid_level(outcome):
+    document = json.loads(render("sarif", outcome))
+    document["runs"][0]["results"][0]["level"] = "fatal"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(document, json.loads((DATA / "sarif-schema-2.1.0.json").read_text()))
+
+
+def test_github_annotations_parse(outcome):
+    lines = render("github", outcome).splitlines()
+    assert lines[0] == "::error file=bad.py,title=attncheck::syntax error at line 1"
+    first = lines[1]
+    command, rest = first[2:].split(" ", 1)
+    properties, message = rest.split("::", 1)
+    fields = dict(item.split("=", 1) for item in properties.split(","))
+    assert command == "error"
+    assert fields == {"file": "model.py", "line": "5", "col": "24", "endLine": "5", "endColumn": "37",
+                      "title": "ATT204 sqrt-of-number"}
+    assert message == "torch.sqrt(64) on a number%0Ahint: use math.sqrt(64)"
+    assert any(line.startswith("::notice ") for line in lines)  # the downgraded finding
+    assert any("title=ATT204 sqrt-of-number (cell 3)" in line for line in lines)
+
+
+def test_junit_has_one_case_per_file(outcome):
+    root = ElementTree.fromstring(render("junit", outcome).split("\n", 1)[1])
+    suite = root.find("testsuite")
+    cases = {case.get("name"): case for case in suite.findall("testcase")}
+    assert list(cases) == ["bad.py", "model.py", "nb.ipynb", "clean.py"]
+    assert suite.get("tests") == "4" and suite.get("failures") == "2" and suite.get("errors") == "1"
+    assert cases["bad.py"].find("error") is not None
+    assert "ATT204 [error]" in cases["model.py"].find("failure").text
+    assert len(cases["clean.py"]) == 0
+
+
+def test_text_report_has_locations_frames_hints_tables_and_summary(outcome):
+    text = render("text", outcome)
+    assert "bad.py: error: syntax error at line 1" in text
+    assert "model.py:5:24: ATT204 [error] torch.sqrt(64) on a number (both)" in text
+    assert " > 5 |         return q @ k / torch.sqrt(64)" in text
+    assert "  hint: use math.sqrt(64)" in text
+    assert "nb.ipynb:cell 3:2:24: ATT204 [error]" in text
+    assert "max error 0.4 > 1e-5" in text and "batch-independence" in text
+    assert text.rstrip().endswith("Found 3 problems (3 errors) in 4 files, 1 info; "
+                                  "1 file could not be checked; 2 targets: 1 passed, 1 failed")
+    assert "\x1b[" not in text
+
+
+def test_text_colour_only_when_asked(outcome):
+    stream = io.StringIO()
+    writer("text")(outcome, stream, color=True)
+    assert "\x1b[" in stream.getvalue()
+
+
+def test_notebook_frame_numbers_lines_within_the_cell():
+    source = Source("nb.ipynb", "a = 1\nimport torch\ny = torch.sqrt(64)\n", cells=((1, 1), (2, 4)))
+    lines = frame(source, finding(path="nb.ipynb", line=2, cell=4))
+    assert lines[:2] == ["   1 | import torch", " > 2 | y = torch.sqrt(64)"]  # no line from cell 1
+    assert location(finding(path="nb.ipynb", line=2, cell=4)) == "nb.ipynb:cell 4:2:24"
+
+
+def test_summary_when_clean():
+    assert summary_line(Outcome(paths=["a.py"])) == "No problems found in 1 file"
+
+
+def test_every_format_is_registered():
+    assert FORMATS == ("text", "json", "sarif", "github", "junit")
+    with pytest.raises(ValueError, match="unknown format"):
+        writer("yaml")
+
+
+def test_apply_edits_last_to_first_and_skips_overlaps():
+    text = "abcdefghij"
+    edits = [Edit(0, 2, "XY"), Edit(1, 3, "zz"), Edit(5, 5, "+"), Edit(8, 10, "")]
+    new, applied = apply_edits(text, edits)
+    assert new == "XYcde+fgh"
+    assert Edit(1, 3, "zz") not in applied and len(applied) == 3
+    assert apply_edits(text, [Edit(4, 99, "")]) == (text, set())
+
+
+def test_fix_source_reports_which_findings_were_fixed():
+    source = Source("m.py", "x = torch.sqrt(64)\n")
+    fixable = finding(line=1, fix=(Edit(4, 18, "math.sqrt(64)"),))
+    clash = finding(line=1, fix=(Edit(10, 14, "SQRT"),))
+    fixed = fix_source(source, [fixable, clash, finding(line=1)])
+    assert fixed.text == "x = math.sqrt(64)\n"
+    assert fixed.fixed == (fixable,)
+    assert "-x = torch.sqrt(64)" in fixed.diff() and "+x = math.sqrt(64)" in fixed.diff()
+    assert fix_source(source, [finding(line=1)]) is None

@@ -121,13 +121,13 @@ class RopeIndex:
 
 
 def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    """Every node below ``node`` in its own scope: nested functions are not entered."""
-    stack = list(node.children)
+    """Every node below ``node``, in source order; nested functions are not entered."""
+    stack = list(reversed(node.children))
     while stack:
         current = stack.pop()
         yield current
         if not isinstance(current, cst.FunctionDef):
-            stack.extend(current.children)
+            stack.extend(reversed(current.children))
 
 
 def scopes(facts: FileFacts) -> Iterator[tuple[FunctionFacts | None, cst.CSTNode]]:

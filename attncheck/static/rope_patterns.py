@@ -112,9 +112,8 @@ class RopeIndex:
 
     def is_rope_file(self, text: str) -> bool:
         """The file implements RoPE (so sinusoidal absolute encodings are not judged)."""
-        return bool(self.applications or self.rotations or self.inline_rotations or self.complex_form) or bool(
-            _ROPE_WORDS.search(text)
-        )
+        found = self.applications or self.rotations or self.inline_rotations or self.complex_form
+        return bool(found) or bool(_ROPE_WORDS.search(text))
 
 
 # -- walking ------------------------------------------------------------------
@@ -269,7 +268,9 @@ def _product(node: cst.BaseExpression) -> tuple[cst.BaseExpression, cst.BaseExpr
     return None
 
 
-def _factor(facts: FileFacts, pair: tuple[cst.BaseExpression, cst.BaseExpression], pattern: re.Pattern[str]) -> cst.BaseExpression | None:
+def _factor(
+    facts: FileFacts, pair: tuple[cst.BaseExpression, cst.BaseExpression], pattern: re.Pattern[str]
+) -> cst.BaseExpression | None:
     """The other factor of a product one of whose factors reads like cos (or sin)."""
     left, right = pair
     if pattern.search(code(facts, right)):
@@ -326,7 +327,9 @@ def _explicit(facts: FileFacts, node: cst.BinaryOperation) -> bool:
     if not isinstance(node.operator, cst.Subtract):
         return False
     left, right = _product(node.left), _product(node.right)
-    return bool(left and right and _factor(facts, left, _COS) is not None and _factor(facts, right, _SIN) is not None)
+    if left is None or right is None:
+        return False
+    return _factor(facts, left, _COS) is not None and _factor(facts, right, _SIN) is not None
 
 
 def _widening(facts: FileFacts, call: cst.Call, fn: FunctionFacts | None) -> Widening | None:

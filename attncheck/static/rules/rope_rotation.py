@@ -115,19 +115,21 @@ class RopeRotation(Rule):
                 line=14, message="interleaved"),
         Invalid(_HF.replace("emb = torch.cat((freqs, freqs), dim=-1)",
                             "emb = torch.stack((freqs, freqs), dim=-1).flatten(-2)"), line=14),
-        Invalid(_GPTJ.replace("sin = sin.repeat_interleave(2, dim=-1)", "sin = torch.cat([sin, sin], dim=-1)"),
+        Invalid(_GPTJ.replace("sin = sin.repeat_interleave(2, dim=-1)",
+                              "sin = torch.cat([sin, sin], dim=-1)"),
                 line=10, message="half-split"),
         Invalid(_HF.replace("1.0 / (base ** (torch.arange(0, head_dim, 2).float() / head_dim))",
                             "base ** (torch.arange(0, head_dim, 2).float() / head_dim)"),
                 line=12, message="reciprocal"),
         Invalid(_HF.replace("torch.arange(0, head_dim, 2).float()", "torch.arange(0, head_dim).float()"),
                 line=12, message="step"),
-        Invalid(_HF.replace("torch.arange(0, head_dim, 2).float() / head_dim", "torch.arange(0, head_dim, 2).float()"),
+        Invalid(_HF.replace("torch.arange(0, head_dim, 2).float() / head_dim",
+                            "torch.arange(0, head_dim, 2).float()"),
                 line=12, message="divided"),
         Invalid(_HF.replace("base ** (", "base * ("), line=12, message="multiplied"),
     )
 
-    def visit_Module(self, node: cst.Module) -> None:
+    def visit_Module(self, node: cst.Module) -> None:  # noqa: N802 (libcst's visitor names)
         index = rp.rope_index(self.context.facts)
         self._check_signs(index)
         self._check_layouts(index)
@@ -186,7 +188,8 @@ class RopeRotation(Rule):
                 continue
             if layout == rp.HALF:
                 message = ("cos/sin are widened interleaved (each frequency twice in a row) but "
-                           "rotate_half pairs dim i with dim i + d/2: build them with cat((freqs, freqs), -1)")
+                           "rotate_half pairs dim i with dim i + d/2: build them with "
+                           "cat((freqs, freqs), -1)")
             else:
                 message = ("cos/sin are widened half-split (cat((freqs, freqs))) but the rotation "
                            "pairs dims 2i and 2i+1: build them with repeat_interleave(2, dim=-1)")

@@ -21,6 +21,7 @@ _MODEL_WIDTHS = {
     "model_dim", "dim_model", "emb_dim", "embedding_dim", "d_embed",
 }
 _HEAD_WORDS = re.compile(r"num_heads|n_heads?\b|num_attention_heads|head_dim|\bd_k\b|d_head|head_size")
+_TRIG = re.compile(r"cos|sin")
 _HALF_WIDTH_SOURCES = {"torch.outer", "torch.ger", "torch.einsum"}
 
 _SEED = """
@@ -87,18 +88,21 @@ class RopeShape(Rule):
         """,
     )
     INVALID = (
-        Invalid(_SEED.replace("self.cos_cached[:, :, :seq_len, :]", "self.cos_cached[:, :, :seq_len, :self.d_k//2]"),
+        Invalid(_SEED.replace("self.cos_cached[:, :, :seq_len, :]",
+                              "self.cos_cached[:, :, :seq_len, :self.d_k//2]"),
                 line=20, message="d_k//2"),
-        Invalid(_SEED.replace("sin_cached[:, :, :seq_len, :]", "sin_cached[..., :seq_len, : self.d_k // 2]"), line=21),
-        Invalid(_SEED.replace("emb = torch.cat([freqs, freqs], dim=-1)", "emb = freqs"), line=16, message="d/2"),
+        Invalid(_SEED.replace("sin_cached[:, :, :seq_len, :]", "sin_cached[..., :seq_len, : self.d_k // 2]"),
+                line=21),
+        Invalid(_SEED.replace("emb = torch.cat([freqs, freqs], dim=-1)", "emb = freqs"),
+                line=16, message="d/2"),
         Invalid(_SEED.replace("self.d_k, 2).float() / self.d_k", "d_model, 2).float() / d_model"),
                 line=13, message="d_model"),
-        Invalid(_SEED.replace("(d_model, num_heads, max_seq_len=2048)", "(hidden_size, num_heads, max_seq_len=2048)")
-                .replace("self.d_k = d_model // num_heads", "self.d_k = hidden_size // num_heads")
-                .replace("self.d_k, 2).float() / self.d_k", "hidden_size, 2).float() / hidden_size"), line=13),
+        Invalid(_SEED.replace("d_model", "hidden_size")
+                .replace("self.d_k, 2).float() / self.d_k", "hidden_size, 2).float() / hidden_size"),
+                line=13),
     )
 
-    def visit_Module(self, node: cst.Module) -> None:
+    def visit_Module(self, node: cst.Module) -> None:  # noqa: N802 (libcst's visitor names)
         index = rp.rope_index(self.context.facts)
         if index.uses_rotation_formula:
             if index.widenings:
@@ -113,7 +117,7 @@ class RopeShape(Rule):
         facts = self.context.facts
         for fn, root in rp.scopes(facts):
             for node in rp.walk(root):
-                if not isinstance(node, cst.Subscript) or not re.search(r"cos|sin", rp.code(facts, node.value)):
+                if not isinstance(node, cst.Subscript) or not _TRIG.search(rp.code(facts, node.value)):
                     continue
                 last = node.slice[-1].slice
                 if (

@@ -24,7 +24,7 @@ from functools import lru_cache
 
 import libcst as cst
 
-from attncheck.static.facts import FileFacts, FunctionFacts, dotted_name
+from attncheck.static.facts import FileFacts, FunctionFacts
 
 HALF = "half"
 PAIR = "pair"
@@ -141,9 +141,10 @@ def code(facts: FileFacts, node: cst.CSTNode) -> str:
 
 
 def last_name(node: cst.CSTNode) -> str | None:
-    """``rotate_half`` for ``rotate_half``, ``self.rotate_half`` or ``m.rotate_half``."""
-    name = dotted_name(node)
-    return name.rsplit(".", 1)[-1] if name else None
+    """``rotate_half`` for ``rotate_half``, ``self.rotate_half`` or ``x[:, None].expand``."""
+    if isinstance(node, cst.Attribute):
+        return node.attr.value
+    return node.value if isinstance(node, cst.Name) else None
 
 
 def method_call(node: cst.CSTNode, name: str) -> bool:

@@ -92,10 +92,10 @@ class RopeIndex:
     complex_form: bool = False  # ``torch.polar`` / ``view_as_complex`` (Meta)
     powers: list[FrequencyPower] = field(default_factory=list)
     base_products: list[cst.BinaryOperation] = field(default_factory=list)  # ``10000 * (arange / d)``
-    aranges: list[cst.Call] = field(default_factory=list)
     divisors: set[str] = field(default_factory=set)  # the code of every right operand of ``/``
     parents: dict[int, cst.CSTNode] = field(default_factory=dict)
     scope_of: dict[int, FunctionFacts | None] = field(default_factory=dict)
+    nodes: list[tuple[FunctionFacts | None, cst.CSTNode]] = field(default_factory=list)  # source order
 
     @property
     def uses_rotation_formula(self) -> bool:
@@ -110,6 +110,10 @@ class RopeIndex:
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self.parents.get(id(node))
 
+    def nodes_in(self, fn: FunctionFacts) -> Iterator[cst.CSTNode]:
+        """The nodes of one function's own scope (its nested functions excluded)."""
+        return (node for scope, node in self.nodes if scope is fn)
+
     def is_rope_file(self, text: str) -> bool:
         """The file implements RoPE (so sinusoidal absolute encodings are not judged)."""
         found = self.applications or self.rotations or self.inline_rotations or self.complex_form
@@ -119,21 +123,30 @@ class RopeIndex:
 # -- walking ------------------------------------------------------------------
 
 
-def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    """Every node below ``node``, in source order; nested functions are not entered."""
-    stack = list(reversed(node.children))
-    while stack:
-        current = stack.pop()
-        yield current
-        if not isinstance(current, cst.FunctionDef):
-            stack.extend(reversed(current.children))
+class _Collector(cst.CSTVisitor):
+    """One traversal recording every node in source order with its parent and function."""
 
+    def __init__(self, facts: FileFacts) -> None:
+        super().__init__()
+        self.facts = facts
+        self.nodes: list[tuple[FunctionFacts | None, cst.CSTNode]] = []
+        self.parents: dict[int, cst.CSTNode] = {}
+        self.stack: list[cst.CSTNode] = []
+        self.functions: list[FunctionFacts | None] = [None]
 
-def scopes(facts: FileFacts) -> Iterator[tuple[FunctionFacts | None, cst.CSTNode]]:
-    """(function, node to walk) for the module body and for every function."""
-    yield None, facts.module
-    for fn in facts.functions:
-        yield fn, fn.node.body
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self.stack:
+            self.parents[id(node)] = self.stack[-1]
+            self.nodes.append((self.functions[-1], node))
+        self.stack.append(node)
+        if isinstance(node, cst.FunctionDef):
+            self.functions.append(self.facts.function(node))
+        return True
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        self.stack.pop()
+        if isinstance(original_node, cst.FunctionDef):
+            self.functions.pop()
 
 
 def code(facts: FileFacts, node: cst.CSTNode) -> str:
@@ -246,8 +259,8 @@ def rotation(facts: FileFacts, call: cst.CSTNode, fn: FunctionFacts | None) -> R
     return Rotation(call, layout_a, sign) if layout_a == expected else None
 
 
-def _returned_rotation(facts: FileFacts, fn: FunctionFacts) -> Rotation | None:
-    for node in walk(fn.node.body):
+def _returned_rotation(facts: FileFacts, index: RopeIndex, fn: FunctionFacts) -> Rotation | None:
+    for node in index.nodes_in(fn):
         if isinstance(node, cst.Return) and node.value is not None:
             value = facts.resolve(node.value, fn)
             while isinstance(value, cst.Call) and last_name(value.func) in ("flatten", "reshape", "view"):
@@ -405,8 +418,12 @@ def _base_product(facts: FileFacts, node: cst.CSTNode) -> bool:
 def rope_index(facts: FileFacts) -> RopeIndex:
     """Rotations, applications, cos/sin widenings and parent links of one file."""
     index = RopeIndex()
+    collector = _Collector(facts)
+    facts.module.visit(collector)
+    index.nodes, index.parents = collector.nodes, collector.parents
+    index.scope_of = {id(node): fn for fn, node in index.nodes}
     for fn in facts.functions:
-        found = _returned_rotation(facts, fn)
+        found = _returned_rotation(facts, index, fn)
         if found is None:
             continue
         previous = index.rotations.get(fn.name)
@@ -415,36 +432,30 @@ def rope_index(facts: FileFacts) -> RopeIndex:
         else:
             index.rotations[fn.name] = found
     named = {id(r.node) for r in index.rotations.values()}
-    for fn, root in scopes(facts):
-        for node in walk(root):
-            index.scope_of[id(node)] = fn
-            for child in node.children:
-                index.parents[id(child)] = node
-            power = _frequency_power(facts, node)
-            if power is not None:
-                index.powers.append(power)
-            if isinstance(node, cst.Call):
-                if facts.canonical(node.func) == "torch.arange":
-                    index.aranges.append(node)
-                found = rotation(facts, node, fn)
-                if found is not None and id(node) not in named:
-                    index.inline_rotations.append(found)
-                widening = _widening(facts, node, fn)
-                if widening is not None:
-                    index.widenings.append(widening)
-                if facts.canonical(node.func) in ("torch.polar", "torch.view_as_complex"):
-                    index.complex_form = True
-            elif isinstance(node, cst.BinaryOperation):
-                if isinstance(node.operator, cst.Divide):
-                    divisor = node.right
-                    while isinstance(divisor, cst.Subscript):  # ``t / inv[None, :]``
-                        divisor = divisor.value
-                    index.divisors.add(code(facts, divisor))
-                applied = _application(index, facts, node, fn)
-                if applied is not None:
-                    index.applications.append(applied)
-                elif _explicit(facts, node):
-                    index.explicit_form = True
-                elif _base_product(facts, node):
-                    index.base_products.append(node)
+    for fn, node in index.nodes:
+        power = _frequency_power(facts, node)
+        if power is not None:
+            index.powers.append(power)
+        if isinstance(node, cst.Call):
+            found = rotation(facts, node, fn)
+            if found is not None and id(node) not in named:
+                index.inline_rotations.append(found)
+            widening = _widening(facts, node, fn)
+            if widening is not None:
+                index.widenings.append(widening)
+            if facts.canonical(node.func) in ("torch.polar", "torch.view_as_complex"):
+                index.complex_form = True
+        elif isinstance(node, cst.BinaryOperation):
+            if isinstance(node.operator, cst.Divide):
+                divisor = node.right
+                while isinstance(divisor, cst.Subscript):  # ``t / inv[None, :]``
+                    divisor = divisor.value
+                index.divisors.add(code(facts, divisor))
+            applied = _application(index, facts, node, fn)
+            if applied is not None:
+                index.applications.append(applied)
+            elif _explicit(facts, node):
+                index.explicit_form = True
+            elif _base_product(facts, node):
+                index.base_products.append(node)
     return index

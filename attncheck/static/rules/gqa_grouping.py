@@ -93,6 +93,8 @@ class GqaGrouping(Rule):
         Invalid(_TILED, line=18, message="h // ", severity=Severity.WARNING),
         Invalid("def repeat_kv(x, n_rep):\n    return x.repeat(1, n_rep, 1, 1)\n", line=2),
         Invalid(_MIXED, line=19, severity=Severity.ERROR, message="mixes"),
+        Invalid(_REPEAT_KV + "\ndef other_path(k, n_rep):\n    return k.repeat(1, n_rep, 1, 1)\n",
+                line=10, severity=Severity.ERROR),
         Invalid("import torch\n\ndef expand(xk, xv, n_rep):\n    xk = torch.tile(xk, (1, 1, n_rep, 1))\n"
                 "    return xk, xv\n\nmodel = Llama.from_pretrained('x')\n",
                 line=4, severity=Severity.ERROR, message="pretrained"),
@@ -155,14 +157,19 @@ class GqaGrouping(Rule):
             return
         position = groups[0]
         if name == "expand":
-            # tiled when the group axis comes right before the KV-head axis.
+            # grouped when the group axis follows the KV-head axis, tiled when it precedes it.
+            before = sizes[position - 1] if position > 0 else None
             after = sizes[position + 1] if position + 1 < len(sizes) else None
+            if before is not None and _KV_HEADS.search(self._text(before)):
+                self._grouped = True
+                return
             if after is None or self._is_group(after) or not _KV_HEADS.search(self._text(after)):
                 return
         else:
             inserted = _inserted_axis(receiver)
             if inserted is not None and not inserted == position == 1:
-                return  # a new axis after the KV heads: the grouped layout
+                self._grouped = True  # a new axis after the KV heads: the grouped layout
+                return
         self._tiled.append((node, self._text(node)))
 
     def _is_group(self, size: cst.BaseExpression) -> bool:

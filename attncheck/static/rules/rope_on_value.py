@@ -83,10 +83,9 @@ class RopeOnValue(Rule):
                     "q and k only, so the output now depends on absolute positions",
                     hint=f"leave {shown} unrotated",
                 )
-        for fn, root in rp.scopes(self.context.facts):
-            for call in rp.walk(root):
-                if isinstance(call, cst.Call):
-                    self._check_call(index, call, fn)
+        for fn, call in index.nodes:
+            if isinstance(call, cst.Call):
+                self._check_call(index, call, fn)
 
     def _check_call(self, index: rp.RopeIndex, call: cst.Call, fn: FunctionFacts | None) -> None:
         name = rp.last_name(call.func) or ""
@@ -134,7 +133,7 @@ def _rotates_parameter(index: rp.RopeIndex, helper: FunctionFacts, position: int
         param = params[position]
     else:
         return True
-    for node in rp.walk(helper.node.body):
+    for node in index.nodes_in(helper):
         if isinstance(node, cst.BinaryOperation):
             applied = next((a for a in index.applications if a.node is node), None)
             if applied is not None and rp.last_name(applied.tensor) == param:

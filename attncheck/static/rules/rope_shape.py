@@ -115,41 +115,36 @@ class RopeShape(Rule):
     def _check_slices(self, index: rp.RopeIndex) -> None:
         """A full-width cache sliced back to d/2 before ``q * cos + rot(q) * sin``."""
         facts = self.context.facts
-        for fn, root in rp.scopes(facts):
-            for node in rp.walk(root):
-                if not isinstance(node, cst.Subscript) or not _TRIG.search(rp.code(facts, node.value)):
-                    continue
-                last = node.slice[-1].slice
-                if (
-                    isinstance(last, cst.Slice)
-                    and last.upper is not None
-                    and (last.lower is None or rp.integer(last.lower) == 0)
-                    and rp.is_half_of(facts, last.upper, fn)
-                ):
-                    self.report(
-                        node,
-                        f"{rp.code(facts, node)} slices the cos/sin cache to half the head width, "
-                        "but it was built full width (cat((freqs, freqs))) and multiplies q/k of width "
-                        "head_dim: the broadcast fails",
-                        hint="keep the last dim whole: [..., :seq_len, :]",
-                    )
+        for fn, node in index.nodes:
+            if not isinstance(node, cst.Subscript) or not _TRIG.search(rp.code(facts, node.value)):
+                continue
+            last = node.slice[-1].slice
+            if (
+                isinstance(last, cst.Slice)
+                and last.upper is not None
+                and (last.lower is None or rp.integer(last.lower) == 0)
+                and rp.is_half_of(facts, last.upper, fn)
+            ):
+                self.report(
+                    node,
+                    f"{rp.code(facts, node)} slices the cos/sin cache to half the head width, "
+                    "but it was built full width (cat((freqs, freqs))) and multiplies q/k of width "
+                    "head_dim: the broadcast fails",
+                    hint="keep the last dim whole: [..., :seq_len, :]",
+                )
 
     def _check_unwidened(self, index: rp.RopeIndex) -> None:
         """cos/sin of the d/2 frequencies used directly with a full-width rotate_half."""
         facts = self.context.facts
-        for fn, root in rp.scopes(facts):
-            for node in rp.walk(root):
-                argument = _trig_argument(facts, node)
-                if argument is None:
-                    continue
-                source = facts.resolve(argument, fn)
-                if _half_width(facts, source):
-                    self.report(
-                        node,
-                        f"{rp.code(facts, node)} has d/2 columns (one per frequency) but multiplies "
-                        "q/k of width head_dim in x * cos + rotate_half(x) * sin",
-                        hint="emb = torch.cat((freqs, freqs), dim=-1) before .cos()/.sin()",
-                    )
+        for fn, node in index.nodes:
+            argument = _trig_argument(facts, node)
+            if argument is not None and _half_width(facts, facts.resolve(argument, fn)):
+                self.report(
+                    node,
+                    f"{rp.code(facts, node)} has d/2 columns (one per frequency) but multiplies "
+                    "q/k of width head_dim in x * cos + rotate_half(x) * sin",
+                    hint="emb = torch.cat((freqs, freqs), dim=-1) before .cos()/.sin()",
+                )
 
     def _check_model_width(self, index: rp.RopeIndex, power: rp.FrequencyPower) -> None:
         """Frequencies over d_model/hidden_size in an attention that rotates per-head q/k."""

@@ -105,7 +105,7 @@ def _gqa_module(kv: str, group: str, setup: str, expansion: str, heads: int, kv_
     )
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(
     kv=_KV_NAMES,
     group=_GROUP_SPELLINGS,

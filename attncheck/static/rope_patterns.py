@@ -1,0 +1,461 @@
+"""Recognise the parts of rotary position embeddings (RoPE) in a libcst tree.
+
+RoPE code is written in two layouts, both legitimate:
+
+- ``HALF`` (HF LLaMA, GPT-NeoX): ``rotate_half`` pairs dim i with i + d/2,
+  ``x1, x2 = x.chunk(2, -1); cat((-x2, x1), -1)``, and cos/sin are widened
+  with ``cat((freqs, freqs), -1)``;
+- ``PAIR`` (GPT-J, Meta's real form): ``rotate_every_two`` pairs dims 2i and
+  2i + 1, ``stack((-x[..., 1::2], x[..., ::2]), -1).flatten(-2)``, and cos/sin
+  are widened with ``repeat_interleave(2, -1)``.
+
+The rules ATT402-ATT404 judge only what this module recognises; anything it
+does not recognise is left alone, so an unusual but correct spelling costs a
+missed finding, never a false one. ``rope_index`` walks a file once and is
+cached per file, so the four rules share the work.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import libcst as cst
+
+from attncheck.static.facts import FileFacts, FunctionFacts
+
+HALF = "half"
+PAIR = "pair"
+
+# Rotation helpers people import rather than define, with their layout.
+_KNOWN_ROTATIONS = {"rotate_half": HALF, "rotate_every_two": PAIR}
+
+_COS = re.compile(r"cos", re.IGNORECASE)
+_SIN = re.compile(r"sin", re.IGNORECASE)
+_FREQ_LIKE = re.compile(r"freq|cos|sin|theta|angle|sinus|phase", re.IGNORECASE)
+_ROPE_WORDS = re.compile(r"rotary|\brope|rotate", re.IGNORECASE)
+_CONCAT = {"torch.cat", "torch.concat", "torch.concatenate"}
+
+
+@dataclass(frozen=True)
+class Rotation:
+    """A ``rotate_half``-like expression: ``cat((-x2, x1))`` or ``stack((-x2, x1), -1)``.
+
+    ``sign`` is +1 for the standard ``(-x2, x1)`` and -1 for ``(x2, -x1)``,
+    which rotates the other way.
+    """
+
+    node: cst.Call
+    layout: str
+    sign: int
+
+
+@dataclass(frozen=True)
+class Application:
+    """``x * cos + rot(x) * sin`` (sign +1) or ``x * cos - rot(x) * sin`` (sign -1)."""
+
+    node: cst.BinaryOperation
+    tensor: cst.BaseExpression
+    rotation: Rotation | None  # the rotation used, when it is defined in the file
+    layout: str | None
+    sign: int  # the sign of the rotation term times the rotation's own sign
+
+
+@dataclass(frozen=True)
+class Widening:
+    """cos/sin (or freqs) widened from d/2 to d columns, in one of the two layouts."""
+
+    node: cst.Call
+    layout: str
+
+
+@dataclass(frozen=True)
+class FrequencyPower:
+    """``base ** (arange(0, d, 2) / d)`` (or ``torch.pow``): the inverse-frequency term."""
+
+    node: cst.BaseExpression
+    exponent: cst.BaseExpression
+    arange: cst.Call
+
+
+@dataclass
+class RopeIndex:
+    """Everything RoPE-shaped in one file."""
+
+    rotations: dict[str, Rotation] = field(default_factory=dict)  # by function name
+    inline_rotations: list[Rotation] = field(default_factory=list)
+    applications: list[Application] = field(default_factory=list)
+    widenings: list[Widening] = field(default_factory=list)
+    explicit_form: bool = False  # ``x1 * cos - x2 * sin`` written out
+    complex_form: bool = False  # ``torch.polar`` / ``view_as_complex`` (Meta)
+    powers: list[FrequencyPower] = field(default_factory=list)
+    base_products: list[cst.BinaryOperation] = field(default_factory=list)  # ``10000 * (arange / d)``
+    divisors: set[str] = field(default_factory=set)  # the code of every right operand of ``/``
+    parents: dict[int, cst.CSTNode] = field(default_factory=dict)
+    scope_of: dict[int, FunctionFacts | None] = field(default_factory=dict)
+    nodes: list[tuple[FunctionFacts | None, cst.CSTNode]] = field(default_factory=list)  # source order
+
+    @property
+    def uses_rotation_formula(self) -> bool:
+        """True when cos/sin multiply the full-width q/k (``q * cos + rot(q) * sin``)."""
+        return bool(self.applications) and not self.explicit_form and not self.complex_form
+
+    def layouts(self) -> set[str]:
+        """The layouts of the rotations this file applies."""
+        found = {a.layout for a in self.applications if a.layout is not None}
+        return found or {r.layout for r in self.rotations.values()}
+
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        return self.parents.get(id(node))
+
+    def nodes_in(self, fn: FunctionFacts) -> Iterator[cst.CSTNode]:
+        """The nodes of one function's own scope (its nested functions excluded)."""
+        return (node for scope, node in self.nodes if scope is fn)
+
+    def is_rope_file(self, text: str) -> bool:
+        """The file implements RoPE (so sinusoidal absolute encodings are not judged)."""
+        found = self.applications or self.rotations or self.inline_rotations or self.complex_form
+        return bool(found) or bool(_ROPE_WORDS.search(text))
+
+
+# -- walking ------------------------------------------------------------------
+
+
+class _Collector(cst.CSTVisitor):
+    """One traversal recording every node in source order with its parent and function."""
+
+    def __init__(self, facts: FileFacts) -> None:
+        super().__init__()
+        self.facts = facts
+        self.nodes: list[tuple[FunctionFacts | None, cst.CSTNode]] = []
+        self.parents: dict[int, cst.CSTNode] = {}
+        self.stack: list[cst.CSTNode] = []
+        self.functions: list[FunctionFacts | None] = [None]
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self.stack:
+            self.parents[id(node)] = self.stack[-1]
+            self.nodes.append((self.functions[-1], node))
+        self.stack.append(node)
+        if isinstance(node, cst.FunctionDef):
+            self.functions.append(self.facts.function(node))
+        return True
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        self.stack.pop()
+        if isinstance(original_node, cst.FunctionDef):
+            self.functions.pop()
+
+
+def code(facts: FileFacts, node: cst.CSTNode) -> str:
+    return facts.module.code_for_node(node)
+
+
+def last_name(node: cst.CSTNode) -> str | None:
+    """``rotate_half`` for ``rotate_half``, ``self.rotate_half`` or ``x[:, None].expand``."""
+    if isinstance(node, cst.Attribute):
+        return node.attr.value
+    return node.value if isinstance(node, cst.Name) else None
+
+
+def method_call(node: cst.CSTNode, name: str) -> bool:
+    """True for ``<anything>.name(...)``."""
+    return (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value == name
+    )
+
+
+def integer(node: cst.CSTNode | None) -> int | None:
+    if isinstance(node, cst.Integer):
+        return int(node.value)
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        inner = integer(node.expression)
+        return -inner if inner is not None else None
+    return None
+
+
+def is_half_of(facts: FileFacts, node: cst.BaseExpression, fn: FunctionFacts | None) -> bool:
+    """``x // 2`` (or ``x / 2``), directly or through one assignment."""
+    node = facts.resolve(node, fn)
+    return (
+        isinstance(node, cst.BinaryOperation)
+        and isinstance(node.operator, (cst.FloorDivide, cst.Divide))
+        and integer(node.right) == 2
+    )
+
+
+# -- rotations ----------------------------------------------------------------
+
+
+def _split_part(
+    facts: FileFacts, expr: cst.BaseExpression, fn: FunctionFacts | None
+) -> tuple[str, int, str] | None:
+    """(layout, part, base) when ``expr`` is half or one parity of a tensor's last dim."""
+    expr = facts.resolve(expr, fn)
+    if not isinstance(expr, cst.Subscript) or not expr.slice:
+        return None
+    last = expr.slice[-1].slice
+    if isinstance(last, cst.Slice):
+        step = integer(last.step) if last.step is not None else None
+        base = code(facts, expr.value)
+        if step == 2 and last.upper is None:
+            start = integer(last.lower) if last.lower is not None else 0
+            return (PAIR, start, base) if start in (0, 1) else None
+        if step is None and last.step is None:
+            if last.lower is None and last.upper is not None:
+                return HALF, 0, base
+            if last.lower is not None and last.upper is None:
+                return HALF, 1, base
+        return None
+    index = integer(last.value) if isinstance(last, cst.Index) else None
+    if index not in (0, 1) or len(expr.slice) != 1 or not isinstance(expr.value, cst.Call):
+        return None
+    call = expr.value
+    name = last_name(call.func)
+    if name in ("chunk", "split", "tensor_split"):
+        receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
+        if facts.canonical(call.func) in ("torch.chunk", "torch.split") and call.args:
+            receiver = call.args[0].value
+        return (HALF, index, code(facts, receiver)) if receiver is not None else None
+    if name == "unbind" and isinstance(call.func, cst.Attribute):
+        return PAIR, index, code(facts, call.func.value)
+    return None
+
+
+def _negated(expr: cst.BaseExpression) -> cst.BaseExpression | None:
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
+        return expr.expression
+    return None
+
+
+def rotation(facts: FileFacts, call: cst.CSTNode, fn: FunctionFacts | None) -> Rotation | None:
+    """The Rotation ``call`` computes, if it is ``cat``/``stack`` of a negated swap."""
+    if not isinstance(call, cst.Call) or not call.args:
+        return None
+    func = facts.canonical(call.func)
+    if func not in _CONCAT and func != "torch.stack":
+        return None
+    items = call.args[0].value
+    if not isinstance(items, (cst.Tuple, cst.List)) or len(items.elements) != 2:
+        return None
+    first, second = (e.value for e in items.elements)
+    if (inner := _negated(first)) is not None:
+        sign, swapped = 1, (inner, second)  # (-x2, x1)
+    elif (inner := _negated(second)) is not None:
+        sign, swapped = -1, (first, inner)  # (x2, -x1)
+    else:
+        return None
+    parts = [_split_part(facts, e, fn) for e in swapped]
+    if None in parts:
+        return None
+    (layout_a, part_a, base_a), (layout_b, part_b, base_b) = parts  # type: ignore[misc]
+    if layout_a != layout_b or base_a != base_b or (part_a, part_b) != (1, 0):
+        return None
+    expected = HALF if func in _CONCAT else PAIR
+    return Rotation(call, layout_a, sign) if layout_a == expected else None
+
+
+def _returned_rotation(facts: FileFacts, index: RopeIndex, fn: FunctionFacts) -> Rotation | None:
+    for node in index.nodes_in(fn):
+        if isinstance(node, cst.Return) and node.value is not None:
+            value = facts.resolve(node.value, fn)
+            while isinstance(value, cst.Call) and last_name(value.func) in ("flatten", "reshape", "view"):
+                if not isinstance(value.func, cst.Attribute):
+                    break
+                value = facts.resolve(value.func.value, fn)
+            found = rotation(facts, value, fn)
+            if found is not None:
+                return found
+    return None
+
+
+# -- applications and cos/sin layouts -------------------------------------------
+
+
+def _product(node: cst.BaseExpression) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply):
+        return node.left, node.right
+    return None
+
+
+def _factor(
+    facts: FileFacts, pair: tuple[cst.BaseExpression, cst.BaseExpression], pattern: re.Pattern[str]
+) -> cst.BaseExpression | None:
+    """The other factor of a product one of whose factors reads like cos (or sin)."""
+    left, right = pair
+    if pattern.search(code(facts, right)):
+        return left
+    if pattern.search(code(facts, left)):
+        return right
+    return None
+
+
+def _rotation_term(
+    index: RopeIndex, facts: FileFacts, expr: cst.BaseExpression, fn: FunctionFacts | None
+) -> tuple[Rotation | None, str | None] | None:
+    """(rotation, layout) when ``expr`` is ``rot(x)`` or a name bound to a rotation."""
+    if isinstance(expr, cst.Call):
+        name = last_name(expr.func)
+        if name in index.rotations:
+            found = index.rotations[name]
+            return found, found.layout
+        if name in _KNOWN_ROTATIONS:
+            return None, _KNOWN_ROTATIONS[name]
+    found = rotation(facts, facts.resolve(expr, fn), fn)
+    return (found, found.layout) if found is not None else None
+
+
+def _application(
+    index: RopeIndex, facts: FileFacts, node: cst.BinaryOperation, fn: FunctionFacts | None
+) -> Application | None:
+    if not isinstance(node.operator, (cst.Add, cst.Subtract)):
+        return None
+    left, right = _product(node.left), _product(node.right)
+    if left is None or right is None:
+        return None
+    sides = [(left, right, 1)]
+    if isinstance(node.operator, cst.Add):
+        sides.append((right, left, 1))
+    else:
+        sides = [(left, right, -1)]
+    for cos_side, sin_side, term_sign in sides:
+        tensor = _factor(facts, cos_side, _COS)
+        rotated = _factor(facts, sin_side, _SIN)
+        if tensor is None or rotated is None:
+            continue
+        term = _rotation_term(index, facts, rotated, fn)
+        if term is None:
+            continue
+        found, layout = term
+        sign = term_sign * (found.sign if found is not None else 1)
+        return Application(node, tensor, found, layout, sign)
+    return None
+
+
+def _explicit(facts: FileFacts, node: cst.BinaryOperation) -> bool:
+    """``x1 * cos - x2 * sin``: the rotation written out on the halves (or pairs)."""
+    if not isinstance(node.operator, cst.Subtract):
+        return False
+    left, right = _product(node.left), _product(node.right)
+    if left is None or right is None:
+        return False
+    return _factor(facts, left, _COS) is not None and _factor(facts, right, _SIN) is not None
+
+
+def _widening(facts: FileFacts, call: cst.Call, fn: FunctionFacts | None) -> Widening | None:
+    func = facts.canonical(call.func)
+    if func in _CONCAT or func == "torch.stack":
+        items = call.args[0].value if call.args else None
+        if isinstance(items, (cst.Tuple, cst.List)) and len(items.elements) == 2:
+            first, second = (code(facts, e.value) for e in items.elements)
+            if first == second and _FREQ_LIKE.search(first):
+                return Widening(call, HALF if func in _CONCAT else PAIR)
+        return None
+    if last_name(call.func) != "repeat_interleave":
+        return None
+    if func == "torch.repeat_interleave":
+        args = [a.value for a in call.args if a.keyword is None]
+        receiver, count = (args[0], args[1]) if len(args) >= 2 else (None, None)
+    elif isinstance(call.func, cst.Attribute) and call.args:
+        receiver, count = call.func.value, call.args[0].value
+    else:
+        return None
+    if receiver is None or integer(count) != 2:
+        return None
+    return Widening(call, PAIR) if _FREQ_LIKE.search(code(facts, receiver)) else None
+
+
+def is_base(facts: FileFacts, node: cst.BaseExpression) -> bool:
+    """A RoPE base: a literal of at least 100 (10000, 1e4, 500000) or a name like ``base``/``theta``."""
+    if isinstance(node, (cst.Integer, cst.Float)):
+        return float(node.value.replace("_", "")) >= 100
+    name = last_name(node) or ""
+    return "base" in name.lower() or "theta" in name.lower()
+
+
+def first_call(node: cst.CSTNode, facts: FileFacts, canonical: str) -> cst.Call | None:
+    """The first call to ``canonical`` inside ``node`` (``node`` included), depth first."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, cst.Call) and facts.canonical(current.func) == canonical:
+            return current
+        stack.extend(reversed(current.children))
+    return None
+
+
+def _frequency_power(facts: FileFacts, node: cst.CSTNode) -> FrequencyPower | None:
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Power):
+        base, exponent = node.left, node.right
+    elif isinstance(node, cst.Call) and facts.canonical(node.func) == "torch.pow" and len(node.args) == 2:
+        base, exponent = node.args[0].value, node.args[1].value
+    else:
+        return None
+    arange = first_call(exponent, facts, "torch.arange")
+    if arange is None or not is_base(facts, base):
+        return None
+    return FrequencyPower(node, exponent, arange)
+
+
+def _base_product(facts: FileFacts, node: cst.CSTNode) -> bool:
+    """``10000 * (arange(0, d, 2) / d)``: the base multiplied in instead of raised."""
+    if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply)):
+        return False
+    for base, other in ((node.left, node.right), (node.right, node.left)):
+        if is_base(facts, base) and first_call(other, facts, "torch.arange") is not None:
+            return True
+    return False
+
+
+# -- the index ----------------------------------------------------------------
+
+
+@lru_cache(maxsize=8)
+def rope_index(facts: FileFacts) -> RopeIndex:
+    """Rotations, applications, cos/sin widenings and parent links of one file."""
+    index = RopeIndex()
+    collector = _Collector(facts)
+    facts.module.visit(collector)
+    index.nodes, index.parents = collector.nodes, collector.parents
+    index.scope_of = {id(node): fn for fn, node in index.nodes}
+    for fn in facts.functions:
+        found = _returned_rotation(facts, index, fn)
+        if found is None:
+            continue
+        previous = index.rotations.get(fn.name)
+        if previous is not None and (previous.layout, previous.sign) != (found.layout, found.sign):
+            index.rotations.pop(fn.name)  # two different helpers share a name: judge neither
+        else:
+            index.rotations[fn.name] = found
+    named = {id(r.node) for r in index.rotations.values()}
+    for fn, node in index.nodes:
+        power = _frequency_power(facts, node)
+        if power is not None:
+            index.powers.append(power)
+        if isinstance(node, cst.Call):
+            found = rotation(facts, node, fn)
+            if found is not None and id(node) not in named:
+                index.inline_rotations.append(found)
+            widening = _widening(facts, node, fn)
+            if widening is not None:
+                index.widenings.append(widening)
+            if facts.canonical(node.func) in ("torch.polar", "torch.view_as_complex"):
+                index.complex_form = True
+        elif isinstance(node, cst.BinaryOperation):
+            if isinstance(node.operator, cst.Divide):
+                divisor = node.right
+                while isinstance(divisor, cst.Subscript):  # ``t / inv[None, :]``
+                    divisor = divisor.value
+                index.divisors.add(code(facts, divisor))
+            applied = _application(index, facts, node, fn)
+            if applied is not None:
+                index.applications.append(applied)
+            elif _explicit(facts, node):
+                index.explicit_form = True
+            elif _base_product(facts, node):
+                index.base_products.append(node)
+    return index

@@ -1,0 +1,267 @@
+"""ATT402 rope-rotation: the rotary embedding rotates the wrong way or the wrong pairs.
+
+Three families, each judged on the whole file (``rope_patterns.rope_index``):
+the sign of the rotation (``rotate_half`` and the ``+``/``-`` that applies it
+must multiply to the standard ``(-x2, x1)`` with ``+``), the layout (a
+half-split rotation with interleaved cos/sin, or the reverse), and the
+inverse frequencies ``1 / base ** (arange(0, d, 2) / d)``.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from attncheck.static import rope_patterns as rp
+from attncheck.static.rule import Invalid, Rule
+
+_HF = """
+import torch
+
+def rotate_half(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+def apply_rotary_pos_emb(q, k, cos, sin):
+    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+def rope_cache(head_dim, seq_len, base=10000.0):
+    inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2).float() / head_dim))
+    freqs = torch.outer(torch.arange(seq_len).float(), inv_freq)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos(), emb.sin()
+"""
+
+_GPTJ = """
+import torch
+
+def rotate_every_two(x):
+    x1 = x[:, :, :, ::2]
+    x2 = x[:, :, :, 1::2]
+    return torch.stack((-x2, x1), dim=-1).flatten(-2)
+
+def apply_rotary_pos_emb(x, sin, cos):
+    sin = sin.repeat_interleave(2, dim=-1)
+    cos = cos.repeat_interleave(2, dim=-1)
+    return (x * cos) + (rotate_every_two(x) * sin)
+"""
+
+_META = """
+import torch
+
+def precompute_freqs_cis(dim, end, theta=10000.0):
+    freqs = 1.0 / (theta ** (torch.arange(0, dim, 2)[: (dim // 2)].float() / dim))
+    t = torch.arange(end, device=freqs.device)
+    return torch.polar(torch.ones_like(freqs), torch.outer(t, freqs).float())
+
+def apply_rotary_emb(xq, xk, freqs_cis):
+    xq_ = torch.view_as_complex(xq.float().reshape(*xq.shape[:-1], -1, 2))
+    xk_ = torch.view_as_complex(xk.float().reshape(*xk.shape[:-1], -1, 2))
+    return torch.view_as_real(xq_ * freqs_cis).flatten(3), torch.view_as_real(xk_ * freqs_cis).flatten(3)
+"""
+
+_FLIPPED = """
+import torch
+
+def rotate_half(x):
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2 :]
+    return torch.cat((x2, -x1), dim=-1)
+
+def apply_rotary_pos_emb(q, k, cos, sin):
+    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+"""
+
+
+class RopeRotation(Rule):
+    code = "ATT402"
+    PREFILTER = ("rotate", "rotary", "rope", "RoPE", "cos", "inv_freq", "arange")
+    VALID = (
+        _HF,
+        _GPTJ,
+        _META,
+        # rotate_half written the other way round, compensated by the minus.
+        _FLIPPED.replace("q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin",
+                         "q * cos - rotate_half(q) * sin, k * cos - rotate_half(k) * sin"),
+        # partial rotary: only the first rotary_dim dims rotate.
+        """
+        import torch
+        from transformers.models.llama.modeling_llama import rotate_half
+
+        def apply_partial(q, cos, sin, rotary_dim):
+            q_rot, q_pass = q[..., :rotary_dim], q[..., rotary_dim:]
+            q_rot = q_rot * cos + rotate_half(q_rot) * sin
+            return torch.cat((q_rot, q_pass), dim=-1)
+        """,
+        # the rotary inverse frequency as a negative power, and as a later division.
+        """
+        import torch
+
+        def rope_freqs(dim, base=10000):
+            inv_freq = base ** (-torch.arange(0, dim, 2).float() / dim)
+            return inv_freq
+
+        def rope_angles(t, dim, base=10000):
+            div = base ** (torch.arange(0, dim, 2).float() / dim)
+            return t[:, None] / div[None, :]
+        """,
+        # sinusoidal absolute encodings are not RoPE and are not judged here.
+        "div = 10000 ** (torch.arange(0, 64, 2) / 64)\n",
+    )
+    INVALID = (
+        Invalid(_FLIPPED, line=7, message="cat((x2, -x1))"),
+        Invalid(_HF.replace("q * cos + rotate_half(q) * sin", "q * cos - rotate_half(q) * sin"),
+                line=9, message="rotates by -θ"),
+        Invalid(_HF.replace("torch.cat((freqs, freqs), dim=-1)", "freqs.repeat_interleave(2, dim=-1)"),
+                line=14, message="interleaved"),
+        Invalid(_HF.replace("emb = torch.cat((freqs, freqs), dim=-1)",
+                            "emb = torch.stack((freqs, freqs), dim=-1).flatten(-2)"), line=14),
+        Invalid(_GPTJ.replace("sin = sin.repeat_interleave(2, dim=-1)",
+                              "sin = torch.cat([sin, sin], dim=-1)"),
+                line=10, message="half-split"),
+        Invalid(_HF.replace("1.0 / (base ** (torch.arange(0, head_dim, 2).float() / head_dim))",
+                            "base ** (torch.arange(0, head_dim, 2).float() / head_dim)"),
+                line=12, message="reciprocal"),
+        Invalid(_HF.replace("torch.arange(0, head_dim, 2).float()", "torch.arange(0, head_dim).float()"),
+                line=12, message="step"),
+        Invalid(_HF.replace("torch.arange(0, head_dim, 2).float() / head_dim",
+                            "torch.arange(0, head_dim, 2).float()"),
+                line=12, message="divided"),
+        Invalid(_HF.replace("base ** (", "base * ("), line=12, message="multiplied"),
+    )
+
+    def visit_Module(self, node: cst.Module) -> None:  # noqa: N802 (libcst's visitor names)
+        index = rp.rope_index(self.context.facts)
+        self._check_signs(index)
+        self._check_layouts(index)
+        if index.is_rope_file(self.context.source.text):
+            for power in index.powers:
+                self._check_power(index, power)
+            for product in index.base_products:
+                self.report(
+                    product,
+                    "the RoPE base is multiplied in (10000 * i/d) instead of raised to a power: "
+                    "the inverse frequencies must be base ** (-2i/d)",
+                    hint="inv_freq = 1.0 / (base ** (torch.arange(0, d, 2).float() / d))",
+                )
+
+    def _check_signs(self, index: rp.RopeIndex) -> None:
+        reported: set[int] = set()
+        applied: set[int] = set()
+        for application in index.applications:
+            rotation = application.rotation
+            if rotation is not None:
+                applied.add(id(rotation.node))
+            if application.sign > 0:
+                continue
+            if rotation is not None and rotation.sign < 0:
+                if id(rotation.node) not in reported:
+                    reported.add(id(rotation.node))
+                    self._report_flipped(rotation)
+                continue
+            self.report(
+                application.node,
+                "q * cos - rotate_half(q) * sin with the standard rotate_half (cat((-x2, x1))) "
+                "rotates by -θ: the rotary embedding is x * cos + rotate_half(x) * sin",
+                hint="use + between the cos and sin terms",
+            )
+        for rotation in index.rotations.values():
+            if rotation.sign < 0 and id(rotation.node) not in applied | reported:
+                self._report_flipped(rotation)
+
+    def _report_flipped(self, rotation: rp.Rotation) -> None:
+        shown = "cat((x2, -x1))" if rotation.layout == rp.HALF else "stack((x2, -x1), -1)"
+        self.report(
+            rotation.node,
+            f"the rotation returns {shown}, the negation of the standard (-x2, x1): "
+            "with x * cos + rot(x) * sin it rotates by -θ",
+            hint="return torch.cat((-x2, x1), dim=-1)" if rotation.layout == rp.HALF
+            else "return torch.stack((-x2, x1), dim=-1).flatten(-2)",
+        )
+
+    def _check_layouts(self, index: rp.RopeIndex) -> None:
+        layouts = index.layouts()
+        if len(layouts) != 1:
+            return
+        (layout,) = layouts
+        for widening in index.widenings:
+            if widening.layout == layout:
+                continue
+            if layout == rp.HALF:
+                message = ("cos/sin are widened interleaved (each frequency twice in a row) but "
+                           "rotate_half pairs dim i with dim i + d/2: build them with "
+                           "cat((freqs, freqs), -1)")
+            else:
+                message = ("cos/sin are widened half-split (cat((freqs, freqs))) but the rotation "
+                           "pairs dims 2i and 2i+1: build them with repeat_interleave(2, dim=-1)")
+            self.report(widening.node, message)
+
+    def _check_power(self, index: rp.RopeIndex, power: rp.FrequencyPower) -> None:
+        facts, fn = self.context.facts, index.scope_of.get(id(power.node))
+        negative = any(
+            isinstance(n, cst.UnaryOperation) and isinstance(n.operator, cst.Minus)
+            for n in _subtree(power.exponent)
+        )
+        if not negative and not _reciprocal(index, power):
+            self.report(
+                power.node,
+                "the inverse frequencies are base ** (2i/d) with no reciprocal: they grow "
+                "instead of shrinking, so high dims spin fastest",
+                hint="inv_freq = 1.0 / (base ** (torch.arange(0, d, 2).float() / d))",
+            )
+            return
+        if not any(isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Divide)
+                   for n in _subtree(power.exponent)):
+            self.report(
+                power.node,
+                "the exponent arange(0, d, 2) is not divided by d: the frequencies underflow "
+                "to 0 after the first few pairs",
+                hint="base ** (torch.arange(0, d, 2).float() / d)",
+            )
+            return
+        if _step_missing(facts, power, fn):
+            self.report(
+                power.node,
+                "arange(0, d) without step 2 gives d frequencies instead of d/2, with exponents i/d "
+                "instead of 2i/d",
+                hint="torch.arange(0, d, 2)",
+            )
+
+
+def _subtree(node: cst.CSTNode) -> list[cst.CSTNode]:
+    found, stack = [], [node]
+    while stack:
+        current = stack.pop()
+        found.append(current)
+        stack.extend(current.children)
+    return found
+
+
+def _reciprocal(index: rp.RopeIndex, power: rp.FrequencyPower) -> bool:
+    """``1 / base ** e``, ``base ** e`` bound to a name later divided by, or ``.reciprocal()``."""
+    parent = index.parent(power.node)
+    if isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, cst.Divide):
+        return parent.right is power.node
+    if isinstance(parent, cst.Attribute) and parent.attr.value == "reciprocal":
+        return True
+    if isinstance(parent, cst.Arg) and isinstance(index.parent(parent), cst.Call):
+        return rp.last_name(index.parent(parent).func) == "reciprocal"  # type: ignore[union-attr]
+    if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+        target = cst.Module([]).code_for_node(parent.targets[0].target)
+        return target in index.divisors
+    return False
+
+
+def _step_missing(facts, power: rp.FrequencyPower, fn) -> bool:
+    arange = power.arange
+    positional = [a for a in arange.args if a.keyword is None]
+    if len(positional) >= 3 or any(a.keyword and a.keyword.value == "step" for a in arange.args):
+        return False
+    end = positional[-1].value if positional else None
+    if end is None or rp.is_half_of(facts, end, fn) or "half" in (rp.last_name(end) or "").lower():
+        return False
+    # ``arange(d // 2) * 2 / d`` spells the step as a factor.
+    return not any(
+        isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Multiply)
+        and (rp.integer(n.left) == 2 or rp.integer(n.right) == 2)
+        for n in _subtree(power.exponent)
+    )

@@ -1,0 +1,187 @@
+"""ATT403 rope-shape: cos/sin built or sliced with a width that does not match q/k.
+
+Seed 004's RoPE class builds its cos/sin cache at full head width
+(``cat((freqs, freqs))``) and then slices it to ``[..., :d_k // 2]`` before
+``q * cos + rotate_half(q) * sin``, which fails to broadcast on every forward.
+The same crash comes from a cache never widened from d/2 to d, and from
+frequencies computed over the model width instead of the head width.
+"""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from attncheck.static import rope_patterns as rp
+from attncheck.static.rule import Invalid, Rule
+
+_MODEL_WIDTHS = {
+    "d_model", "hidden_size", "hidden_dim", "embed_dim", "n_embd", "n_embed",
+    "model_dim", "dim_model", "emb_dim", "embedding_dim", "d_embed",
+}
+_HEAD_WORDS = re.compile(r"num_heads|n_heads?\b|num_attention_heads|head_dim|\bd_k\b|d_head|head_size")
+_TRIG = re.compile(r"cos|sin")
+_HALF_WIDTH_SOURCES = {"torch.outer", "torch.ger", "torch.einsum"}
+
+_SEED = """
+import torch
+import torch.nn as nn
+
+def rotate_half(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([-x2, x1], dim=-1)
+
+class RoPEAttention(nn.Module):
+    def __init__(self, d_model, num_heads, max_seq_len=2048):
+        super().__init__()
+        self.d_k = d_model // num_heads
+        inv_freq = 1.0 / (10000 ** (torch.arange(0, self.d_k, 2).float() / self.d_k))
+        freqs = torch.outer(torch.arange(max_seq_len).float(), inv_freq)
+        emb = torch.cat([freqs, freqs], dim=-1)
+        self.register_buffer("cos_cached", emb.cos()[None, None, :, :])
+        self.register_buffer("sin_cached", emb.sin()[None, None, :, :])
+
+    def rope(self, q, seq_len):
+        cos = self.cos_cached[:, :, :seq_len, :]
+        sin = self.sin_cached[:, :, :seq_len, :]
+        return q * cos + rotate_half(q) * sin
+"""
+
+_EXPLICIT = """
+import torch
+
+def apply_rotary(x, cos, sin):
+    cos = cos[..., : cos.shape[-1] // 2]
+    sin = sin[..., : sin.shape[-1] // 2]
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+def cache(dim, n):
+    freqs = torch.outer(torch.arange(n).float(), 1.0 / (10000 ** (torch.arange(0, dim, 2).float() / dim)))
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos(), emb.sin()
+"""
+
+
+class RopeShape(Rule):
+    code = "ATT403"
+    PREFILTER = ("cos", "sin", "arange")
+    VALID = (
+        _SEED,
+        # the written-out rotation works on halves, so half-width cos/sin are right.
+        _EXPLICIT,
+        # partial rotary: the cache is rotary_dim wide and q is sliced to match.
+        _SEED.replace("self.d_k, 2).float() / self.d_k", "self.rotary_dim, 2).float() / self.rotary_dim")
+        .replace("return q * cos + rotate_half(q) * sin",
+                 "q_rot, q_pass = q[..., : self.rotary_dim], q[..., self.rotary_dim :]\n"
+                 "        return torch.cat((q_rot * cos + rotate_half(q_rot) * sin, q_pass), dim=-1)"),
+        # a rotary module constructed with the head width, whatever it calls it.
+        """
+        import torch
+        import torch.nn as nn
+
+        class RotaryEmbedding(nn.Module):
+            def __init__(self, dim, base=10000):
+                super().__init__()
+                self.register_buffer("inv_freq", 1.0 / (base ** (torch.arange(0, dim, 2).float() / dim)))
+        """,
+    )
+    INVALID = (
+        Invalid(_SEED.replace("self.cos_cached[:, :, :seq_len, :]",
+                              "self.cos_cached[:, :, :seq_len, :self.d_k//2]"),
+                line=20, message="d_k//2"),
+        Invalid(_SEED.replace("sin_cached[:, :, :seq_len, :]", "sin_cached[..., :seq_len, : self.d_k // 2]"),
+                line=21),
+        Invalid(_SEED.replace("emb = torch.cat([freqs, freqs], dim=-1)", "emb = freqs"),
+                line=16, message="d/2"),
+        Invalid(_SEED.replace("self.d_k, 2).float() / self.d_k", "d_model, 2).float() / d_model"),
+                line=13, message="d_model"),
+        Invalid(_SEED.replace("d_model", "hidden_size")
+                .replace("self.d_k, 2).float() / self.d_k", "hidden_size, 2).float() / hidden_size"),
+                line=13),
+    )
+
+    def visit_Module(self, node: cst.Module) -> None:  # noqa: N802 (libcst's visitor names)
+        index = rp.rope_index(self.context.facts)
+        if index.uses_rotation_formula:
+            if index.widenings:
+                self._check_slices(index)
+            else:
+                self._check_unwidened(index)
+        for power in index.powers:
+            self._check_model_width(index, power)
+
+    def _check_slices(self, index: rp.RopeIndex) -> None:
+        """A full-width cache sliced back to d/2 before ``q * cos + rot(q) * sin``."""
+        facts = self.context.facts
+        for fn, node in index.nodes:
+            if not isinstance(node, cst.Subscript) or not _TRIG.search(rp.code(facts, node.value)):
+                continue
+            last = node.slice[-1].slice
+            if (
+                isinstance(last, cst.Slice)
+                and last.upper is not None
+                and (last.lower is None or rp.integer(last.lower) == 0)
+                and rp.is_half_of(facts, last.upper, fn)
+            ):
+                self.report(
+                    node,
+                    f"{rp.code(facts, node)} slices the cos/sin cache to half the head width, "
+                    "but it was built full width (cat((freqs, freqs))) and multiplies q/k of width "
+                    "head_dim: the broadcast fails",
+                    hint="keep the last dim whole: [..., :seq_len, :]",
+                )
+
+    def _check_unwidened(self, index: rp.RopeIndex) -> None:
+        """cos/sin of the d/2 frequencies used directly with a full-width rotate_half."""
+        facts = self.context.facts
+        for fn, node in index.nodes:
+            argument = _trig_argument(facts, node)
+            if argument is not None and _half_width(facts, facts.resolve(argument, fn)):
+                self.report(
+                    node,
+                    f"{rp.code(facts, node)} has d/2 columns (one per frequency) but multiplies "
+                    "q/k of width head_dim in x * cos + rotate_half(x) * sin",
+                    hint="emb = torch.cat((freqs, freqs), dim=-1) before .cos()/.sin()",
+                )
+
+    def _check_model_width(self, index: rp.RopeIndex, power: rp.FrequencyPower) -> None:
+        """Frequencies over d_model/hidden_size in an attention that rotates per-head q/k."""
+        positional = [a.value for a in power.arange.args if a.keyword is None]
+        if len(positional) < 2:
+            return
+        width = rp.last_name(positional[1])
+        fn = index.scope_of.get(id(power.node))
+        owner = fn.owner if fn is not None else None
+        if width not in _MODEL_WIDTHS or owner is None:
+            return
+        if not _HEAD_WORDS.search(self.context.module.code_for_node(owner.node)):
+            return
+        self.report(
+            power.arange,
+            f"the rotary frequencies are built over {width}, the model width, but RoPE rotates "
+            "each head's q/k of width head_dim: cos/sin get the wrong width",
+            hint="torch.arange(0, head_dim, 2).float() / head_dim",
+        )
+
+
+def _trig_argument(facts, node: cst.CSTNode) -> cst.BaseExpression | None:
+    """X for ``X.cos()``, ``X.sin()``, ``torch.cos(X)``, ``torch.sin(X)``."""
+    if not isinstance(node, cst.Call):
+        return None
+    if isinstance(node.func, cst.Attribute) and node.func.attr.value in ("cos", "sin") and not node.args:
+        receiver = node.func.value
+        return None if facts.canonical(receiver) in ("torch", "math", "numpy") else receiver
+    if facts.canonical(node.func) in ("torch.cos", "torch.sin") and len(node.args) == 1:
+        return node.args[0].value
+    return None
+
+
+def _half_width(facts, source: cst.BaseExpression) -> bool:
+    """``outer(t, inv_freq)``, ``einsum("i,j->ij", t, inv_freq)`` or ``t[:, None] * inv_freq``."""
+    if isinstance(source, cst.Call):
+        return facts.canonical(source.func) in _HALF_WIDTH_SOURCES or rp.last_name(source.func) == "outer"
+    if isinstance(source, cst.BinaryOperation) and isinstance(source.operator, cst.Multiply):
+        return "freq" in rp.code(facts, source)
+    return False

@@ -1,0 +1,178 @@
+"""ATT401-ATT404 (GQA grouping and RoPE) on their fixtures, on generated variants, and
+the RoPE recognition helpers they share."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import libcst as cst
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attncheck.findings import Severity
+from attncheck.static import rope_patterns as rp
+from attncheck.static.facts import FileFacts
+from attncheck.static.rules.gqa_grouping import GqaGrouping
+from attncheck.static.rules.rope_on_value import RopeOnValue
+from attncheck.static.rules.rope_rotation import RopeRotation
+from attncheck.static.rules.rope_shape import RopeShape
+from tests.conftest import lint_text
+
+RULES = (GqaGrouping, RopeRotation, RopeShape, RopeOnValue)
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+_EXPECT = re.compile(r"#\s*expect:\s*(ATT\d+(?:\s*,\s*ATT\d+)*)")
+_OWN = ("ATT401", "ATT402", "ATT403", "ATT404")
+
+
+def _fixtures(folder: str) -> list[Path]:
+    return sorted(p for pattern in ("gqa_*.py", "rope_*.py") for p in (FIXTURES / folder).glob(pattern))
+
+
+def _expected(text: str) -> set[tuple[int, str]]:
+    found = set()
+    for number, line in enumerate(text.splitlines(), start=1):
+        match = _EXPECT.search(line)
+        if match:
+            found |= {(number, code.strip()) for code in match.group(1).split(",")}
+    return found
+
+
+def _flagged(text: str, path: Path) -> set[tuple[int, str]]:
+    findings = lint_text(text, RULES, path=str(path))
+    return {(f.line, f.code) for f in findings if f.severity >= Severity.WARNING}
+
+
+@pytest.mark.parametrize(
+    "path", _fixtures("buggy") + _fixtures("correct"), ids=lambda p: f"{p.parent.name}/{p.name}"
+)
+def test_fixture_gets_exactly_its_marked_findings(path):
+    # Only this family's codes: the other families' rules judge these files in their own tests.
+    text = path.read_text(encoding="utf-8")
+    expected = {(line, code) for line, code in _expected(text) if code in _OWN}
+    assert _flagged(text, path) == expected
+    if path.parent.name == "buggy":
+        assert expected, "a buggy fixture must mark at least one line"
+        assert re.search(r"^# dynamic: ", text, re.MULTILINE), "a buggy fixture needs a # dynamic: header"
+
+
+def test_seed_004_rope_class_is_flagged_on_both_slicing_lines():
+    path = FIXTURES / "buggy" / "rope_seed004_slice.py"
+    text = path.read_text(encoding="utf-8")
+    lines = {line for line, code in _flagged(text, path) if code == "ATT403"}
+    assert {text.splitlines()[n - 1].strip().split(" =")[0] for n in lines} == {"cos", "sin"}
+
+
+def _severities(path: Path) -> set[Severity]:
+    return {f.severity for f in lint_text(path.read_text(encoding="utf-8"), [GqaGrouping], path=str(path))}
+
+
+def test_tiling_alone_is_a_warning_and_mixed_with_repeat_kv_an_error():
+    assert _severities(FIXTURES / "buggy" / "gqa_tiled.py") == {Severity.WARNING}
+    assert _severities(FIXTURES / "buggy" / "gqa_mixed.py") == {Severity.ERROR}
+
+
+def test_tiling_in_a_file_that_loads_a_checkpoint_is_an_error():
+    text = (FIXTURES / "buggy" / "gqa_tiled.py").read_text(encoding="utf-8")
+    text += "\n\ndef load(path):\n    model = TiledGQA(64, 8, 2)\n"
+    text += "    model.load_state_dict(torch.load(path))\n"
+    assert {f.severity for f in lint_text(text, [GqaGrouping])} == {Severity.ERROR}
+
+
+# -- property: .repeat on the head axis is flagged, repeat_interleave never -------------------
+
+_KV_NAMES = st.sampled_from(["k", "v", "key_states", "value_states", "xk", "keys"])
+_GROUP_SPELLINGS = st.sampled_from([
+    ("self.num_groups", "self.num_groups = num_heads // num_kv_heads"),
+    ("self.n_rep", "self.n_rep = num_heads // num_kv_heads"),
+    ("self.num_key_value_groups", "self.num_key_value_groups = num_heads // num_kv_heads"),
+    ("self.num_heads // self.num_kv_heads", "pass"),
+])
+
+
+def _gqa_module(kv: str, group: str, setup: str, expansion: str, heads: int, kv_heads: int) -> str:
+    return (
+        "import torch.nn as nn\n\n"
+        "class Attn(nn.Module):\n"
+        f"    def __init__(self, d_model={heads * 8}, num_heads={heads}, num_kv_heads={kv_heads}):\n"
+        "        super().__init__()\n"
+        "        self.num_heads, self.num_kv_heads = num_heads, num_kv_heads\n"
+        f"        {setup}\n\n"
+        f"    def forward(self, q, {kv}):\n"
+        f"        {kv} = {expansion.format(kv=kv, group=group)}\n"
+        f"        return q @ {kv}.transpose(-2, -1)\n"
+    )
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    kv=_KV_NAMES,
+    group=_GROUP_SPELLINGS,
+    kv_heads=st.integers(1, 8),
+    ratio=st.integers(2, 8),
+    tiled=st.sampled_from(["{kv}.repeat(1, {group}, 1, 1)", "{kv}.repeat((1, {group}, 1, 1))",
+                           "torch.tile({kv}, (1, {group}, 1, 1))", "{kv}.tile(1, {group}, 1, 1)",
+                           "{kv}.unsqueeze(1).repeat(1, {group}, 1, 1, 1).flatten(1, 2)"]),
+    grouped=st.sampled_from(["{kv}.repeat_interleave({group}, dim=1)",
+                             "torch.repeat_interleave({kv}, {group}, dim=1)",
+                             "{kv}[:, :, None].expand(-1, self.num_kv_heads, {group}, -1, -1).flatten(1, 2)",
+                             "{kv}.unsqueeze(2).repeat(1, 1, {group}, 1, 1).flatten(1, 2)"]),
+)
+def test_repeat_on_the_head_axis_is_flagged_and_repeat_interleave_never(
+    kv, group, kv_heads, ratio, tiled, grouped
+):
+    name, setup = group
+    bad = _gqa_module(kv, name, setup, tiled, kv_heads * ratio, kv_heads)
+    good = _gqa_module(kv, name, setup, grouped, kv_heads * ratio, kv_heads)
+    assert [f.line for f in lint_text(bad, [GqaGrouping])] == [10]
+    assert lint_text(good, [GqaGrouping]) == []
+
+
+# -- the recognition helpers ----------------------------------------------------------------
+
+
+def _index(source: str) -> rp.RopeIndex:
+    return rp.rope_index(FileFacts(cst.parse_module(source)))
+
+
+@pytest.mark.parametrize(
+    ("body", "layout", "sign"),
+    [
+        ("x1, x2 = x.chunk(2, dim=-1)\n    return torch.cat((-x2, x1), dim=-1)", rp.HALF, 1),
+        ("x1, x2 = torch.chunk(x, 2, dim=-1)\n    return torch.cat([x2, -x1], -1)", rp.HALF, -1),
+        ("h = x.shape[-1] // 2\n    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)", rp.HALF, 1),
+        ("x1, x2 = x[..., ::2], x[..., 1::2]\n    return torch.stack((-x2, x1), -1).flatten(-2)", rp.PAIR, 1),
+        ("x1 = x[..., 0::2]\n    x2 = x[..., 1::2]\n    return torch.stack([x2, -x1], -1).flatten(-2)",
+         rp.PAIR, -1),
+    ],
+)
+def test_rotations_are_recognised_with_layout_and_sign(body, layout, sign):
+    found = _index(f"import torch\n\ndef rot(x):\n    {body}\n").rotations["rot"]
+    assert (found.layout, found.sign) == (layout, sign)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "return torch.cat((x[..., 1:], x[..., :1]), dim=-1)",  # a roll, no negation
+        "x1, x2 = x.chunk(2, dim=-1)\n    return torch.cat((-x1, x2), dim=-1)",  # not a swap
+        "x1, x2 = x.chunk(2, dim=-1)\n    return torch.stack((-x2, x1), dim=-1)",  # halves stacked: no layout
+    ],
+)
+def test_non_rotations_are_not_recognised(body):
+    assert _index(f"import torch\n\ndef rot(x):\n    {body}\n").rotations == {}
+
+
+@pytest.mark.parametrize(
+    ("expression", "layout"),
+    [
+        ("torch.cat((freqs, freqs), dim=-1)", rp.HALF),
+        ("torch.cat([freqs, freqs], -1)", rp.HALF),
+        ("freqs.repeat_interleave(2, dim=-1)", rp.PAIR),
+        ("torch.repeat_interleave(freqs, 2, dim=-1)", rp.PAIR),
+        ("torch.stack((freqs, freqs), dim=-1).flatten(-2)", rp.PAIR),
+    ],
+)
+def test_cos_sin_widenings_are_recognised(expression, layout):
+    assert [w.layout for w in _index(f"import torch\nemb = {expression}\n").widenings] == [layout]

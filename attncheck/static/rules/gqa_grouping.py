@@ -109,7 +109,7 @@ class GqaGrouping(Rule):
         self._tiled: list[tuple[cst.Call, str]] = []
         self._grouped = False  # some path expands K/V the grouped way
 
-    def visit_Call(self, node: cst.Call) -> None:  # noqa: N802 (libcst's visitor names)
+    def visit_Call(self, node: cst.Call) -> None:
         name = rp.last_name(node.func)
         if (name == "repeat_interleave" and any(self._is_group(a.value) for a in node.args)) or any(
             a.keyword is not None and a.keyword.value == "enable_gqa" for a in node.args
@@ -121,7 +121,7 @@ class GqaGrouping(Rule):
         elif name in ("repeat", "tile", "expand"):
             self._check_expansion(node, name)
 
-    def leave_Module(self, original_node: cst.Module) -> None:  # noqa: N802 (libcst's visitor names)
+    def leave_Module(self, original_node: cst.Module) -> None:
         if not self._tiled or not _KV_COUNTS.search(self.context.source.text):
             return
         pretrained = next((word for word in _PRETRAINED if word in self.context.source.text), None)

@@ -72,7 +72,7 @@ class RopeOnValue(Rule):
                 "    v = v * cos + rotate_half(v) * sin\n    return q, k, v\n", line=13),
     )
 
-    def visit_Module(self, node: cst.Module) -> None:  # noqa: N802 (libcst's visitor names)
+    def visit_Module(self, node: cst.Module) -> None:
         index = rp.rope_index(self.context.facts)
         for application in index.applications:
             shown = rp.code(self.context.facts, application.tensor)

@@ -129,7 +129,7 @@ class RopeRotation(Rule):
         Invalid(_HF.replace("base ** (", "base * ("), line=12, message="multiplied"),
     )
 
-    def visit_Module(self, node: cst.Module) -> None:  # noqa: N802 (libcst's visitor names)
+    def visit_Module(self, node: cst.Module) -> None:
         index = rp.rope_index(self.context.facts)
         self._check_signs(index)
         self._check_layouts(index)

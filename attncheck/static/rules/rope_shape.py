@@ -102,7 +102,7 @@ class RopeShape(Rule):
                 line=13),
     )
 
-    def visit_Module(self, node: cst.Module) -> None:  # noqa: N802 (libcst's visitor names)
+    def visit_Module(self, node: cst.Module) -> None:
         index = rp.rope_index(self.context.facts)
         if index.uses_rotation_formula:
             if index.widenings:

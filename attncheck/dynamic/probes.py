@@ -192,7 +192,7 @@ def _plan_masks(
     q_len, k_len = q_base.shape[-2], k_base.shape[-2]
     pad, keep = _padding(q_len, k_len, fully_masked=False)
     _, full = _padding(q_len, k_len, fully_masked=True)
-    planner.keep["mask"], planner.keep["full"], planner.keep["padded"] = keep, full, ~pad
+    planner.keep["padded"] = ~pad
     hidden = (~pad).nonzero()
     if self_style:
         perturbed = planner.tensor("q_masked", planner.perturbed(q_base, hidden))
@@ -205,6 +205,7 @@ def _plan_masks(
     for shape in SHAPES:
         for convention in CONVENTIONS:
             combo = f"{shape}/{convention}"
+            planner.keep[f"mask/{shape}"] = _shaped(keep, shape if shape.endswith("qk") else "b11k")
             mask = planner.tensor(f"mask/{combo}", _mask_in(_shaped(keep, shape), convention))
             full_mask = planner.tensor(f"full/{combo}", _mask_in(_shaped(full, shape), convention))
             planner.add(f"mask/{combo}", plain, mask)
@@ -372,15 +373,7 @@ class Judge:
                 f"forward raises when given a mask: {error['type']}: {error['message']}",
             )
             return
-        keep = torch.from_numpy(self.plan.keep["mask"]).unsqueeze(1)  # (b, 1, q, k)
-        errors = {
-            c: (
-                max_error(self.output(f"mask/{c}"), self.reference(f"mask/{c}", keep, self.fit))
-                if self.fit
-                else float("inf")
-            )
-            for c in ran
-        }
+        errors = {c: self.masked_error(c) for c in ran}
         matches = [c for c in ran if errors[c] <= self.tol]
         documented = self.binding.declared_mask or documented_convention(self.docs())
         leak = self.masked_keys(self.choose_combo(matches, documented, ran))
@@ -404,6 +397,15 @@ class Judge:
         yield self.convention_check(matches, documented)
         yield leak
         yield self.fully_masked(self.choose_combo(matches, documented, ran))
+
+    def masked_error(self, combo: str) -> float:
+        """Error against the reference with the keep mask this combination's shape expresses."""
+        if self.fit is None:
+            return float("inf")
+        keep = torch.from_numpy(self.plan.keep[f"mask/{combo.split('/')[0]}"])
+        if keep.ndim == 3:  # (b, q, k) -> (b, 1, q, k)
+            keep = keep.unsqueeze(1)
+        return max_error(self.output(f"mask/{combo}"), self.reference(f"mask/{combo}", keep, self.fit))
 
     def docs(self) -> str:
         return "\n".join(filter(None, [self.binding.target.docstring, self.facts.get("docs")]))
@@ -432,7 +434,8 @@ class Judge:
             return Verdict(
                 Check("mask-convention", "failed", detail),
                 "ATT304",
-                f"mask polarity is inverted: the module drops the keys its documentation says to keep "
+                "mask polarity is inverted (1 = keep vs 1 = masked): the module drops the keys its "
+                "documentation says to keep "
                 f"(documented {CONVENTION_TEXT[documented]}, behaves as {CONVENTION_TEXT[inverse]})",
             )
         return Verdict(Check("mask-convention", "passed", detail))

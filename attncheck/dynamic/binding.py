@@ -139,25 +139,8 @@ MASK_NAMES = (
     "tgt_mask",
     "padding_mask",
 )
-X_NAMES = frozenset(
-    {"x", "hidden_states", "inputs", "input", "h", "hidden", "src", "tgt", "seq", "embeddings"}
-)
-QUERY_NAMES = frozenset({"query", "q", "queries", "x_q", "query_states"})
-KEY_NAMES = frozenset({"key", "k", "keys", "key_states"})
-VALUE_NAMES = frozenset({"value", "v", "values", "value_states"})
-KV_NAMES = frozenset(
-    {
-        "key_value",
-        "kv",
-        "memory",
-        "context",
-        "encoder_hidden_states",
-        "enc",
-        "key_value_states",
-        "encoder_output",
-        "y",
-    }
-)
+# Required forward arguments that are not tensors of hidden states: positions, rotary tables, caches.
+NOT_HIDDEN = re.compile(r"pos|freq|cos|sin|cache|rope|rotary|index|ids|offset|step", re.IGNORECASE)
 
 Role = Literal["x", "query", "key", "value", "kv", "mask"]
 Style = Literal["self", "cross", "function"]
@@ -437,6 +420,9 @@ def _infer_forward(target: Target) -> ForwardPlan | str:
     mask = _mask_param(target, params)
     required = [p for p in params if p.default is None and p is not mask and p.kind == "positional"]
     names = [p.name for p in required]
+    others = [name for name in names if NOT_HIDDEN.search(name)]
+    if others:
+        return f"forward needs {', '.join(others)}, which are not hidden states: cannot tell what to pass"
     roles: tuple[Role, ...]
     if len(required) == 1:
         roles = ("x",)
@@ -461,23 +447,23 @@ def _infer_forward(target: Target) -> ForwardPlan | str:
 
 
 def _declared_forward(target: Target, forward: Any) -> ForwardPlan | str:
+    """Roles given in the order of the forward parameters: the i-th role goes to the i-th parameter."""
     if not isinstance(forward, list) or not all(isinstance(item, str) for item in forward):
         return 'forward must be a list of roles such as ["query", "key", "value", "mask"]'
+    params = _call_params(target)
+    if len(forward) > len(params):
+        return f"forward declares {len(forward)} roles but the signature has {len(params)} parameters"
     roles: list[tuple[str, Role]] = []
-    mask_name = None
-    for item in forward:
+    mask: Parameter | None = None
+    for item, param in zip(forward, params, strict=False):
         role = _ROLE_ALIASES.get(item.lower())
         if role is None:
-            known = ", ".join(sorted(_ROLE_ALIASES))
-            return f'unknown forward role "{item}" (known: {known})'
+            return f'unknown forward role "{item}" (known: {", ".join(sorted(_ROLE_ALIASES))})'
         if role == "mask":
-            mask_name = _mask_param(target, _call_params(target))
-            if mask_name is None:
-                return "forward declares a mask but the signature has no mask parameter"
+            mask = param
         else:
-            roles.append((item, role))
-    kinds = {role for _, role in roles}
-    if kinds not in ({"x"}, {"query", "kv"}, {"query", "key", "value"}):
+            roles.append((param.name, role))
+    kinds = [role for _, role in roles]
+    if kinds not in (["x"], ["query", "kv"], ["query", "key", "value"]):
         return "forward roles must be [x], [query, kv] or [query, key, value], with an optional mask"
-    name = mask_name.name if mask_name else None
-    return ForwardPlan(tuple(roles), name, bool(mask_name and mask_name.default is None))
+    return ForwardPlan(tuple(roles), mask.name if mask else None, bool(mask and mask.default is None))

@@ -1,0 +1,469 @@
+"""How to build and call a target: constructor candidates and forward-argument roles.
+
+The dynamic checker knows nothing about a user's class except what the static
+pass read from its signatures. People spell the same few sizes in many ways
+(``d_model``, ``embed_dim``, ``n_embd``, ``hidden_size``...), so this module maps
+parameter names to small test sizes and the forward parameters to roles (the
+one input of self-attention, query/key/value, the mask). It never imports torch:
+the child (``executor``) shares its name tables to fill a config object.
+
+When nothing fits, the target is skipped with a one-line hint that shows how
+to declare it under ``[tool.attncheck.targets]``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from attncheck.findings import Parameter, Target
+
+D_MODEL = 32
+HEADS = 4
+KV_HEADS = 2
+MAX_POSITIONS = 16
+VOCAB = 64
+
+MODEL_DIM_NAMES = frozenset(
+    {
+        "d_model",
+        "hidden_dim",
+        "embed_dim",
+        "dim",
+        "n_embd",
+        "hidden_size",
+        "d",
+        "model_dim",
+        "emb_dim",
+        "embedding_dim",
+        "in_dim",
+        "input_dim",
+        "hidden",
+        "n_state",
+        "d_embed",
+        "embed_size",
+        "num_hiddens",
+        "query_dim",
+        "n_embed",
+        "d_hidden",
+        "in_features",
+        "width",
+        "channels",
+        "embedding_size",
+        "dim_model",
+    }
+)
+HEAD_NAMES = frozenset(
+    {
+        "num_heads",
+        "head_num",
+        "heads",
+        "n_head",
+        "n_heads",
+        "num_attention_heads",
+        "nhead",
+        "h",
+        "num_head",
+        "n_heads_q",
+        "num_q_heads",
+        "attention_heads",
+        "nheads",
+    }
+)
+KV_HEAD_NAMES = frozenset(
+    {
+        "num_key_value_heads",
+        "n_kv_heads",
+        "num_kv_heads",
+        "kv_heads",
+        "n_kv_head",
+        "num_kv_head",
+        "n_head_kv",
+        "num_key_value_groups_heads",
+    }
+)
+HEAD_DIM_NAMES = frozenset(
+    {"head_dim", "d_k", "d_head", "dim_head", "head_size", "d_kv", "dk", "d_v", "kv_channels"}
+)
+DROPOUT_NAMES = frozenset(
+    {
+        "dropout",
+        "attn_dropout",
+        "p",
+        "attention_dropout",
+        "dropout_rate",
+        "attn_pdrop",
+        "resid_pdrop",
+        "drop",
+        "dropout_p",
+        "attn_drop",
+        "proj_drop",
+        "drop_rate",
+        "attn_drop_rate",
+        "attention_probs_dropout_prob",
+        "hidden_dropout_prob",
+        "dropout_prob",
+        "embd_pdrop",
+        "resid_dropout",
+        "p_dropout",
+        "attn_p",
+    }
+)
+POSITION_NAMES = frozenset(
+    {
+        "block_size",
+        "max_len",
+        "max_seq_len",
+        "max_position_embeddings",
+        "n_ctx",
+        "context_length",
+        "seq_len",
+        "max_seq_length",
+        "n_positions",
+        "max_length",
+        "context_size",
+        "max_seqlen",
+    }
+)
+VOCAB_NAMES = frozenset({"vocab_size", "n_vocab", "num_tokens", "vocab"})
+CONFIG_NAMES = frozenset({"config", "cfg", "args", "params", "conf", "model_args", "hparams", "opt"})
+
+MASK_NAMES = (
+    "mask",
+    "attn_mask",
+    "attention_mask",
+    "key_padding_mask",
+    "src_mask",
+    "tgt_mask",
+    "padding_mask",
+)
+# Required forward arguments that are not tensors of hidden states: positions, rotary tables, caches.
+NOT_HIDDEN = re.compile(r"pos|freq|cos|sin|cache|rope|rotary|index|ids|offset|step", re.IGNORECASE)
+
+Role = Literal["x", "query", "key", "value", "kv", "mask"]
+Style = Literal["self", "cross", "function"]
+MaskConvention = Literal["keep", "blocked", "additive"]
+
+_ROLE_ALIASES: dict[str, Role] = {
+    "x": "x",
+    "hidden_states": "x",
+    "input": "x",
+    "query": "query",
+    "q": "query",
+    "key": "key",
+    "k": "key",
+    "value": "value",
+    "v": "value",
+    "kv": "kv",
+    "key_value": "kv",
+    "memory": "kv",
+    "context": "kv",
+    "mask": "mask",
+}
+
+
+def size_for(name: str, dropout: float = 0.0) -> Any:
+    """The small test value for a size-like parameter or config field, None when unknown."""
+    lowered = name.lower()
+    table: list[tuple[frozenset[str], Any]] = [
+        (MODEL_DIM_NAMES, D_MODEL),
+        (HEAD_NAMES, HEADS),
+        (KV_HEAD_NAMES, KV_HEADS),
+        (HEAD_DIM_NAMES, D_MODEL // HEADS),
+        (DROPOUT_NAMES, dropout),
+        (POSITION_NAMES, MAX_POSITIONS),
+        (VOCAB_NAMES, VOCAB),
+    ]
+    for names, value in table:
+        if lowered in names:
+            return value
+    if "dropout" in lowered or lowered.endswith("pdrop"):
+        return dropout
+    return None
+
+
+def all_sizes(dropout: float = 0.0) -> dict[str, Any]:
+    """Every known size name with its test value: the fallback config namespace."""
+    names = (
+        MODEL_DIM_NAMES
+        | HEAD_NAMES
+        | KV_HEAD_NAMES
+        | HEAD_DIM_NAMES
+        | DROPOUT_NAMES
+        | POSITION_NAMES
+        | VOCAB_NAMES
+    )
+    values = {name: size_for(name, dropout) for name in names}
+    values.update(bias=True, is_causal=False, layer_norm_epsilon=1e-5, rms_norm_eps=1e-6, rope_theta=10000.0)
+    return values
+
+
+@dataclass(frozen=True)
+class Dims:
+    """Sizes the parent plans its inputs with."""
+
+    d_model: int = D_MODEL
+    heads: int = HEADS
+
+
+@dataclass(frozen=True)
+class InitCandidate:
+    """One way to construct the class: keyword values, and a config object to build in the child.
+
+    ``config`` is ``{"param": name, "class": class name or None}``: the child builds
+    the class from the module (or a namespace of every known size) with small sizes.
+    """
+
+    label: str
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    args: tuple[Any, ...] = ()
+    config: Mapping[str, Any] | None = None
+    dropout_names: tuple[str, ...] = ()
+
+    def to_request(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "kwargs": dict(self.kwargs),
+            "args": list(self.args),
+            "config": dict(self.config) if self.config else None,
+            "dropout_names": list(self.dropout_names),
+        }
+
+
+@dataclass(frozen=True)
+class ForwardPlan:
+    """The forward parameters that receive our tensors, in call order."""
+
+    roles: tuple[tuple[str, Role], ...]  # (parameter name, role) passed positionally
+    mask_name: str | None = None  # passed by keyword
+    mask_required: bool = False
+    extra: Mapping[str, Any] = field(default_factory=dict)  # keyword overrides (dropout_p=0.0)
+
+    @property
+    def style(self) -> Style:
+        roles = {role for _, role in self.roles}
+        return "self" if roles == {"x"} else "cross"
+
+    def to_request(self) -> dict[str, Any]:
+        return {
+            "roles": [list(pair) for pair in self.roles],
+            "mask_name": self.mask_name,
+            "mask_required": self.mask_required,
+            "extra": dict(self.extra),
+        }
+
+
+@dataclass(frozen=True)
+class Binding:
+    """How to build and call a target, or why it cannot be (``reason`` and ``hint``)."""
+
+    target: Target
+    candidates: tuple[InitCandidate, ...] = ()
+    forward: ForwardPlan | None = None
+    dims: Dims = Dims()
+    declared_mask: MaskConvention | None = None
+    declared_causal: bool | None = None
+    reason: str = ""
+    hint: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.forward is not None and (bool(self.candidates) or not self.target.is_class)
+
+    @property
+    def style(self) -> Style:
+        if not self.target.is_class:
+            return "function"
+        assert self.forward is not None
+        return self.forward.style
+
+
+def declaration_hint(target: Target) -> str:
+    """A one-line ``pyproject.toml`` declaration the user can fill in for this target."""
+    inits = [p.name for p in target.init_params if p.name != "self" and p.default is None][:3] or ["d_model"]
+    init = ", ".join(f"{name} = ..." for name in inits)
+    forward = ", ".join(f'"{p.name}"' for p in _call_params(target)) or '"query", "key", "value", "mask"'
+    head = f"[tool.attncheck.targets.{target.name}]"
+    init_part = f"init = {{{init}}}, " if target.is_class else ""
+    return (
+        f"declare it in pyproject.toml: {head} {init_part}forward = [{forward}], "
+        'mask = "keep" | "blocked" | "additive", causal = true'
+    )
+
+
+def _call_params(target: Target) -> list[Parameter]:
+    params = target.forward_params
+    return [p for p in params if p.name not in ("self", "cls") and p.kind in ("positional", "keyword")]
+
+
+def _skip(target: Target, reason: str) -> Binding:
+    return Binding(target, reason=reason, hint=declaration_hint(target))
+
+
+def bind(target: Target, declaration: Mapping[str, Any] | None = None) -> Binding:
+    """Candidate constructions and the forward plan for ``target``; a skip reason when none fits."""
+    declaration = declaration or {}
+    mask = declaration.get("mask")
+    if mask is not None and mask not in ("keep", "blocked", "additive"):
+        return _skip(target, f'mask = "{mask}" is not one of "keep", "blocked", "additive"')
+    causal = declaration.get("causal")
+    forward = (
+        _declared_forward(target, declaration["forward"])
+        if "forward" in declaration
+        else _infer_forward(target)
+    )
+    if isinstance(forward, str):
+        return _skip(target, forward)
+    if not target.is_class:
+        return Binding(target, forward=forward, declared_mask=mask, declared_causal=causal)
+    if "init" in declaration:
+        init = declaration["init"]
+        if not isinstance(init, Mapping):
+            return _skip(target, "init must be a table of constructor arguments")
+        candidates: tuple[InitCandidate, ...] | str = (_declared_candidate(init),)
+        dims = _declared_dims(init)
+    else:
+        candidates = _infer_candidates(target)
+        dims = Dims()
+    if isinstance(candidates, str):
+        return _skip(target, candidates)
+    return Binding(target, candidates, forward, dims, mask, causal)
+
+
+def _declared_candidate(init: Mapping[str, Any]) -> InitCandidate:
+    dropout = tuple(name for name in init if size_for(name) == 0.0 and isinstance(init[name], float))
+    kwargs = {name: (0.0 if name in dropout else value) for name, value in init.items()}
+    return InitCandidate("declared in pyproject.toml", kwargs, dropout_names=dropout)
+
+
+def _declared_dims(init: Mapping[str, Any]) -> Dims:
+    d_model = next(
+        (v for k, v in init.items() if k.lower() in MODEL_DIM_NAMES and isinstance(v, int)), D_MODEL
+    )
+    heads = next((v for k, v in init.items() if k.lower() in HEAD_NAMES and isinstance(v, int)), HEADS)
+    return Dims(d_model, heads)
+
+
+def _infer_candidates(target: Target) -> tuple[InitCandidate, ...] | str:
+    params = [p for p in target.init_params if p.name != "self" and p.kind in ("positional", "keyword")]
+    kwargs: dict[str, Any] = {}
+    dropout: list[str] = []
+    config: dict[str, Any] | None = None
+    unknown: list[str] = []
+    for param in params:
+        value = size_for(param.name)
+        if value is not None:
+            kwargs[param.name] = value
+            if isinstance(value, float):
+                dropout.append(param.name)
+        elif _is_config(param, target):
+            config = {"param": param.name, "class": _config_class(param, target)}
+        elif param.default is None:
+            unknown.append(param.name)
+    if unknown:
+        hint_names = ", ".join(unknown)
+        return f"cannot tell what to pass for constructor argument(s) {hint_names}"
+    label = ", ".join(f"{k}={v}" for k, v in kwargs.items()) or "no arguments"
+    if config is not None:
+        label = f"{config['param']}={config['class'] or 'namespace'}(small sizes)" + (
+            f", {label}" if kwargs else ""
+        )
+    first = InitCandidate(label, kwargs, config=config, dropout_names=tuple(dropout))
+    candidates = [first]
+    if config is not None and config["class"] is not None:
+        fallback = {"param": config["param"], "class": None}
+        candidates.append(
+            InitCandidate(
+                f"{config['param']}=namespace(small sizes)",
+                kwargs,
+                config=fallback,
+                dropout_names=tuple(dropout),
+            )
+        )
+    return tuple(candidates)
+
+
+def _is_config(param: Parameter, target: Target) -> bool:
+    if param.name.lower() in CONFIG_NAMES:
+        return True
+    annotation = (param.annotation or "").strip("'\"")
+    return bool(target.config_class and annotation == target.config_class) or annotation.endswith("Config")
+
+
+def _config_class(param: Parameter, target: Target) -> str | None:
+    annotation = (param.annotation or "").strip("'\"")
+    if re.fullmatch(r"[A-Za-z_]\w*", annotation) and annotation not in ("dict", "Any", "object"):
+        return annotation
+    return target.config_class
+
+
+def _mask_param(target: Target, params: list[Parameter]) -> Parameter | None:
+    by_name = {p.name: p for p in params}
+    if target.mask_param in by_name:
+        return by_name[target.mask_param]
+    for name in MASK_NAMES:
+        if name in by_name:
+            return by_name[name]
+    return next((p for p in params if "mask" in p.name.lower() and "head" not in p.name.lower()), None)
+
+
+def _dropout_extras(params: list[Parameter]) -> dict[str, Any]:
+    return {p.name: 0.0 for p in params if p.default is not None and p.name.lower() in DROPOUT_NAMES}
+
+
+def _infer_forward(target: Target) -> ForwardPlan | str:
+    params = _call_params(target)
+    if not params and not target.forward_params:
+        return "no forward signature was found"
+    mask = _mask_param(target, params)
+    required = [p for p in params if p.default is None and p is not mask and p.kind == "positional"]
+    names = [p.name for p in required]
+    others = [name for name in names if NOT_HIDDEN.search(name)]
+    if others:
+        return f"forward needs {', '.join(others)}, which are not hidden states: cannot tell what to pass"
+    roles: tuple[Role, ...]
+    if len(required) == 1:
+        roles = ("x",)
+    elif len(required) == 2:
+        roles = ("query", "kv")
+    elif len(required) == 3:
+        roles = ("query", "key", "value")
+    else:
+        what = (
+            "no tensor argument"
+            if not required
+            else f"{len(required)} required arguments ({', '.join(names)})"
+        )
+        return f"forward takes {what}: cannot tell which are query, key and value"
+    if not target.is_class and roles == ("x",):
+        return "a function of one tensor is not an attention function on (q, k, v)"
+    extra = _dropout_extras(params) if not target.is_class else {}
+    mask_name = mask.name if mask else None
+    return ForwardPlan(
+        tuple(zip(names, roles, strict=True)), mask_name, bool(mask and mask.default is None), extra
+    )
+
+
+def _declared_forward(target: Target, forward: Any) -> ForwardPlan | str:
+    """Roles given in the order of the forward parameters: the i-th role goes to the i-th parameter."""
+    if not isinstance(forward, list) or not all(isinstance(item, str) for item in forward):
+        return 'forward must be a list of roles such as ["query", "key", "value", "mask"]'
+    params = _call_params(target)
+    if len(forward) > len(params):
+        return f"forward declares {len(forward)} roles but the signature has {len(params)} parameters"
+    roles: list[tuple[str, Role]] = []
+    mask: Parameter | None = None
+    for item, param in zip(forward, params, strict=False):
+        role = _ROLE_ALIASES.get(item.lower())
+        if role is None:
+            return f'unknown forward role "{item}" (known: {", ".join(sorted(_ROLE_ALIASES))})'
+        if role == "mask":
+            mask = param
+        else:
+            roles.append((param.name, role))
+    kinds = [role for _, role in roles]
+    if kinds not in (["x"], ["query", "kv"], ["query", "key", "value"]):
+        return "forward roles must be [x], [query, kv] or [query, key, value], with an optional mask"
+    return ForwardPlan(tuple(roles), mask.name if mask else None, bool(mask and mask.default is None))

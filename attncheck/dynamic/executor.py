@@ -1,0 +1,353 @@
+"""Runs inside the child: build each target, run the parent's experiments, report raw results.
+
+This is the only dynamic code that touches the user's objects. It decides
+nothing: it constructs a target with the first candidate binding that
+constructs and forwards, runs every planned experiment (catching each
+failure separately), and yields facts plus float64 tensors for the parent to
+judge. One reply per target, so a crash in one target keeps the others.
+
+Request layout (built by ``probes.plan``)::
+
+    {"seed": 0, "device": "auto", "targets": [{
+        "id": "0", "name": "Attention", "is_class": True,
+        "candidates": [InitCandidate.to_request()...], "forward": ForwardPlan.to_request(),
+        "experiments": [{"name", "instance": "exact" | "dropout", "mode": "eval" | "train",
+                         "inputs": {role: tensor name}, "mask": tensor name | None,
+                         "record": bool, "cotangent": tensor name | None}...]}]}
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import inspect
+import traceback
+import types
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from attncheck.dynamic.binding import all_sizes, size_for
+
+Tensors = dict[str, torch.Tensor]
+DROPOUT_RATE = 0.5
+
+
+def run(module: types.ModuleType, request: dict, tensors: Tensors) -> Iterator[tuple[dict, Tensors]]:
+    """Yield ``(facts, tensors)`` for each target of the request, in order."""
+    # The tensors are tiny: one intra-op thread avoids thread-pool wake-ups that cost more than the maths.
+    torch.set_num_threads(1)
+    device = _device(request.get("device", "auto"))
+    inputs = {name: t.to(device) for name, t in tensors.items()}
+    for unit in request["targets"]:
+        yield _run_target(module, unit, inputs, device, int(request.get("seed", 0)))
+
+
+def _device(wanted: str) -> torch.device:
+    if wanted in ("cuda", "auto") and torch.cuda.is_available():
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def error_facts(exc: BaseException, module_file: str | None) -> dict[str, Any]:
+    """Type, message and the innermost line of the user's file in the traceback."""
+    line = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if module_file and frame.filename == module_file:
+            line = frame.lineno
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return {"type": type(exc).__name__, "message": message[:500], "line": line}
+
+
+class _Target:
+    """One target being exercised: its instances and how to call them."""
+
+    def __init__(
+        self, module: types.ModuleType, unit: dict, tensors: Tensors, device: torch.device, seed: int
+    ):
+        self.module, self.unit, self.tensors, self.device, self.seed = module, unit, tensors, device, seed
+        self.obj = getattr(module, unit["name"])
+        self.file = getattr(module, "__file__", None)
+        self.instances: dict[str, Any] = {}
+        self.candidate: dict | None = None
+        self.dropout_calls = 0
+
+    def construct(self, candidate: dict, rate: float) -> nn.Module:
+        kwargs = dict(candidate["kwargs"])
+        for name in candidate["dropout_names"]:
+            kwargs[name] = rate
+        if candidate["config"]:
+            kwargs[candidate["config"]["param"]] = _build_config(
+                self.module, candidate["config"]["class"], rate
+            )
+        torch.manual_seed(self.seed)
+        instance = self.obj(*candidate["args"], **kwargs)
+        if not isinstance(instance, nn.Module):
+            raise TypeError(f"{self.unit['name']}(...) is not a torch.nn.Module")
+        return instance.to(self.device, torch.float64).eval()
+
+    def instance(self, kind: str) -> Any:
+        if not self.unit["is_class"]:
+            return self.obj
+        if kind not in self.instances:
+            assert self.candidate is not None
+            made = self.construct(self.candidate, DROPOUT_RATE)
+            for sub in made.modules():
+                if isinstance(sub, nn.modules.dropout._DropoutNd):
+                    sub.register_forward_hook(self._count_dropout)
+            self.instances[kind] = made
+        return self.instances[kind]
+
+    def _count_dropout(self, *_: Any) -> None:
+        self.dropout_calls += 1
+
+    def call(self, instance: Any, experiment: dict) -> Any:
+        plan = self.unit["forward"]
+        args = [self.tensors[experiment["inputs"][role]] for _, role in plan["roles"]]
+        kwargs = dict(plan["extra"])
+        mask = experiment.get("mask")
+        if plan["mask_name"] and (mask is not None or plan["mask_required"]):
+            kwargs[plan["mask_name"]] = self.tensors[mask] if mask is not None else None
+        return instance(*args, **kwargs)
+
+
+def _build_config(module: types.ModuleType, class_name: str | None, rate: float) -> Any:
+    """The module's own config class filled with small sizes, or a namespace of every known size."""
+    cls = getattr(module, class_name, None) if class_name else None
+    if cls is None:
+        return types.SimpleNamespace(**all_sizes(rate))
+    if dataclasses.is_dataclass(cls):
+        names = [f.name for f in dataclasses.fields(cls) if f.init]
+    else:
+        names = [p for p in inspect.signature(cls).parameters if p not in ("self", "args", "kwargs")]
+    values = {name: size_for(name, rate) for name in names}
+    config = cls(**{name: value for name, value in values.items() if value is not None})
+    for name, value in values.items():  # fields a plain __init__ might not store
+        if value is not None and not hasattr(config, name):
+            setattr(config, name, value)
+    return config
+
+
+def _run_target(
+    module: types.ModuleType, unit: dict, tensors: Tensors, device: torch.device, seed: int
+) -> tuple[dict, Tensors]:
+    facts: dict[str, Any] = {
+        "unit": unit["id"],
+        "target": unit["name"],
+        "device": device.type,
+        "experiments": {},
+        "attempts": [],
+    }
+    out: Tensors = {}
+    target = _Target(module, unit, tensors, device, seed)
+    experiments = unit["experiments"]
+    if not _choose_binding(target, experiments[0], facts, out):
+        return facts, out
+    for experiment in experiments[1:]:
+        _run_experiment(target, experiment, facts, out)
+    instance = target.instance("exact")
+    facts["docs"] = _docs(target.obj)
+    if unit["is_class"]:
+        facts["causal_buffer"] = _has_causal_buffer(instance)
+        facts["attrs"] = {
+            k: v for k, v in vars(instance).items() if isinstance(v, int) and not isinstance(v, bool)
+        }
+        facts["dropout"] = {
+            "configured": bool(
+                target.candidate and (target.candidate["dropout_names"] or target.candidate["config"])
+            ),
+            "modules": sum(isinstance(m, nn.modules.dropout._DropoutNd) for m in instance.modules()),
+            "calls": target.dropout_calls,
+        }
+    return facts, out
+
+
+def _choose_binding(target: _Target, first: dict, facts: dict, out: Tensors) -> bool:
+    """Try each candidate on the first experiment; keep the first that constructs and forwards."""
+    candidates = target.unit["candidates"] if target.unit["is_class"] else [None]
+    for candidate in candidates:
+        label = candidate["label"] if candidate else "function"
+        try:
+            if candidate is not None:
+                target.candidate = candidate
+                target.instances = {"exact": target.construct(candidate, 0.0)}
+        except Exception as exc:  # any failure of user code is a fact, never a crash of the child
+            facts["attempts"].append(
+                {"label": label, "stage": "construct", "error": error_facts(exc, target.file)}
+            )
+            continue
+        if _run_experiment(target, first, facts, out):
+            facts["binding"] = label
+            return True
+        facts["attempts"].append(
+            {"label": label, "stage": "forward", "error": facts["experiments"][first["name"]]["error"]}
+        )
+    facts["binding"] = None
+    return False
+
+
+def _run_experiment(target: _Target, experiment: dict, facts: dict, out: Tensors) -> bool:
+    name = experiment["name"]
+    cotangent = experiment.get("cotangent")
+    recorder = None
+    try:
+        instance = target.instance(experiment.get("instance", "exact"))
+        if experiment.get("record"):
+            recorder = _Recorder(instance, target.tensors, experiment["inputs"])
+        if isinstance(instance, nn.Module):
+            instance.train(experiment.get("mode") == "train")
+            instance.zero_grad(set_to_none=True)
+        with torch.set_grad_enabled(cotangent is not None):
+            result = target.call(instance, experiment)
+            output, weights = _split_output(result, target, experiment)
+            if cotangent is not None and isinstance(instance, nn.Module):
+                (output * target.tensors[cotangent]).sum().backward()
+                facts["grads"] = {
+                    n: (None if p.grad is None else float(p.grad.norm()))
+                    for n, p in instance.named_parameters()
+                    if p.requires_grad
+                }
+    except Exception as exc:
+        facts["experiments"][name] = {"ok": False, "error": error_facts(exc, target.file)}
+        return False
+    finally:
+        if recorder is not None:
+            recorder.close()
+    facts["experiments"][name] = {"ok": True, "shape": list(output.shape), "weights": weights is not None}
+    out[f"{name}/out"] = output.detach().to("cpu", torch.float64)
+    if weights is not None:
+        out[f"{name}/weights"] = weights.detach().to("cpu", torch.float64)
+    if recorder is not None:
+        facts["layers"] = recorder.report(out)
+    return True
+
+
+def _split_output(result: Any, target: _Target, experiment: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The output tensor and, when returned alongside, the attention weights."""
+    if isinstance(result, dict):
+        items = list(result.values())
+    else:
+        items = list(result) if isinstance(result, (tuple, list)) else [result]
+    if not items or not isinstance(items[0], torch.Tensor):
+        raise TypeError(
+            f"forward returned {type(result).__name__}, not a tensor or a tuple starting with one"
+        )
+    roles = dict(experiment["inputs"])
+    query = target.tensors[roles.get("query", roles.get("x"))]
+    key = target.tensors[roles.get("key", roles.get("kv", roles.get("x")))]
+    q_len, k_len = query.shape[-2], key.shape[-2]
+    weights = next(
+        (
+            t
+            for t in items[1:]
+            if isinstance(t, torch.Tensor) and t.ndim in (3, 4) and tuple(t.shape[-2:]) == (q_len, k_len)
+        ),
+        None,
+    )
+    return items[0], weights
+
+
+def _docs(obj: Any) -> str:
+    parts = [inspect.getdoc(obj) or ""]
+    forward = getattr(obj, "forward", None)
+    if forward is not None:
+        parts.append(inspect.getdoc(forward) or "")
+    return "\n".join(p for p in parts if p)[:4000]
+
+
+def _has_causal_buffer(instance: nn.Module) -> bool:
+    """A square 0/1 triangular buffer: the usual sign of a causal module."""
+    for buffer in instance.buffers():
+        if buffer.ndim < 2 or buffer.shape[-1] != buffer.shape[-2] or buffer.shape[-1] < 2:
+            continue
+        square = buffer.reshape(-1, *buffer.shape[-2:])[0]
+        if not bool(((square == 0) | (square == 1)).all()):
+            continue
+        lower, upper = torch.equal(square, square.tril()), torch.equal(square, square.triu())
+        if lower != upper:
+            return True
+    return False
+
+
+def _is_projection(layer: nn.Module) -> bool:
+    if isinstance(layer, nn.Linear):
+        return True
+    if isinstance(layer, nn.Conv1d):
+        return layer.kernel_size == (1,) and layer.groups == 1
+    weight = getattr(layer, "weight", None)
+    return (
+        isinstance(weight, torch.Tensor)
+        and weight.ndim == 2
+        and hasattr(layer, "nf")
+        and hasattr(layer, "nx")
+    )
+
+
+def _weight(layer: nn.Module) -> torch.Tensor:
+    """The weight in ``nn.Linear`` layout (out_features, in_features)."""
+    if isinstance(layer, nn.Linear):
+        return layer.weight
+    if isinstance(layer, nn.Conv1d):
+        return layer.weight.squeeze(-1)
+    return layer.weight.T  # GPT-2 Conv1D stores (in, out)
+
+
+class _Recorder:
+    """Forward hooks on every projection: which tensor each one read, and its weights."""
+
+    def __init__(self, instance: Any, tensors: Tensors, roles: dict[str, str]):
+        self.calls: list[tuple[str, nn.Module, str]] = []
+        self.handles = []
+        self.outputs: list[torch.Tensor] = []  # kept alive so storage pointers stay unique
+        self.pointers: dict[int, str] = {}
+        for role, name in roles.items():
+            self.pointers.setdefault(_pointer(tensors[name]), role)
+        if isinstance(instance, nn.Module):
+            for layer_name, layer in instance.named_modules():
+                if _is_projection(layer):
+                    self.handles.append(layer.register_forward_hook(self._hook(layer_name)))
+
+    def _hook(self, layer_name: str):
+        def hook(layer: nn.Module, args: tuple, output: Any) -> None:
+            read = "other"
+            if args and isinstance(args[0], torch.Tensor):
+                read = self.pointers.get(_pointer(args[0]), "other")
+            self.calls.append((layer_name, layer, read))
+            if isinstance(output, torch.Tensor):
+                self.outputs.append(output)
+                self.pointers.setdefault(_pointer(output), f"layer:{layer_name}")
+
+        return hook
+
+    def close(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+        self.handles = []
+
+    def report(self, out: Tensors) -> list[dict[str, Any]]:
+        layers = []
+        for index, (name, layer, read) in enumerate(self.calls):
+            weight = _weight(layer).detach().to("cpu", torch.float64)
+            out[f"layer{index}/weight"] = weight
+            bias = getattr(layer, "bias", None)
+            if isinstance(bias, torch.Tensor):
+                out[f"layer{index}/bias"] = bias.detach().to("cpu", torch.float64)
+            layers.append(
+                {
+                    "name": name,
+                    "read": read,
+                    "out": weight.shape[0],
+                    "in": weight.shape[1],
+                    "bias": isinstance(bias, torch.Tensor),
+                }
+            )
+        self.outputs = []
+        return layers
+
+
+def _pointer(tensor: torch.Tensor) -> int:
+    with contextlib.suppress(RuntimeError):
+        return tensor.untyped_storage().data_ptr()
+    return id(tensor)

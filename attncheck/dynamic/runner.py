@@ -1,0 +1,179 @@
+"""``run_dynamic``: bind, plan, run one child per file, judge, and turn failures into findings.
+
+One child per file, because starting a process and importing torch costs more
+than every experiment of a typical module together. A child that times out
+or crashes loses only the target it was running: the runner starts a fresh
+child for the targets not yet answered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from attncheck.catalogue import CODES
+from attncheck.dynamic.binding import Binding, bind
+from attncheck.dynamic.probes import Judge, Plan, plan
+from attncheck.findings import Check, Finding, Target, TargetResult
+from attncheck.static.engine import FileResult
+
+SEED = 0
+
+
+class DynamicOptions(Protocol):
+    """What the runner reads from the CLI's options (``attncheck.config.DynamicOptions``)."""
+
+    timeout: float
+    device: str
+    jobs: int
+    targets: Mapping[str, Mapping[str, Any]]
+
+
+class Outcome(Protocol):
+    """The sandbox's ``ChildOutcome``: status, reason and one reply per finished unit."""
+
+    status: str
+    reason: str
+    replies: list[Any]  # each with .facts (dict) and .tensors (dict[str, numpy.ndarray])
+
+
+Child = Callable[[Path, dict, dict[str, np.ndarray]], Outcome]
+
+
+def sandbox_child(options: DynamicOptions) -> Child:
+    """The real isolated child process, with the time limit from the options."""
+    from attncheck.dynamic.sandbox import Limits, run_child
+
+    limits = Limits(timeout_s=options.timeout)
+    return lambda path, request, tensors: run_child(path, request, tensors, limits)
+
+
+def run_dynamic(
+    results: Sequence[FileResult], options: DynamicOptions, child: Child | None = None
+) -> tuple[list[Finding], list[TargetResult]]:
+    """Check every target of every file; findings and per-target results, in file order."""
+    runnable = [result for result in results if result.targets and result.error is None]
+    if child is None:
+        try:
+            child = sandbox_child(options)
+        except ImportError as exc:
+            return [], [
+                TargetResult(t, "error", f"the sandbox is not available: {exc}")
+                for r in runnable
+                for t in r.targets
+            ]
+    with ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
+        per_file = list(pool.map(lambda r: check_file(r, options, child), runnable))
+    findings = [f for file_findings, _ in per_file for f in file_findings]
+    target_results = [t for _, file_results in per_file for t in file_results]
+    return findings, target_results
+
+
+def check_file(
+    result: FileResult, options: DynamicOptions, child: Child
+) -> tuple[list[Finding], list[TargetResult]]:
+    """All targets of one file through as few children as the file's crashes allow."""
+    declarations = getattr(options, "targets", {}) or {}
+    outcomes: dict[int, TargetResult] = {}
+    pending: list[tuple[int, Plan]] = []
+    for index, target in enumerate(result.targets):
+        binding = bind(target, declarations.get(target.name))
+        if binding.ok:
+            pending.append((index, plan(binding, index, SEED)))
+        else:
+            outcomes[index] = TargetResult(target, "skipped", f"{binding.reason}; {binding.hint}")
+    path = Path(result.source.path)
+    findings: dict[int, list[Finding]] = {}
+    while pending:
+        request = {
+            "seed": SEED,
+            "device": getattr(options, "device", "auto"),
+            "targets": [dict(p.unit, id=str(i)) for i, p in pending],
+        }
+        tensors = {name: array for _, p in pending for name, array in p.tensors.items()}
+        outcome = child(path, request, tensors)
+        replies = {str(r.facts.get("unit")): r for r in outcome.replies}
+        if "import" in replies:
+            reason = _import_reason(replies["import"].facts)
+            outcomes.update({i: TargetResult(p.binding.target, "error", reason) for i, p in pending})
+            break
+        for index, target_plan in pending:
+            reply = replies.get(str(index))
+            if reply is not None:
+                tensors_back = {k: torch.from_numpy(np.asarray(v)) for k, v in reply.tensors.items()}
+                outcomes[index], findings[index] = judge(target_plan, reply.facts, tensors_back, result)
+        remaining = [(i, p) for i, p in pending if str(i) not in replies]
+        if not remaining:
+            break
+        culprit_index, culprit = remaining[0]
+        reason = outcome.reason or f"the child ended ({outcome.status}) before answering"
+        outcomes[culprit_index] = TargetResult(culprit.binding.target, "error", f"{outcome.status}: {reason}")
+        pending = remaining[1:]
+    ordered = sorted(outcomes)
+    return ([f for i in ordered for f in findings.get(i, [])], [outcomes[i] for i in ordered])
+
+
+def _import_reason(facts: Mapping[str, Any]) -> str:
+    error = facts.get("error") or {}
+    if isinstance(error, Mapping):
+        return (
+            f"importing the module failed: {error.get('type', 'Error')}: {error.get('message', '')}".rstrip(
+                ": "
+            )
+        )
+    return f"importing the module failed: {error}"
+
+
+def judge(
+    target_plan: Plan, facts: dict[str, Any], tensors: dict[str, torch.Tensor], result: FileResult
+) -> tuple[TargetResult, list[Finding]]:
+    """The TargetResult and findings for one answered target."""
+    target = target_plan.binding.target
+    device = facts.get("device")
+    if not facts.get("binding"):
+        return _unbound(target_plan.binding, facts, result, device)
+    checks: list[Check] = []
+    findings: list[Finding] = []
+    for verdict in Judge(target_plan, facts, tensors).verdicts():
+        checks.append(verdict.check)
+        if verdict.code and not any(f.code == verdict.code for f in findings):
+            findings.append(_finding(verdict.code, verdict.message, target, result, [verdict.check.detail]))
+    status = "failed" if any(c.status == "failed" for c in checks) else "passed"
+    return TargetResult(target, status, checks=checks, device=device), findings
+
+
+def _unbound(
+    binding: Binding, facts: dict[str, Any], result: FileResult, device: str | None
+) -> tuple[TargetResult, list[Finding]]:
+    """No candidate forwarded: a crash inside the user's code, or a binding that does not fit."""
+    target = binding.target
+    attempts = facts.get("attempts", [])
+    crashes = [a for a in attempts if a["stage"] == "forward" and a["error"].get("line")]
+    if crashes:
+        error = crashes[0]["error"]
+        message = f"forward raises {error['type']}: {error['message']} (line {error['line']})"
+        check = Check("forward", "failed", message)
+        finding = _finding("ATT901", message, target, result, [f"bound with {crashes[0]['label']}"])
+        return TargetResult(target, "failed", message, [check], device), [finding]
+    tried = "; ".join(
+        f"{a['label']}: {a['stage']} raised {a['error']['type']}: {a['error']['message']}" for a in attempts
+    )
+    return TargetResult(target, "skipped", f"no binding worked ({tried}); {binding.hint}", device=device), []
+
+
+def _finding(code: str, message: str, target: Target, result: FileResult, evidence: list[str]) -> Finding:
+    return Finding(
+        code,
+        CODES[code].severity,
+        message,
+        result.source.path,
+        result.source.locate(target.line),
+        source="dynamic",
+        target=target.name,
+        evidence=evidence,
+    )

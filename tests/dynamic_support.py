@@ -1,0 +1,137 @@
+"""Test helpers for the dynamic checker: targets read from fixtures, and an in-process child.
+
+The real sandbox starts a process per file; most tests only need the same
+request/reply protocol, so ``in_process_child`` imports the fixture here and
+calls ``executor.run`` directly (milliseconds instead of a second per file).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from attncheck.dynamic import executor
+from attncheck.findings import Parameter, Target
+from attncheck.sources import Source
+from attncheck.static.engine import FileResult
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+_TARGET_NAME = re.compile(r"attention|attn|mha|sdpa", re.IGNORECASE)
+
+
+@dataclass
+class Reply:
+    facts: dict
+    tensors: dict[str, np.ndarray]
+
+
+@dataclass
+class Outcome:
+    status: str = "ok"
+    reason: str = ""
+    replies: list[Reply] = field(default_factory=list)
+    stdout: str = ""
+    stderr: str = ""
+    isolation: str = "in-process"
+
+
+_MODULES: dict[Path, object] = {}
+
+
+def import_path(path: Path):
+    if path not in _MODULES:
+        spec = importlib.util.spec_from_file_location(f"fixture_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        _MODULES[path] = module
+    return _MODULES[path]
+
+
+def in_process_child(path: Path, request: dict, tensors: dict[str, np.ndarray]) -> Outcome:
+    """The sandbox protocol without the process: import, run the executor, convert to numpy."""
+    try:
+        module = import_path(path)
+    except Exception as exc:
+        return Outcome(replies=[Reply({"unit": "import", "error": executor.error_facts(exc, str(path))}, {})])
+    inputs = {name: torch.from_numpy(array) for name, array in tensors.items()}
+    replies = [
+        Reply(facts, {k: v.numpy() for k, v in out.items()})
+        for facts, out in executor.run(module, request, inputs)
+    ]
+    return Outcome(replies=replies)
+
+
+def _params(args: ast.arguments) -> tuple[Parameter, ...]:
+    positional = args.posonlyargs + args.args
+    defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+    params = [
+        Parameter(
+            a.arg,
+            ast.unparse(d) if d is not None else None,
+            ast.unparse(a.annotation) if a.annotation else None,
+        )
+        for a, d in zip(positional, defaults, strict=True)
+    ]
+    for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True):
+        params.append(Parameter(a.arg, ast.unparse(d) if d is not None else None, None, "keyword"))
+    return tuple(params)
+
+
+def targets_of(path: Path) -> list[Target]:
+    """Attention classes and functions of a fixture, described as the static pass would."""
+    tree = ast.parse(path.read_text())
+    targets = []
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and _TARGET_NAME.search(node.name):
+            methods = {n.name: n for n in node.body if isinstance(n, ast.FunctionDef)}
+            if "forward" in methods:
+                init = _params(methods["__init__"].args) if "__init__" in methods else ()
+                targets.append(
+                    Target(
+                        str(path),
+                        node.name,
+                        node.lineno,
+                        ("mha",),
+                        True,
+                        init,
+                        _params(methods["forward"].args),
+                        docstring=ast.get_docstring(node),
+                    )
+                )
+        elif isinstance(node, ast.FunctionDef) and _TARGET_NAME.search(node.name):
+            targets.append(
+                Target(
+                    str(path),
+                    node.name,
+                    node.lineno,
+                    ("function",),
+                    False,
+                    (),
+                    _params(node.args),
+                    docstring=ast.get_docstring(node),
+                )
+            )
+    return targets
+
+
+def file_result(path: Path) -> FileResult:
+    return FileResult(Source(str(path), path.read_text()), targets=targets_of(path))
+
+
+def expected_codes(path: Path) -> set[str]:
+    match = re.search(r"^# dynamic: (.+)$", path.read_text(), re.MULTILINE)
+    return {code.strip() for code in match.group(1).split(",")} if match else set()
+
+
+@dataclass(frozen=True)
+class Options:
+    timeout: float = 20.0
+    device: str = "auto"
+    jobs: int = 1
+    targets: dict = field(default_factory=dict)

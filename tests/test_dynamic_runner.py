@@ -1,0 +1,106 @@
+"""run_dynamic's bookkeeping: crashes cost one target, import failures every target, bad bindings skip."""
+
+from __future__ import annotations
+
+import textwrap
+
+from attncheck.dynamic.runner import check_file, run_dynamic
+from tests.dynamic_support import FIXTURES, Options, Outcome, file_result, in_process_child
+
+TWO = FIXTURES / "correct" / "dyn_self_attention.py"
+
+
+def _module(tmp_path, text: str):
+    path = tmp_path / "user_attention.py"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_a_dying_child_marks_its_target_and_a_fresh_child_runs_the_rest():
+    result = file_result(TWO)
+    result.targets = [result.targets[0], result.targets[0], result.targets[0]]
+    calls = []
+
+    def dies_on_second(path, request, tensors):
+        calls.append([t["id"] for t in request["targets"]])
+        outcome = in_process_child(path, request, tensors)
+        if len(calls) == 1:
+            return Outcome("timeout", "exceeded 20 s", outcome.replies[:1])
+        return outcome
+
+    findings, results = check_file(result, Options(), dies_on_second)
+    assert calls == [["0", "1", "2"], ["2"]]
+    assert [r.status for r in results] == ["passed", "error", "passed"]
+    assert results[1].reason == "timeout: exceeded 20 s"
+    assert findings == []
+
+
+def test_import_failure_errors_every_target(tmp_path):
+    path = _module(tmp_path, "import torch\nraise RuntimeError('no GPU here')\nclass Attention: pass\n")
+    result = file_result(path)
+    result.targets = file_result(TWO).targets
+    _, results = check_file(result, Options(), in_process_child)
+    assert [r.status for r in results] == ["error"]
+    assert "RuntimeError: no GPU here" in results[0].reason
+
+
+def test_crash_inside_forward_is_att901_with_the_line(tmp_path):
+    path = _module(
+        tmp_path,
+        """
+        import torch
+        from torch import nn
+
+        class CrashingAttention(nn.Module):
+            def __init__(self, d_model, num_heads):
+                super().__init__()
+                self.proj = nn.Linear(d_model, d_model)
+
+            def forward(self, x):
+                return self.proj(x) / torch.sqrt(64)
+        """,
+    )
+    findings, results = check_file(file_result(path), Options(), in_process_child)
+    assert results[0].status == "failed"
+    assert [f.code for f in findings] == ["ATT901"]
+    assert "TypeError" in findings[0].message and "(line 11)" in findings[0].message
+    assert findings[0].span.line == 5
+
+
+def test_unbindable_constructor_is_skipped_with_a_hint_and_declaration_fixes_it(tmp_path):
+    path = _module(
+        tmp_path,
+        """
+        import math
+        import torch
+        from torch import nn
+
+        class OddAttention(nn.Module):
+            def __init__(self, width, n):
+                super().__init__()
+                self.n = n
+                self.qkv = nn.Linear(width, 3 * width)
+                self.out = nn.Linear(width, width)
+
+            def forward(self, x):
+                b, s, d = x.shape
+                q, k, v = (t.view(b, s, self.n, -1).transpose(1, 2) for t in self.qkv(x).chunk(3, -1))
+                w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d // self.n), -1)
+                return self.out((w @ v).transpose(1, 2).reshape(b, s, d))
+        """,
+    )
+    _, results = check_file(file_result(path), Options(), in_process_child)
+    assert results[0].status == "skipped"
+    assert "[tool.attncheck.targets.OddAttention]" in results[0].reason
+    declared = Options(targets={"OddAttention": {"init": {"width": 32, "n": 4}, "forward": ["x"]}})
+    _, results = check_file(file_result(path), declared, in_process_child)
+    assert results[0].status == "passed", [(c.name, c.detail) for c in results[0].checks]
+
+
+def test_run_dynamic_collects_files_in_order():
+    buggy = file_result(FIXTURES / "buggy" / "dyn_wrong_scale.py")
+    findings, results = run_dynamic([file_result(TWO), buggy], Options(jobs=2), child=in_process_child)
+    assert [r.target.name for r in results] == ["MultiHeadSelfAttention", "WrongScaleAttention"]
+    assert [f.code for f in findings] == ["ATT903"]
+    assert "tolerance 1e-05" in findings[0].message and findings[0].target == "WrongScaleAttention"
+    assert results[0].device == "cpu"

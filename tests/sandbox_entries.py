@@ -38,3 +38,10 @@ def echo_then_forward(module: ModuleType, request: dict, tensors: dict[str, torc
 def leaks(module: ModuleType, request: dict, tensors: dict[str, torch.Tensor]) -> Units:
     """What the user's module saw of the environment, and the child's own view."""
     yield {"unit": "leaks", "module_saw": module.SEEN, "child_env": sorted(os.environ)}, {}
+
+
+def round_trip(module: ModuleType, request: dict, tensors: dict[str, torch.Tensor]) -> Units:
+    """Every input back, "x" as bfloat16 (a dtype numpy cannot hold), then the forward."""
+    yield from echo(module, request, tensors)
+    yield {"unit": "bfloat16"}, {"x16": tensors["x"].to(torch.bfloat16)}
+    yield from forward(module, request, tensors)

@@ -14,7 +14,6 @@ files it does not expect are ignored.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any

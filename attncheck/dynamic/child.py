@@ -58,6 +58,10 @@ class ReplyWriter:
         self.count += 1
 
     def done(self) -> None:
+        """Mark the end, first removing reply files past our count (planted by user code)."""
+        for path in self.workdir.glob("reply-*.json"):
+            if path.name >= channel.reply_name(self.count):
+                path.unlink()
         self._atomic(channel.DONE, lambda path: Path(path).write_text(_dumps({"replies": self.count})))
 
     def _atomic(self, name: str, write: Callable[[str], object]) -> None:

@@ -45,7 +45,6 @@ log = logging.getLogger(__name__)
 BUBBLEWRAP = "bubblewrap"
 RLIMITS_ONLY = "rlimits only"
 SANDBOX_UID = 65534
-FILE_SIZE_LIMIT = 256 * 1024 * 1024
 PRIVATE_TMP_BYTES = 64 * 1024 * 1024
 NPROC_HEADROOM = 64
 POLL_S = 0.02
@@ -72,7 +71,8 @@ class Limits:
     memory_mb: int = 4096
     cpu_s: int | None = None
     output_bytes: int = 64_000
-    workdir_mb: int = 512
+    file_mb: int = 256  # RLIMIT_FSIZE: the largest file the child may write
+    workdir_mb: int = 512  # the work dir's total size; past it the child is killed
 
     @property
     def cpu_seconds(self) -> int:
@@ -210,13 +210,14 @@ def _preexec(limits: Limits, nproc: int | None):
     """Runs in the forked child before exec: rlimits and death with the parent."""
     memory = limits.memory_mb * 1024 * 1024
     cpu = limits.cpu_seconds
+    file_size = limits.file_mb * 1024 * 1024
     libc = ctypes.CDLL(None, use_errno=True)
     pr_set_pdeathsig = 1
 
     def apply() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 2))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         if nproc is not None:
             resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))

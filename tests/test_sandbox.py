@@ -284,6 +284,19 @@ def test_fallback_without_bubblewrap(fallback):
     assert looping.outcome.status == "timeout" and looping.wall_s < SHORT.timeout_s + MARGIN_S
 
 
+@pytest.mark.parametrize(
+    ("module", "request_", "tensors", "reason"),
+    [
+        ("missing.py", {}, {}, "no such file: "),
+        ("well_behaved.py", {"bad": object()}, {}, "cannot send the request: Object of type object"),
+        ("well_behaved.py", {}, {"x": [1, 2]}, "cannot send the request: input 'x' is a list"),
+    ],
+)
+def test_bad_input_is_a_one_line_error(module, request_, tensors, reason):
+    result = run_child(HOSTILE / module, request_, tensors, SHORT)
+    assert result.status == "error" and result.reason.startswith(reason) and "\n" not in result.reason
+
+
 # The protocol, checked without a child: what the parent accepts from a work dir.
 
 

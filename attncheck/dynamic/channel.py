@@ -61,6 +61,9 @@ def tensors_name(index: int) -> str:
 
 def write_request(workdir: Path, request: dict, tensors: dict[str, numpy.ndarray]) -> None:
     """Parent side: the request and its input tensors, as the child will read them."""
+    for name, array in tensors.items():
+        if not isinstance(array, numpy.ndarray):
+            raise TypeError(f"input {name!r} is a {type(array).__name__}, not a numpy array")
     (workdir / REQUEST).write_text(json.dumps(request), encoding="utf-8")
     contiguous = {name: numpy.ascontiguousarray(array) for name, array in tensors.items()}
     safetensors.numpy.save_file(contiguous, str(workdir / INPUTS))

@@ -96,12 +96,18 @@ def run_child(
 ) -> ChildOutcome:
     """Import ``module_path`` in a jailed child, run the request's entry, collect its replies."""
     isolation = isolation_available()
+    module_path = Path(module_path).resolve()
+    if not module_path.is_file():
+        return ChildOutcome("error", f"no such file: {module_path}", [], "", "", isolation)
     run_dir = Path(tempfile.mkdtemp(prefix="attncheck-run-"))
     try:
         workdir = run_dir / "work"
         workdir.mkdir(mode=0o700)
-        channel.write_request(workdir, {**request, "module_path": str(Path(module_path).resolve())}, tensors)
-        return _run(run_dir, workdir, Path(module_path).resolve(), limits, isolation)
+        try:
+            channel.write_request(workdir, {**request, "module_path": str(module_path)}, tensors)
+        except (TypeError, ValueError, AttributeError) as error:
+            return ChildOutcome("error", f"cannot send the request: {error}", [], "", "", isolation)
+        return _run(run_dir, workdir, module_path, limits, isolation)
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
 

@@ -1,0 +1,136 @@
+"""A seccomp filter the child installs on itself before it imports user code.
+
+Why: rlimits cannot stop a fork loop when the checker runs as root (RLIMIT_NPROC is
+not enforced for root, even inside bubblewrap's user namespace, because the kernel
+still sees uid 0), and without bubblewrap a root child could signal or trace any
+process on the host. The filter is small and the same with or without bubblewrap:
+
+- no new processes: ``fork``, ``vfork`` and ``clone`` without ``CLONE_THREAD`` fail
+  with EPERM (threads still work: torch needs them); ``clone3`` answers ENOSYS so
+  glibc falls back to ``clone``, which the filter can inspect;
+- signals only to itself: ``kill``/``tgkill`` aimed at another pid fail, ``tkill`` and
+  ``pidfd_send_signal`` fail;
+- no ``ptrace`` or ``process_vm_readv``/``writev``;
+- no other syscall ABI (x32, i386 through ``int 0x80``).
+
+A filter cannot be removed once installed and is inherited by everything the
+process becomes. It is installed with ``no_new_privs``, which needs no privilege.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import struct
+from dataclasses import dataclass
+
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_SECCOMP = 22
+_SECCOMP_MODE_FILTER = 2
+
+_LD_ABS_W = 0x20
+_JEQ = 0x15
+_JGE = 0x35
+_JSET = 0x45
+_RET = 0x06
+
+_ALLOW = 0x7FFF0000
+_ERRNO = 0x00050000
+_EPERM = 1
+_ENOSYS = 38
+_CLONE_THREAD = 0x00010000
+
+_OFFSET_NR = 0
+_OFFSET_ARCH = 4
+_OFFSET_ARG0 = 16
+
+
+@dataclass(frozen=True)
+class _Arch:
+    audit_arch: int
+    forks: tuple[int, ...]  # always refused
+    clone: int
+    clone3: int
+    signal_self_only: tuple[int, ...]  # first argument must be our pid
+    refused: tuple[int, ...]  # always refused
+
+
+_ARCHES = {
+    "x86_64": _Arch(
+        audit_arch=0xC000003E,
+        forks=(57, 58),  # fork, vfork
+        clone=56,
+        clone3=435,
+        signal_self_only=(62, 234),  # kill, tgkill
+        refused=(200, 101, 310, 311, 424),  # tkill, ptrace, process_vm_readv/writev, pidfd_send_signal
+    ),
+    "aarch64": _Arch(
+        audit_arch=0xC00000B7,
+        forks=(),
+        clone=220,
+        clone3=435,
+        signal_self_only=(129, 131),  # kill, tgkill
+        refused=(130, 117, 270, 271, 424),
+    ),
+}
+
+
+def _program(arch: _Arch, pid: int) -> list[tuple[int, int, int, int]]:
+    """The BPF program, written with symbolic jump targets and then resolved."""
+    refused = (*arch.forks, *arch.refused)
+    code: list[tuple[int, str | int, str | int, int]] = [
+        (_LD_ABS_W, 0, 0, _OFFSET_ARCH),
+        (_JEQ, 0, "deny", arch.audit_arch),
+        (_LD_ABS_W, 0, 0, _OFFSET_NR),
+        (_JGE, "deny", 0, 0x40000000),  # the x32 ABI
+        (_JEQ, "enosys", 0, arch.clone3),
+    ]
+    code += [(_JEQ, "deny", 0, number) for number in refused]
+    code += [(_JEQ, "signal", 0, number) for number in arch.signal_self_only]
+    code += [
+        (_JEQ, 0, "allow", arch.clone),
+        (_LD_ABS_W, 0, 0, _OFFSET_ARG0),
+        (_JSET, "allow", "deny", _CLONE_THREAD),
+        ("signal", 0, 0, 0),
+        (_LD_ABS_W, 0, 0, _OFFSET_ARG0),
+        (_JEQ, "allow", "deny", pid),
+        ("allow", 0, 0, 0),
+        (_RET, 0, 0, _ALLOW),
+        ("deny", 0, 0, 0),
+        (_RET, 0, 0, _ERRNO | _EPERM),
+        ("enosys", 0, 0, 0),
+        (_RET, 0, 0, _ERRNO | _ENOSYS),
+    ]
+    labels: dict[str, int] = {}
+    instructions: list[tuple[int | str, str | int, str | int, int]] = []
+    for op, jt, jf, k in code:
+        if isinstance(op, str):
+            labels[op] = len(instructions)
+        else:
+            instructions.append((op, jt, jf, k))
+
+    def offset(target: str | int, index: int) -> int:
+        return labels[target] - index - 1 if isinstance(target, str) else target
+
+    return [(op, offset(jt, i), offset(jf, i), k) for i, (op, jt, jf, k) in enumerate(instructions)]
+
+
+def install_filter() -> str:
+    """Install the filter on the calling process; return what was done, in words."""
+    arch = _ARCHES.get(platform.machine())
+    if arch is None:
+        return f"no seccomp filter (unsupported machine {platform.machine()})"
+    blob = b"".join(struct.pack("=HBBI", *instruction) for instruction in _program(arch, os.getpid()))
+    buffer = ctypes.create_string_buffer(blob, len(blob))
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.c_void_p))
+
+    program = SockFprog(len(blob) // 8, ctypes.addressof(buffer))
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        return f"no seccomp filter (no_new_privs: {os.strerror(ctypes.get_errno())})"
+    if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(program), 0, 0) != 0:
+        return f"no seccomp filter ({os.strerror(ctypes.get_errno())})"
+    return "seccomp: no fork, signals to itself only, no ptrace"

@@ -6,6 +6,7 @@ import re
 
 import libcst as cst
 
+from attncheck.findings import Severity
 from attncheck.static import semantics
 from attncheck.static.facts import ClassFacts
 from attncheck.static.rule import Invalid, Rule
@@ -78,6 +79,9 @@ class UnusedDropout(Rule):
         if discarded:
             self.report(discarded[0], f"self.{attr}(...) is called but its result is discarded: dropout is not "
                         "in-place, so the attention weights are never dropped", hint=_HINT)
+        elif _applies_dropout(sem, klass) or _rate_passed_on(sem, klass, attr, value):
+            self.report(value, f"self.{attr} = {sem.code(value)} is defined but never applied; another "
+                        "dropout is, so this one is dead or misplaced", severity=Severity.WARNING, hint=_HINT)
         else:
             self.report(value, f"self.{attr} = {sem.code(value)} is defined but never applied in forward",
                         hint=_HINT)
@@ -87,6 +91,15 @@ class UnusedDropout(Rule):
             return
         self.report(value, f"self.{attr} = {sem.code(value)} is a dropout rate that no F.dropout or "
                     "dropout_p= ever uses", hint="attn = F.dropout(attn, p=self.dropout, training=self.training)")
+
+
+def _rate_passed_on(sem: semantics.Semantics, klass: ClassFacts, attr: str, value: cst.CSTNode) -> bool:
+    """Whether the dropout rate also went to a submodule (``self.attention = Core(dropout)``)."""
+    if not isinstance(value, cst.Call) or not value.args:
+        return False
+    rate = sem.code(value.args[0].value)
+    return any(isinstance(v, cst.Call) and any(sem.code(a.value) == rate for a in v.args)
+               for other, values in klass.attributes.items() if other != attr for v in values)
 
 
 def _is_rate(value: cst.BaseExpression) -> bool:

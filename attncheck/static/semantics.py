@@ -388,17 +388,20 @@ class Semantics:
     def _axis_of_tensor(self, tensor: cst.BaseExpression, index: int, arity: int | None,
                         fn: FunctionFacts | None, operands: frozenset[str]) -> str | None:
         """Which axis ``tensor.shape[index]`` is, from the tensor's rank and role."""
-        rank = arity or self.rank(tensor, fn)
+        evident = self.rank(tensor, fn)
+        rank = arity or evident
+        # ``b, s, d = q.shape`` before ``q`` is split into heads: a (batch, seq, d_model) view of it.
+        pre_split = arity is not None and evident is not None and arity < evident
         if rank is not None and index < 0:
             index += rank
         name = dotted_name(tensor) or ""
         if rank == 4:
             return {0: "batch", 1: "num_heads", 2: "seq_len", 3: "head_dim"}.get(index)
-        if name in operands:
+        if name in operands and not pre_split:
             if index == -1 or (rank == 3 and index == 2):
                 return "head_dim"
             return "seq_len" if index == -2 or (rank == 3 and index == 1) else None
-        raw = self.is_raw_input(tensor, fn)
+        raw = pre_split or self.is_raw_input(tensor, fn)
         if rank == 3 or (rank is None and raw):
             if index == 1:
                 return "seq_len"
@@ -456,6 +459,8 @@ class Semantics:
         func = self.facts.canonical(call.func) or ""
         args = positional(call)
         if method in {"view", "reshape"} and not func.startswith("torch."):
+            if any(a.star for a in call.args):
+                return None
             if len(args) == 1 and isinstance(args[0], (cst.Tuple, cst.List)):
                 return len(args[0].elements)
             return len(args) if len(args) > 1 else None
@@ -699,8 +704,9 @@ class Semantics:
             out.factors.append(Factor(call, args[0], method.startswith("div"), fn))
         if isinstance(call.func, cst.Attribute) and not self_attribute(call.func):
             self._walk_operand(call.func.value, fn, out, seen)
+            return  # a method's arguments (view sizes, dims) are not q or k
         for arg in args:
-            if isinstance(arg, (cst.Name, cst.Call, cst.Subscript, cst.BinaryOperation)):
+            if isinstance(arg, (cst.Name, cst.Call, cst.Subscript)):
                 self._walk_operand(arg, fn, out, seen)
 
     def is_scalar(self, expr: cst.BaseExpression, fn: FunctionFacts | None, depth: int = 0) -> bool:
@@ -908,15 +914,22 @@ class Semantics:
         return self.index.returns.get(id(fn), [])
 
     def has_heads(self, fn: FunctionFacts | None) -> bool:
-        """Whether the code splits into several heads (so head_dim differs from d_model)."""
-        names: set[str] = set(fn.params) | set(fn.assignments) if fn is not None else set()
-        if fn is not None and fn.owner is not None:
-            names |= set(fn.owner.attributes)
-            init = fn.owner.methods.get("__init__")
-            if init is not None:
-                names |= set(init.params)
-        return any(name_quantity(n) in {"num_heads", "head_dim"} for n in names)
+        """Whether the code splits into several heads, so that head_dim differs from d_model.
 
+        A head-dim name anywhere counts (``head_size`` given to a single-head class still
+        differs from the model width); a head count counts only once it is stored or used,
+        since ``num_heads=1`` asserted in ``__init__`` leaves one head as wide as the model.
+        """
+        if fn is None:
+            return False
+        used: set[str] = set(fn.params) | set(fn.assignments)
+        declared: set[str] = set()
+        if fn.owner is not None:
+            used |= set(fn.owner.attributes)
+            init = fn.owner.methods.get("__init__")
+            declared = set(init.params) if init is not None else set()
+        return any(name_quantity(n) in {"num_heads", "head_dim"} for n in used) or any(
+            name_quantity(n) == "head_dim" for n in declared)
 
     # -- projections, head splits and merges ---------------------------------------
 

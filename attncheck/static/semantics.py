@@ -500,7 +500,8 @@ class Semantics:
         if func in _SOFTMAX and args:
             dim = args[1] if len(args) > 1 else keyword(call, "dim")
             return Softmax(call, args[0], dim, dim is not None, self.code(call.func))
-        if method_name(call) == "softmax" and not func.startswith("torch.") and isinstance(call.func, cst.Attribute):
+        if method_name(call) == "softmax" and not func.startswith("torch.") and isinstance(call.func, cst.Attribute) \
+                and self_attribute(call.func) is None:
             dim = args[0] if args else keyword(call, "dim")
             return Softmax(call, call.func.value, dim, dim is not None, f"{self.code(call.func.value)}.softmax")
         module = self._softmax_module(call.func, fn)

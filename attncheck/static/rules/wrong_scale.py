@@ -108,7 +108,7 @@ class WrongScale(Rule):
                        + "; without 1/sqrt(head_dim) the softmax saturates as head_dim grows",
                        severity=Severity.WARNING if documented else None)
             return
-        factor, term = found[-1]
+        factor, term = found[0]
         if abs(power - 0.5) < 1e-9:
             message = f"scores multiplied by sqrt({term.evidence}) instead of divided"
         elif abs(power + 1) < 1e-9 and len(found) > 1:

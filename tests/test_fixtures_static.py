@@ -55,7 +55,8 @@ def test_fixture_findings_match_markers(path: Path):
     assert got == want, {"unexpected": {k: details[k] for k in got - want}, "missing": sorted(want - got)}
 
 
-@pytest.mark.parametrize("path", [p for p in FILES if p.parent.name != "correct"],
-                         ids=lambda p: f"{p.parent.name}/{p.name}")
+@pytest.mark.parametrize(
+    "path", [p for p in FILES if p.parent.name != "correct"], ids=lambda p: f"{p.parent.name}/{p.name}"
+)
 def test_buggy_fixture_declares_its_dynamic_codes(path: Path):
     assert _DYNAMIC.search(path.read_text(encoding="utf-8")), "add a '# dynamic: CODES' (or none) header line"

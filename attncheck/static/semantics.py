@@ -25,24 +25,53 @@ from attncheck.static.facts import ClassFacts, FileFacts, FunctionFacts, dotted_
 # -- names people give to attention quantities ---------------------------------
 
 _NAME_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("head_dim", re.compile(
-        r"(d_?k|d_?head|head_?dim|dim_?head|head_?size|attention_head_size|size_per_head|dim_per_head"
-        r"|per_head_dim|d_?kv|qk_head_dim|head_dim_qk|hd|d_qk|depth|key_size|kv_channels)", re.I)),
-    ("num_heads", re.compile(
-        r"(num_?heads?|n_?heads?|heads|nheads?|num_attention_heads|head_?num|num_query_heads"
-        r"|num_q_heads|n_q_heads)", re.I)),
-    ("seq_len", re.compile(
-        r"(seq_?len(gth)?|sequence_length|n_?tokens|num_tokens|tgt_len|src_len|q_len|kv_len|k_len"
-        r"|key_len|query_len|kv_seq_len|q_seq_len|seq_len_[qk]|len_[qkv]|max_seq_len|block_size"
-        r"|context_length|n_ctx)", re.I)),
-    ("d_model", re.compile(
-        r"(d_?model|embed_?dim|n_?embd|n_?embed|hidden_?size|hidden_?dim|dim|model_?dim|d_?embed"
-        r"|emb_?dim|embedding_?dim|embed_?size|emb_?size|width|n_?state|all_head_size|inner_dim)", re.I)),
+    (
+        "head_dim",
+        re.compile(
+            r"(d_?k|d_?head|head_?dim|dim_?head|head_?size|attention_head_size|size_per_head|dim_per_head"
+            r"|per_head_dim|d_?kv|qk_head_dim|head_dim_qk|hd|d_qk|depth|key_size|kv_channels)",
+            re.I,
+        ),
+    ),
+    (
+        "num_heads",
+        re.compile(
+            r"(num_?heads?|n_?heads?|heads|nheads?|num_attention_heads|head_?num|num_query_heads"
+            r"|num_q_heads|n_q_heads)",
+            re.I,
+        ),
+    ),
+    (
+        "seq_len",
+        re.compile(
+            r"(seq_?len(gth)?|sequence_length|n_?tokens|num_tokens|tgt_len|src_len|q_len|kv_len|k_len"
+            r"|key_len|query_len|kv_seq_len|q_seq_len|seq_len_[qk]|len_[qkv]|max_seq_len|block_size"
+            r"|context_length|n_ctx)",
+            re.I,
+        ),
+    ),
+    (
+        "d_model",
+        re.compile(
+            r"(d_?model|embed_?dim|n_?embd|n_?embed|hidden_?size|hidden_?dim|dim|model_?dim|d_?embed"
+            r"|emb_?dim|embedding_?dim|embed_?size|emb_?size|width|n_?state|all_head_size|inner_dim)",
+            re.I,
+        ),
+    ),
     ("batch", re.compile(r"(batch_?size|bsz|bs)", re.I)),
 )
 # Single capital letters are read case-sensitively: S is a length, s may be anything.
-_LETTERS = {"S": "seq_len", "T": "seq_len", "L": "seq_len", "C": "d_model", "E": "d_model",
-            "D": "d_model", "H": "num_heads", "h": "num_heads", "B": "batch"}
+_LETTERS = {
+    "S": "seq_len",
+    "T": "seq_len",
+    "L": "seq_len",
+    "C": "d_model",
+    "E": "d_model",
+    "D": "d_model",
+    "H": "num_heads",
+    "h": "num_heads",
+    "B": "batch",
+}
 
 DESCRIPTION = {
     "head_dim": "the head dimension",
@@ -53,21 +82,50 @@ DESCRIPTION = {
 }
 
 _SCALE_NAME = re.compile(
-    r"(scale|scaling|temperature|norm_factor|sm_scale|softmax_scale|multiplier|inv_sqrt|rsqrt)", re.I)
+    r"(scale|scaling|temperature|norm_factor|sm_scale|softmax_scale|multiplier|inv_sqrt|rsqrt)", re.I
+)
 _MASK_NAME = re.compile(r"mask|tril|triu|causal", re.I)
 
 _SOFTMAX = {"torch.softmax", "torch.nn.functional.softmax", "torch.special.softmax"}
 SDPA = {"torch.nn.functional.scaled_dot_product_attention", "scaled_dot_product_attention"}
 _PRODUCTS = {"torch.matmul", "torch.bmm", "torch.einsum", "torch.baddbmm", "einsum", "opt_einsum.contract"}
 _SHAPE_KEEPING = {
-    "transpose", "contiguous", "float", "half", "bfloat16", "double", "to", "type", "type_as",
-    "masked_fill", "masked_fill_", "clone", "detach", "mul", "div", "divide", "multiply", "mul_", "div_",
-    "add", "add_", "sub", "clamp", "softmax", "view_as", "expand_as", "repeat_interleave", "expand",
-    "narrow", "swapaxes", "mT",
+    "transpose",
+    "contiguous",
+    "float",
+    "half",
+    "bfloat16",
+    "double",
+    "to",
+    "type",
+    "type_as",
+    "masked_fill",
+    "masked_fill_",
+    "clone",
+    "detach",
+    "mul",
+    "div",
+    "divide",
+    "multiply",
+    "mul_",
+    "div_",
+    "add",
+    "add_",
+    "sub",
+    "clamp",
+    "softmax",
+    "view_as",
+    "expand_as",
+    "repeat_interleave",
+    "expand",
+    "narrow",
+    "swapaxes",
+    "mT",
 }
 _DROPOUT_KINDS = ("Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout")
 _NOT_PROJECTIONS = re.compile(
-    r"(Dropout|Norm|Softmax|GELU|ReLU|SiLU|Tanh|Sigmoid|Mish|ELU|Rotary|RoPE|Embedding)", re.I)
+    r"(Dropout|Norm|Softmax|GELU|ReLU|SiLU|Tanh|Sigmoid|Mish|ELU|Rotary|RoPE|Embedding)", re.I
+)
 
 
 def name_quantity(name: str) -> str | None:
@@ -194,7 +252,11 @@ class _IndexBuilder(cst.CSTVisitor):
         if isinstance(target, (cst.Tuple, cst.List)) and not isinstance(value, (cst.Tuple, cst.List)):
             for position, element in enumerate(target.elements):
                 if isinstance(element.value, cst.Name):
-                    self.index.unpacks[(id(fn), element.value.value)] = (value, position, len(target.elements))
+                    self.index.unpacks[(id(fn), element.value.value)] = (
+                        value,
+                        position,
+                        len(target.elements),
+                    )
         if self_attribute(target) is not None:
             self.index.attr_writer[id(value)] = fn
 
@@ -255,6 +317,16 @@ class Factor:
 
 
 @dataclass
+class _MaskEvidence:
+    """What the lineage of a mask shows: its names, 0/1 evidence, additive evidence."""
+
+    names: list[str] = field(default_factory=list)
+    binary: list[str] = field(default_factory=list)
+    additive: list[str] = field(default_factory=list)
+    seen: set[int] = field(default_factory=set)
+
+
+@dataclass
 class MaskUse:
     node: cst.CSTNode
     mask: cst.BaseExpression
@@ -301,8 +373,9 @@ class Semantics:
 
     # -- tracing ---------------------------------------------------------------
 
-    def values(self, expr: cst.BaseExpression, fn: FunctionFacts | None
-               ) -> list[tuple[cst.BaseExpression, FunctionFacts | None]]:
+    def values(
+        self, expr: cst.BaseExpression, fn: FunctionFacts | None
+    ) -> list[tuple[cst.BaseExpression, FunctionFacts | None]]:
         """Every value a Name or ``self.attr`` was assigned, with the function that wrote it."""
         if isinstance(expr, cst.Name) and fn is not None:
             return [(v, fn) for v in fn.assignments.get(expr.value, [])]
@@ -313,8 +386,9 @@ class Semantics:
             return [(v, self.index.attr_writer.get(id(v), fn)) for v in found]
         return []
 
-    def single(self, expr: cst.BaseExpression, fn: FunctionFacts | None
-               ) -> tuple[cst.BaseExpression, FunctionFacts | None] | None:
+    def single(
+        self, expr: cst.BaseExpression, fn: FunctionFacts | None
+    ) -> tuple[cst.BaseExpression, FunctionFacts | None] | None:
         found = self.values(expr, fn)
         return found[0] if len(found) == 1 else None
 
@@ -323,8 +397,13 @@ class Semantics:
 
     # -- quantities --------------------------------------------------------------
 
-    def quantity(self, expr: cst.BaseExpression, fn: FunctionFacts | None,
-                 operands: frozenset[str] = frozenset(), depth: int = 0) -> Quantity | None:
+    def quantity(
+        self,
+        expr: cst.BaseExpression,
+        fn: FunctionFacts | None,
+        operands: frozenset[str] = frozenset(),
+        depth: int = 0,
+    ) -> Quantity | None:
         """What dimension a Python number is, with the evidence; None when unknown."""
         if depth > 6:
             return None
@@ -378,15 +457,27 @@ class Semantics:
             return True
         return isinstance(node, cst.Call) and method_name(node) == "size" and not node.args
 
-    def _axis_of_shape(self, source: cst.BaseExpression, position: int, arity: int,
-                       fn: FunctionFacts, operands: frozenset[str]) -> str | None:
+    def _axis_of_shape(
+        self,
+        source: cst.BaseExpression,
+        position: int,
+        arity: int,
+        fn: FunctionFacts,
+        operands: frozenset[str],
+    ) -> str | None:
         if not self._is_shape(source):
             return None
         tensor = source.value if isinstance(source, cst.Attribute) else source.func.value  # type: ignore[attr-defined]
         return self._axis_of_tensor(tensor, position, arity, fn, operands)
 
-    def _axis_of_tensor(self, tensor: cst.BaseExpression, index: int, arity: int | None,
-                        fn: FunctionFacts | None, operands: frozenset[str]) -> str | None:
+    def _axis_of_tensor(
+        self,
+        tensor: cst.BaseExpression,
+        index: int,
+        arity: int | None,
+        fn: FunctionFacts | None,
+        operands: frozenset[str],
+    ) -> str | None:
         """Which axis ``tensor.shape[index]`` is, from the tensor's rank and role."""
         evident = self.rank(tensor, fn)
         rank = arity or evident
@@ -418,10 +509,15 @@ class Semantics:
         name = tensor.value  # type: ignore[attr-defined]
         for call in fn.calls:
             receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
-            if isinstance(receiver, cst.Name) and receiver.value == name and method_name(call) in {
-                "view", "reshape", "unflatten"}:
+            if (
+                isinstance(receiver, cst.Name)
+                and receiver.value == name
+                and method_name(call) in {"view", "reshape", "unflatten"}
+            ):
                 return True
-            projects = self_attribute(call.func) or self.facts.canonical(call.func) == "torch.nn.functional.linear"
+            projects = (
+                self_attribute(call.func) or self.facts.canonical(call.func) == "torch.nn.functional.linear"
+            )
             if projects and any(isinstance(a, cst.Name) and a.value == name for a in positional(call)[:1]):
                 return True
         return False
@@ -433,7 +529,8 @@ class Semantics:
         if depth > 8:
             return None
         if isinstance(expr, (cst.Name, cst.Attribute)) and (
-                isinstance(expr, cst.Name) or self_attribute(expr)):
+            isinstance(expr, cst.Name) or self_attribute(expr)
+        ):
             found = [self.rank(v, f, depth + 1) for v, f in self.values(expr, fn)]
             known = [r for r in found if r is not None]
             return max(known) if known else None
@@ -485,7 +582,9 @@ class Semantics:
         if func == "torch.matmul" and len(args) == 2:
             sides = [r for r in (self.rank(a, fn, depth + 1) for a in args) if r is not None]
             return max(sides) if sides else None
-        if (method in _SHAPE_KEEPING or method in {"chunk", "split"}) and isinstance(call.func, cst.Attribute):
+        if (method in _SHAPE_KEEPING or method in {"chunk", "split"}) and isinstance(
+            call.func, cst.Attribute
+        ):
             return self.rank(call.func.value, fn, depth + 1)
         if self_attribute(call.func) and args:
             return self.rank(args[0], fn, depth + 1)
@@ -500,10 +599,16 @@ class Semantics:
         if func in _SOFTMAX and args:
             dim = args[1] if len(args) > 1 else keyword(call, "dim")
             return Softmax(call, args[0], dim, dim is not None, self.code(call.func))
-        if method_name(call) == "softmax" and not func.startswith("torch.") and isinstance(call.func, cst.Attribute) \
-                and self_attribute(call.func) is None:
+        if (
+            method_name(call) == "softmax"
+            and not func.startswith("torch.")
+            and isinstance(call.func, cst.Attribute)
+            and self_attribute(call.func) is None
+        ):
             dim = args[0] if args else keyword(call, "dim")
-            return Softmax(call, call.func.value, dim, dim is not None, f"{self.code(call.func.value)}.softmax")
+            return Softmax(
+                call, call.func.value, dim, dim is not None, f"{self.code(call.func.value)}.softmax"
+            )
         module = self._softmax_module(call.func, fn)
         if module is not None and args:
             margs = positional(module)
@@ -550,7 +655,9 @@ class Semantics:
         self._reaches[key] = found
         return found
 
-    def _children_reach(self, expr: cst.BaseExpression, fn: FunctionFacts | None, depth: int) -> Iterator[bool]:
+    def _children_reach(
+        self, expr: cst.BaseExpression, fn: FunctionFacts | None, depth: int
+    ) -> Iterator[bool]:
         if self.product_operands(expr) is not None:
             yield True
             return
@@ -581,7 +688,9 @@ class Semantics:
             self._pipelines[key] = result
         return self._pipelines[key]
 
-    def _walk_scores(self, expr: cst.BaseExpression, fn: FunctionFacts, out: Pipeline, seen: set[int]) -> None:
+    def _walk_scores(
+        self, expr: cst.BaseExpression, fn: FunctionFacts, out: Pipeline, seen: set[int]
+    ) -> None:
         if id(expr) in seen:
             return
         seen.add(id(expr))
@@ -600,7 +709,9 @@ class Semantics:
         elif isinstance(expr, cst.Call):
             self._walk_call(expr, fn, out, seen)
 
-    def _walk_binary(self, expr: cst.BinaryOperation, fn: FunctionFacts, out: Pipeline, seen: set[int]) -> None:
+    def _walk_binary(
+        self, expr: cst.BinaryOperation, fn: FunctionFacts, out: Pipeline, seen: set[int]
+    ) -> None:
         left = self.reaches_product(expr.left, fn)
         right = self.reaches_product(expr.right, fn)
         if left == right:
@@ -619,7 +730,9 @@ class Semantics:
             return
         self._walk_scores(scores, fn, out, seen)
 
-    def _walk_tf_style(self, scores: cst.BaseExpression, fn: FunctionFacts, out: Pipeline, seen: set[int]) -> None:
+    def _walk_tf_style(
+        self, scores: cst.BaseExpression, fn: FunctionFacts, out: Pipeline, seen: set[int]
+    ) -> None:
         if isinstance(scores, cst.BinaryOperation):
             for side in (scores.left, scores.right):
                 if self.reaches_product(side, fn):
@@ -632,13 +745,19 @@ class Semantics:
         func = self.facts.canonical(call.func) or ""
         args = positional(call)
         receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
-        if method in {"mul", "mul_", "multiply", "div", "div_", "divide", "true_divide"} and args \
-                and receiver is not None and not func.startswith("torch."):
+        if (
+            method in {"mul", "mul_", "multiply", "div", "div_", "divide", "true_divide"}
+            and args
+            and receiver is not None
+            and not func.startswith("torch.")
+        ):
             self._other_factor(call, args[0], method.startswith(("div", "true")), fn, out)
             self._walk_scores(receiver, fn, out, seen)
             return
-        if func in {"torch.mul", "torch.div", "torch.multiply", "torch.divide", "torch.true_divide"} \
-                and len(args) == 2:
+        if (
+            func in {"torch.mul", "torch.div", "torch.multiply", "torch.divide", "torch.true_divide"}
+            and len(args) == 2
+        ):
             left = self.reaches_product(args[0], fn)
             scores, other = (args[0], args[1]) if left else (args[1], args[0])
             self._other_factor(call, other, "div" in func and other is args[1], fn, out)
@@ -656,8 +775,9 @@ class Semantics:
             if self.reaches_product(arg.value, fn):
                 self._walk_scores(arg.value, fn, out, seen)
 
-    def _record_product(self, node: cst.CSTNode, operands: list[cst.BaseExpression],
-                        fn: FunctionFacts, out: Pipeline) -> None:
+    def _record_product(
+        self, node: cst.CSTNode, operands: list[cst.BaseExpression], fn: FunctionFacts, out: Pipeline
+    ) -> None:
         out.products.append(node)
         out.operands.extend(operands)
         rank = self.rank(node, fn) if isinstance(node, cst.Call) else None
@@ -670,8 +790,9 @@ class Semantics:
         for operand in operands:
             self._walk_operand(operand, fn, out, set())
 
-    def _walk_operand(self, expr: cst.BaseExpression, fn: FunctionFacts | None, out: Pipeline,
-                      seen: set[int]) -> None:
+    def _walk_operand(
+        self, expr: cst.BaseExpression, fn: FunctionFacts | None, out: Pipeline, seen: set[int]
+    ) -> None:
         """Collect scale factors applied to q or k before the product (``q = q * self.scale``)."""
         if id(expr) in seen or fn is None or len(seen) > 60:
             return
@@ -697,7 +818,9 @@ class Semantics:
     def _walk_operand_call(self, call: cst.Call, fn: FunctionFacts, out: Pipeline, seen: set[int]) -> None:
         if keyword(call, "scale", "scaling", "softmax_scale") is not None:
             out.scale_argument = True
-        if self_attribute(call.func) is not None and self.module_kind(fn.owner, self_attribute(call.func) or ""):
+        if self_attribute(call.func) is not None and self.module_kind(
+            fn.owner, self_attribute(call.func) or ""
+        ):
             return  # a projection: what came before it is not q or k
         method = method_name(call)
         args = positional(call)
@@ -731,8 +854,15 @@ class Semantics:
         if isinstance(expr, cst.Call):
             func = self.facts.canonical(expr.func) or ""
             method = method_name(expr)
-            if func.startswith("math.") or func in {"float", "int", "torch.tensor", "torch.sqrt", "torch.rsqrt",
-                                                     "np.sqrt", "numpy.sqrt"}:
+            if func.startswith("math.") or func in {
+                "float",
+                "int",
+                "torch.tensor",
+                "torch.sqrt",
+                "torch.rsqrt",
+                "np.sqrt",
+                "numpy.sqrt",
+            }:
                 return all(self.is_scalar(a, fn, depth + 1) for a in positional(expr)[:1])
             if method == "size":
                 return True
@@ -740,23 +870,32 @@ class Semantics:
                 return self.is_scalar(expr.func.value, fn, depth + 1)
         return False
 
-    def _other_factor(self, node: cst.CSTNode, other: cst.BaseExpression, divides: bool,
-                      fn: FunctionFacts, out: Pipeline) -> None:
+    def _other_factor(
+        self, node: cst.CSTNode, other: cst.BaseExpression, divides: bool, fn: FunctionFacts, out: Pipeline
+    ) -> None:
         mask = self.mask_info(other, fn)
         if mask is not None:
             out.masks.append(MaskUse(node, other, "multiplied", *mask))
         else:
             out.factors.append(Factor(node, other, divides, fn))
 
-    def _other_term(self, node: cst.CSTNode, other: cst.BaseExpression, fn: FunctionFacts, out: Pipeline) -> None:
+    def _other_term(
+        self, node: cst.CSTNode, other: cst.BaseExpression, fn: FunctionFacts, out: Pipeline
+    ) -> None:
         mask = self.mask_info(other, fn)
         if mask is not None:
             out.masks.append(MaskUse(node, other, "added", *mask))
 
     # -- scale terms ---------------------------------------------------------------
 
-    def terms(self, expr: cst.BaseExpression, fn: FunctionFacts | None, power: float = 1.0,
-              operands: frozenset[str] = frozenset(), depth: int = 0) -> list[Term]:
+    def terms(
+        self,
+        expr: cst.BaseExpression,
+        fn: FunctionFacts | None,
+        power: float = 1.0,
+        operands: frozenset[str] = frozenset(),
+        depth: int = 0,
+    ) -> list[Term]:
         """``expr`` as a product of quantities to powers: ``1/math.sqrt(d_k)`` is head_dim**-0.5."""
         shown = self.code(expr)
         if depth > 8:
@@ -778,8 +917,14 @@ class Semantics:
             return self._call_terms(expr, fn, power, operands, depth)
         return [Term(None, power, shown)]
 
-    def _binary_terms(self, expr: cst.BinaryOperation, fn: FunctionFacts | None, power: float,
-                      operands: frozenset[str], depth: int) -> list[Term]:
+    def _binary_terms(
+        self,
+        expr: cst.BinaryOperation,
+        fn: FunctionFacts | None,
+        power: float,
+        operands: frozenset[str],
+        depth: int,
+    ) -> list[Term]:
         op = expr.operator
         left = self.terms(expr.left, fn, power, operands, depth + 1)
         if isinstance(op, cst.Multiply):
@@ -790,8 +935,9 @@ class Semantics:
             return self.terms(expr.left, fn, power * (number(expr.right) or 0.0), operands, depth + 1)
         return [Term(None, power, self.code(expr))]
 
-    def _call_terms(self, call: cst.Call, fn: FunctionFacts | None, power: float,
-                    operands: frozenset[str], depth: int) -> list[Term]:
+    def _call_terms(
+        self, call: cst.Call, fn: FunctionFacts | None, power: float, operands: frozenset[str], depth: int
+    ) -> list[Term]:
         func = self.facts.canonical(call.func) or ""
         method = method_name(call)
         args = positional(call)
@@ -818,47 +964,56 @@ class Semantics:
 
     # -- masks -------------------------------------------------------------------
 
-    def mask_info(self, expr: cst.BaseExpression, fn: FunctionFacts | None
-                  ) -> tuple[str | None, str | None] | None:
+    def mask_info(
+        self, expr: cst.BaseExpression, fn: FunctionFacts | None
+    ) -> tuple[str | None, str | None] | None:
         """(binary evidence, additive evidence) when ``expr`` is a mask tensor, else None."""
         if self.is_scalar(expr, fn):
             return None
-        names: list[str] = []
-        binary: list[str] = []
-        additive: list[str] = []
-        self._mask_lineage(expr, fn, names, binary, additive, set(), 0)
-        if not names and not binary:
+        found = _MaskEvidence()
+        self._mask_lineage(expr, fn, found, 0)
+        if not found.names and not found.binary:
             return None
-        return (binary[0] if binary else None), (additive[0] if additive else None)
+        return (found.binary[0] if found.binary else None), (found.additive[0] if found.additive else None)
 
-    def _mask_lineage(self, expr: cst.BaseExpression, fn: FunctionFacts | None, names: list[str],
-                      binary: list[str], additive: list[str], seen: set[int], depth: int) -> None:
-        if id(expr) in seen or depth > 10:
+    def _mask_lineage(
+        self, expr: cst.BaseExpression, fn: FunctionFacts | None, found: _MaskEvidence, depth: int
+    ) -> None:
+        if id(expr) in found.seen or depth > 10:
             return
-        seen.add(id(expr))
+        found.seen.add(id(expr))
         label = expr.value if isinstance(expr, cst.Name) else self_attribute(expr)
         if label is not None:
             if _MASK_NAME.search(label):
-                names.append(label)
+                found.names.append(label)
             for value, vfn in self.values(expr, fn):
-                self._mask_lineage(value, vfn, names, binary, additive, seen, depth + 1)
+                self._mask_lineage(value, vfn, found, depth + 1)
             if self.is_param(expr, fn) and fn is not None and _MASK_NAME.search(label):
                 described = _docstring_says_binary(fn, label)
                 if described:
-                    binary.append(described)
+                    found.binary.append(described)
             return
         for node in _walk_expression(expr):
-            self._classify_mask_node(node, fn, names, binary, additive, seen, depth)
+            self._classify_mask_node(node, fn, found, depth)
 
-    def _classify_mask_node(self, node: cst.CSTNode, fn: FunctionFacts | None, names: list[str],
-                            binary: list[str], additive: list[str], seen: set[int], depth: int) -> None:
-        if isinstance(node, (cst.Name, cst.Attribute)) and (isinstance(node, cst.Name) or self_attribute(node)):
-            self._mask_lineage(node, fn, names, binary, additive, seen, depth + 1)
+    def _classify_mask_node(
+        self, node: cst.CSTNode, fn: FunctionFacts | None, found: _MaskEvidence, depth: int
+    ) -> None:
+        binary, additive = found.binary, found.additive
+        if isinstance(node, (cst.Name, cst.Attribute)) and (
+            isinstance(node, cst.Name) or self_attribute(node)
+        ):
+            self._mask_lineage(node, fn, found, depth + 1)
         elif isinstance(node, cst.Call):
             func = self.facts.canonical(node.func) or ""
             method = method_name(node) or ""
-            if func in {"torch.tril", "torch.triu", "torch.ones", "torch.ones_like", "torch.eye"} \
-                    or method in {"bool", "long", "int", "byte", "tril", "triu"}:
+            if func in {
+                "torch.tril",
+                "torch.triu",
+                "torch.ones",
+                "torch.ones_like",
+                "torch.eye",
+            } or method in {"bool", "long", "int", "byte", "tril", "triu"}:
                 binary.append(f"{self.code(node)} is 0/1")
             if method in {"masked_fill", "masked_fill_", "log"} or "finfo" in func or func == "torch.where":
                 additive.append(self.code(node))
@@ -868,9 +1023,7 @@ class Semantics:
             value = number(node)
             if (value is not None and value <= -100) or is_infinite(node, self.facts):
                 additive.append(self.code(node))
-        elif isinstance(node, (cst.Integer, cst.Float)) and abs(float(node.evaluated_value)) >= 1e4:
-            additive.append(self.code(node))
-        elif is_infinite(node, self.facts):  # type: ignore[arg-type]
+        elif _is_big_literal(node) or is_infinite(node, self.facts):  # type: ignore[arg-type]
             additive.append(self.code(node))
 
     # -- modules -----------------------------------------------------------------
@@ -883,8 +1036,18 @@ class Semantics:
             for option in (value.body, value.orelse) if isinstance(value, cst.IfExp) else (value,):
                 if isinstance(option, cst.Call):
                     name = self.facts.canonical(option.func)
-                    if name and not name.startswith(("float", "int", "math.", "torch.tensor", "torch.zeros",
-                                                       "torch.ones", "torch.randn", "torch.empty")):
+                    if name and not name.startswith(
+                        (
+                            "float",
+                            "int",
+                            "math.",
+                            "torch.tensor",
+                            "torch.zeros",
+                            "torch.ones",
+                            "torch.randn",
+                            "torch.empty",
+                        )
+                    ):
                         return name
         return None
 
@@ -897,16 +1060,22 @@ class Semantics:
         kind = self.module_kind(klass, attr)
         if kind is None:
             values = klass.attributes.get(attr, []) if klass is not None else []
-            return any(self.facts.canonical(v) in {"torch.nn.Parameter", "nn.Parameter"}
-                       or (isinstance(v, cst.Call) and (self.facts.canonical(v.func) or "").endswith("Parameter"))
-                       for v in values)
+            return any(
+                self.facts.canonical(v) in {"torch.nn.Parameter", "nn.Parameter"}
+                or (isinstance(v, cst.Call) and (self.facts.canonical(v.func) or "").endswith("Parameter"))
+                for v in values
+            )
         short = kind.rsplit(".", 1)[-1]
         return not _NOT_PROJECTIONS.search(short) and short not in {"ModuleList", "ModuleDict"}
 
-    def references_outside_init(self, klass: ClassFacts, attr: str) -> list[tuple[FunctionFacts, cst.Attribute]]:
+    def references_outside_init(
+        self, klass: ClassFacts, attr: str
+    ) -> list[tuple[FunctionFacts, cst.Attribute]]:
         """Uses of ``self.attr`` outside ``__init__``, not counting calls whose result is discarded."""
         refs = self.index.attr_refs.get((id(klass), attr), [])
-        return [(fn, node) for fn, node in refs if fn.name != "__init__" and id(node) not in self.index.bare_calls]
+        return [
+            (fn, node) for fn, node in refs if fn.name != "__init__" and id(node) not in self.index.bare_calls
+        ]
 
     def is_bare_call(self, call: cst.Call) -> bool:
         return id(call) in self.index.bare_calls
@@ -930,7 +1099,8 @@ class Semantics:
             init = fn.owner.methods.get("__init__")
             declared = set(init.params) if init is not None else set()
         return any(name_quantity(n) in {"num_heads", "head_dim"} for n in used) or any(
-            name_quantity(n) == "head_dim" for n in declared)
+            name_quantity(n) == "head_dim" for n in declared
+        )
 
     # -- projections, head splits and merges ---------------------------------------
 
@@ -943,14 +1113,19 @@ class Semantics:
                 return False
             return self.module_kind(owner, attr) is None or self.is_projection_module(owner, attr)
         func = self.facts.canonical(call.func) or ""
-        if func in {"torch.nn.functional.linear", "torch.addmm", "torch.nn.functional.conv1d",
-                    "torch.nn.functional.conv2d"}:
+        if func in {
+            "torch.nn.functional.linear",
+            "torch.addmm",
+            "torch.nn.functional.conv1d",
+            "torch.nn.functional.conv2d",
+        }:
             return True
         operands = self.product_operands(call)
         return bool(operands) and any(self_attribute(_base(o)) for o in operands)
 
-    def provenance(self, expr: cst.BaseExpression, fn: FunctionFacts | None,
-                   seen: set[int] | None = None) -> tuple[bool, list[str]]:
+    def provenance(
+        self, expr: cst.BaseExpression, fn: FunctionFacts | None, seen: set[int] | None = None
+    ) -> tuple[bool, list[str]]:
         """(whether a learned projection is on some path to ``expr``, the raw inputs reached)."""
         seen = set() if seen is None else seen
         if id(expr) in seen or fn is None or len(seen) > 80:
@@ -971,7 +1146,8 @@ class Semantics:
             return self.provenance(expr.value, fn, seen)
         if isinstance(expr, cst.BinaryOperation):
             if isinstance(expr.operator, cst.MatrixMultiply) and (
-                    self_attribute(_base(expr.left)) or self_attribute(_base(expr.right))):
+                self_attribute(_base(expr.left)) or self_attribute(_base(expr.right))
+            ):
                 return True, []
             return _merge(self.provenance(expr.left, fn, seen), self.provenance(expr.right, fn, seen))
         if isinstance(expr, (cst.Tuple, cst.List)):
@@ -992,8 +1168,10 @@ class Semantics:
             if method_name(call) not in {"matmul", "bmm", "mul", "add", "masked_fill"}:
                 return result
         for arg in positional(call):
-            if isinstance(arg, (cst.Name, cst.Call, cst.Subscript, cst.BinaryOperation, cst.List, cst.Tuple,
-                                cst.Attribute)):
+            if isinstance(
+                arg,
+                (cst.Name, cst.Call, cst.Subscript, cst.BinaryOperation, cst.List, cst.Tuple, cst.Attribute),
+            ):
                 result = _merge(result, self.provenance(arg, fn, seen))
         return result
 
@@ -1017,7 +1195,9 @@ class Semantics:
             args = positional(call)
             if helper is not None and helper is not fn and args and len(helper.params) > 1:
                 param = helper.params[1]
-                if any(isinstance(t, cst.Name) and t.value == param for _, t in self._reshapes_here(helper, test)):
+                if any(
+                    isinstance(t, cst.Name) and t.value == param for _, t in self._reshapes_here(helper, test)
+                ):
                     found.append((call, args[0]))
         return found
 
@@ -1031,7 +1211,8 @@ class Semantics:
 
     def reaches_attention(self, expr: cst.BaseExpression, fn: FunctionFacts) -> bool:
         return self.reaches_product(expr, fn) or any(
-            (self.facts.canonical(c.func) or "") in SDPA for c in fn.calls)
+            (self.facts.canonical(c.func) or "") in SDPA for c in fn.calls
+        )
 
 
 _CACHE: WeakKeyDictionary[object, Semantics] = WeakKeyDictionary()
@@ -1053,6 +1234,11 @@ def _count_axes(side: str) -> int:
     return len(re.findall(r"\([^)]*\)|[A-Za-z_][A-Za-z0-9_]*|\.\.\.", side))
 
 
+def _is_big_literal(node: cst.CSTNode) -> bool:
+    """A literal like 10000 or 1e9: the magnitude of an additive mask's fill."""
+    return isinstance(node, (cst.Integer, cst.Float)) and abs(float(node.evaluated_value)) >= 1e4
+
+
 def _walk_expression(expr: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """``expr`` and its sub-expressions, without entering lambdas or nested scopes."""
     stack = [expr]
@@ -1071,11 +1257,14 @@ def _walk_expression(expr: cst.CSTNode) -> Iterator[cst.CSTNode]:
 def _is_tf_style_mask_term(other: cst.BaseExpression, sem: Semantics) -> bool:
     """``- 1e4 * (1 - mask)``: the additive half of the old TF multiplicative idiom."""
     code = sem.module.code_for_node(other)
-    return bool(_MASK_NAME.search(code)) and any(
-        (isinstance(n, (cst.Integer, cst.Float)) and abs(float(n.evaluated_value)) >= 1e4)
-        or is_infinite(n, sem.facts)  # type: ignore[arg-type]
-        for n in _walk_expression(other)
-    ) and "(" in code
+    return (
+        bool(_MASK_NAME.search(code))
+        and any(
+            _is_big_literal(n) or is_infinite(n, sem.facts)  # type: ignore[arg-type]
+            for n in _walk_expression(other)
+        )
+        and "(" in code
+    )
 
 
 _BINARY_DOC = re.compile(r"\b(0|1|0/1|1/0|True|False|bool|boolean|binary|zeros?|ones?)\b")
@@ -1084,8 +1273,12 @@ _BINARY_DOC = re.compile(r"\b(0|1|0/1|1/0|True|False|bool|boolean|binary|zeros?|
 def _docstring_says_binary(fn: FunctionFacts, param: str) -> str | None:
     doc = fn.node.get_docstring() or ""
     for line in doc.splitlines():
-        if re.search(rf"\b{re.escape(param)}\b", line) and _BINARY_DOC.search(line) \
-                and "-inf" not in line and "additive" not in line.lower():
+        if (
+            re.search(rf"\b{re.escape(param)}\b", line)
+            and _BINARY_DOC.search(line)
+            and "-inf" not in line
+            and "additive" not in line.lower()
+        ):
             return f"the docstring says {line.strip()!r}"
     return None
 
@@ -1103,7 +1296,11 @@ def located(rule: cst.BatchableCSTVisitor, *nodes: cst.CSTNode) -> cst.CSTNode:
 def _base(expr: cst.BaseExpression) -> cst.BaseExpression:
     """``self.W`` for ``self.W.t()`` or ``self.W.T``: what a method chain starts from."""
     while True:
-        if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and not self_attribute(expr.func):
+        if (
+            isinstance(expr, cst.Call)
+            and isinstance(expr.func, cst.Attribute)
+            and not self_attribute(expr.func)
+        ):
             expr = expr.func.value
         elif isinstance(expr, cst.Attribute) and self_attribute(expr) is None:
             expr = expr.value
@@ -1163,22 +1360,31 @@ def _is_merge(call: cst.Call, sem: Semantics) -> cst.BaseExpression | None:
 
 
 _ROLES = (
-    ("qkv", re.compile(r"(^|_)(qkv|c_attn|in_proj|in_proj_weight|wqkv|to_qkv|query_key_value|att_proj)($|_)", re.I)),
+    (
+        "qkv",
+        re.compile(
+            r"(^|_)(qkv|c_attn|in_proj|in_proj_weight|wqkv|to_qkv|query_key_value|att_proj)($|_)", re.I
+        ),
+    ),
     ("kv", re.compile(r"(^|_)(kv|to_kv|wkv)($|_)", re.I)),
     ("q", re.compile(r"(^|_)(q|query|queries|wq|to_q)($|_)", re.I)),
     ("k", re.compile(r"(^|_)(k|key|keys|wk|to_k)($|_)", re.I)),
     ("v", re.compile(r"(^|_)(v|value|values|wv|to_v)($|_)", re.I)),
-    ("out", re.compile(r"(^|_)(o|out|output|proj|projection|dense|wo|c_proj|to_out|fc|out_proj|o_proj)($|_)",
-                       re.I)),
+    (
+        "out",
+        re.compile(
+            r"(^|_)(o|out|output|proj|projection|dense|wo|c_proj|to_out|fc|out_proj|o_proj)($|_)", re.I
+        ),
+    ),
 )
 
 
 def projection_role(attr: str) -> str | None:
-    """"q", "k", "v", "qkv", "kv" or "out" from an attribute's name (``W_o`` -> "out")."""
+    """ "q", "k", "v", "qkv", "kv" or "out" from an attribute's name (``W_o`` -> "out")."""
     name = attr.lower()
     for prefix in ("w_", "linear_", "lin_"):
         if name.startswith(prefix) and len(name) > len(prefix):
-            name = name[len(prefix):]
+            name = name[len(prefix) :]
     for role, pattern in _ROLES:
         if pattern.search(name):
             return role

@@ -24,10 +24,14 @@ if TYPE_CHECKING:
 
 _ATTENTION_NAME = re.compile(r"attention|attn|mha|multihead|selfatten", re.I)
 _ROPE_NAME = re.compile(r"rotary|rope", re.I)
-_GQA = re.compile(r"num_kv_heads|n_kv_heads|num_key_value_heads|num_query_groups|kv_heads|repeat_kv|enable_gqa")
+_GQA = re.compile(
+    r"num_kv_heads|n_kv_heads|num_key_value_heads|num_query_groups|kv_heads|repeat_kv|enable_gqa"
+)
 _ROPE = re.compile(r"rotary|rope|\bcos\b|\bsin\b|cos_cached|freqs_cis", re.I)
 _CAUSAL = re.compile(r"torch\.tril|torch\.triu|\.tril\(|\.triu\(|is_causal\s*=\s*True|causal", re.I)
-_NOT_INPUTS = re.compile(r"mask|pos|position|cache|past|cos|sin|freq|ids|return|output_|use_|need_|training", re.I)
+_NOT_INPUTS = re.compile(
+    r"mask|pos|position|cache|past|cos|sin|freq|ids|return|output_|use_|need_|training", re.I
+)
 _TORCH_MODULE = {"torch.nn.Module", "torch.nn.modules.module.Module"}
 
 
@@ -38,9 +42,13 @@ def find_targets(context: FileContext) -> list[Target]:
     attention_classes = {name for name, klass in facts.classes.items() if _is_attention_class(sem, klass)}
     targets = []
     for name, klass in facts.classes.items():
-        uses = any(sem.module_kind(klass, attr) in attention_classes | {"torch.nn.MultiheadAttention"}
-                   for attr in klass.attributes)
-        if (name in attention_classes or (uses and _is_module(klass, facts.classes))) and "forward" in klass.methods:
+        uses = any(
+            sem.module_kind(klass, attr) in attention_classes | {"torch.nn.MultiheadAttention"}
+            for attr in klass.attributes
+        )
+        if (
+            name in attention_classes or (uses and _is_module(klass, facts.classes))
+        ) and "forward" in klass.methods:
             targets.append(_class_target(context, sem, klass))
     for fn in facts.functions:
         if fn.owner is None and _is_top_level(context.module, fn) and _is_attention_function(sem, fn):
@@ -52,8 +60,10 @@ def _is_module(klass: ClassFacts, classes: dict[str, ClassFacts], depth: int = 0
     """An nn.Module subclass, directly or through another class of the file."""
     if depth > 5:
         return False
-    return any(base in _TORCH_MODULE or (base in classes and _is_module(classes[base], classes, depth + 1))
-               for base in klass.bases)
+    return any(
+        base in _TORCH_MODULE or (base in classes and _is_module(classes[base], classes, depth + 1))
+        for base in klass.bases
+    )
 
 
 def _computes_attention(sem: semantics.Semantics, fn: FunctionFacts) -> bool:
@@ -121,8 +131,10 @@ def _function_target(context: FileContext, sem: semantics.Semantics, fn: Functio
 
 
 def _input_kinds(params: tuple[Parameter, ...]) -> list[str]:
-    """"self" for one tensor input, "cross" for separate query and key/value inputs."""
-    inputs = [p for p in params if p.kind == "positional" and p.default is None and not _NOT_INPUTS.search(p.name)]
+    """ "self" for one tensor input, "cross" for separate query and key/value inputs."""
+    inputs = [
+        p for p in params if p.kind == "positional" and p.default is None and not _NOT_INPUTS.search(p.name)
+    ]
     if len(inputs) == 1:
         return ["self"]
     return ["cross"] if len(inputs) >= 2 else []

@@ -44,19 +44,35 @@ class MissingOutputProjection(Rule):
     PREFILTER = ("view", "reshape", "rearrange", "flatten")
     VALID = (
         _cls(_PROJ, "return self.proj(out.transpose(1, 2).reshape(b, s, d))"),
-        _cls(_PROJ, "out = out.transpose(1, 2).contiguous().view(b, s, d)\n        out = self.proj(out)\n"
-             "        return out"),
-        _cls("self.W_o = nn.Parameter(torch.eye(d_model))",
-             "return out.transpose(1, 2).flatten(2) @ self.W_o"),
-        _cls("self.c_proj = nn.Linear(d_model, d_model)",
-             "from einops import rearrange\n        return self.c_proj(rearrange(out, 'b h s d -> b s (h d)'))"),
+        _cls(
+            _PROJ,
+            "out = out.transpose(1, 2).contiguous().view(b, s, d)\n        out = self.proj(out)\n"
+            "        return out",
+        ),
+        _cls(
+            "self.W_o = nn.Parameter(torch.eye(d_model))", "return out.transpose(1, 2).flatten(2) @ self.W_o"
+        ),
+        _cls(
+            "self.c_proj = nn.Linear(d_model, d_model)",
+            "from einops import rearrange\n"
+            "        return self.c_proj(rearrange(out, 'b h s d -> b s (h d)'))",
+        ),
     )
     INVALID = (
         Invalid(_cls(_PROJ, "return out.transpose(1, 2).reshape(b, s, d)"), line=13, message="self.proj"),
-        Invalid(_cls(_PROJ, "out = out.transpose(1, 2).contiguous().view(b, s, d)\n        self.proj(out)\n"
-                     "        return out"), line=13),
-        Invalid(_cls("", "from einops import rearrange\n        return rearrange(out, 'b h s d -> b s (h d)')"),
-                line=14, severity=Severity.WARNING),
+        Invalid(
+            _cls(
+                _PROJ,
+                "out = out.transpose(1, 2).contiguous().view(b, s, d)\n        self.proj(out)\n"
+                "        return out",
+            ),
+            line=13,
+        ),
+        Invalid(
+            _cls("", "from einops import rearrange\n        return rearrange(out, 'b h s d -> b s (h d)')"),
+            line=14,
+            severity=Severity.WARNING,
+        ),
     )
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
@@ -65,24 +81,38 @@ class MissingOutputProjection(Rule):
         if klass is None or forward is None:
             return
         sem = semantics.of(self.context)
-        merges = {id(call): call for call, tensor in sem.merges(forward) if sem.reaches_attention(tensor, forward)}
+        merges = {
+            id(call): call for call, tensor in sem.merges(forward) if sem.reaches_attention(tensor, forward)
+        }
         if not merges:
             return
         merge = self._unprojected_merge(sem, forward, merges)
         if merge is None:
             return
-        outs = [a for a in klass.attributes if projection_role(a) == "out" and sem.is_projection_module(klass, a)]
+        outs = [
+            a for a in klass.attributes if projection_role(a) == "out" and sem.is_projection_module(klass, a)
+        ]
         unused = [a for a in outs if not sem.references_outside_init(klass, a)]
         if unused:
             shown = ", ".join(f"self.{a}" for a in unused)
-            self.report(merge, f"heads are merged and returned without the output projection: {shown} is "
-                        "defined but never applied (or its result is discarded)", hint=_HINT)
+            self.report(
+                merge,
+                f"heads are merged and returned without the output projection: {shown} is "
+                "defined but never applied (or its result is discarded)",
+                hint=_HINT,
+            )
         elif not outs and self._owns_projection(sem, klass):
-            self.report(merge, "heads are merged and returned without an output projection (W_o): the class "
-                        "projects Q, K and V but defines none", severity=Severity.WARNING, hint=_HINT)
+            self.report(
+                merge,
+                "heads are merged and returned without an output projection (W_o): the class "
+                "projects Q, K and V but defines none",
+                severity=Severity.WARNING,
+                hint=_HINT,
+            )
 
-    def _unprojected_merge(self, sem: semantics.Semantics, forward: FunctionFacts,
-                           merges: dict[int, cst.Call]) -> cst.Call | None:
+    def _unprojected_merge(
+        self, sem: semantics.Semantics, forward: FunctionFacts, merges: dict[int, cst.Call]
+    ) -> cst.Call | None:
         for ret in sem.returns(forward):
             if ret.value is None:
                 continue
@@ -101,14 +131,22 @@ class MissingOutputProjection(Rule):
         for other in self.context.facts.classes.values():
             if other is klass:
                 continue
-            if any(isinstance(v, cst.Call) and sem.facts.canonical(v.func) == klass.name
-                   for values in other.attributes.values() for v in values):
+            if any(
+                isinstance(v, cst.Call) and sem.facts.canonical(v.func) == klass.name
+                for values in other.attributes.values()
+                for v in values
+            ):
                 return False  # used inside another module, which may project
         return any(projection_role(a) in {"q", "k", "v", "qkv"} for a in klass.attributes)
 
 
-def _find_merge(sem: semantics.Semantics, expr: cst.BaseExpression, fn: FunctionFacts,
-                merges: dict[int, cst.Call], seen: set[int]) -> cst.Call | None:
+def _find_merge(
+    sem: semantics.Semantics,
+    expr: cst.BaseExpression,
+    fn: FunctionFacts,
+    merges: dict[int, cst.Call],
+    seen: set[int],
+) -> cst.Call | None:
     """The merge a returned value comes from with no projection on the way, else None."""
     if id(expr) in seen or len(seen) > 60:
         return None
@@ -128,7 +166,8 @@ def _find_merge(sem: semantics.Semantics, expr: cst.BaseExpression, fn: Function
         parts = values
     elif isinstance(expr, cst.BinaryOperation):
         if isinstance(expr.operator, cst.MatrixMultiply) and sem.is_projection_call(
-                cst.Call(func=cst.Name("matmul"), args=[cst.Arg(expr.left), cst.Arg(expr.right)]), fn):
+            cst.Call(func=cst.Name("matmul"), args=[cst.Arg(expr.left), cst.Arg(expr.right)]), fn
+        ):
             return None
         parts = [expr.left, expr.right]
     elif isinstance(expr, cst.Subscript):

@@ -40,11 +40,17 @@ class MultiplicativeMask(Rule):
         Invalid(_fn("", scores="mask * torch.matmul(q, k.transpose(-2, -1)) / 8"), line=5),
         Invalid(_fn("scores = torch.mul(scores, mask)"), line=6),
         Invalid(_fn("scores = scores + mask"), line=6, message="0/1"),
-        Invalid(_fn("causal = torch.tril(torch.ones(q.size(2), q.size(2)))\n    scores = scores + causal"),
-                line=7, message="tril"),
-        Invalid("import torch\ndef f(q, k, v):\n    s = torch.einsum('bhqd,bhkd->bhqk', q, k) / 8\n"
-                "    keep = s.new_ones(s.shape[-2:]).tril() > 0\n"
-                "    return torch.softmax(s * keep, dim=-1) @ v", line=5),
+        Invalid(
+            _fn("causal = torch.tril(torch.ones(q.size(2), q.size(2)))\n    scores = scores + causal"),
+            line=7,
+            message="tril",
+        ),
+        Invalid(
+            "import torch\ndef f(q, k, v):\n    s = torch.einsum('bhqd,bhkd->bhqk', q, k) / 8\n"
+            "    keep = s.new_ones(s.shape[-2:]).tril() > 0\n"
+            "    return torch.softmax(s * keep, dim=-1) @ v",
+            line=5,
+        ),
     )
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -60,10 +66,18 @@ class MultiplicativeMask(Rule):
             shown = sem.code(use.mask)
             anchor = semantics.located(self, use.node, node)
             if use.how == "multiplied":
-                self.report(anchor, f"mask {shown} is multiplied into the scores: blocked keys get score 0, "
-                            "and exp(0) still gives them weight after the softmax", hint=_HINT,
-                            evidence=[e for e in (use.binary, use.additive) if e])
+                self.report(
+                    anchor,
+                    f"mask {shown} is multiplied into the scores: blocked keys get score 0, "
+                    "and exp(0) still gives them weight after the softmax",
+                    hint=_HINT,
+                    evidence=[e for e in (use.binary, use.additive) if e],
+                )
             elif use.binary and not use.additive:
-                self.report(anchor, f"a 0/1 mask is added to the scores ({use.binary}): adding 1 to kept keys "
-                            "blocks nothing; convert it to an additive mask (0 / -inf) first", hint=_HINT,
-                            evidence=[use.binary])
+                self.report(
+                    anchor,
+                    f"a 0/1 mask is added to the scores ({use.binary}): adding 1 to kept keys "
+                    "blocks nothing; convert it to an additive mask (0 / -inf) first",
+                    hint=_HINT,
+                    evidence=[use.binary],
+                )

@@ -44,8 +44,11 @@ class SoftmaxDim(Rule):
         Invalid(_heads("return scores.softmax(1)"), line=8, message="heads"),
         Invalid(_heads("return nn.Softmax(dim=2)(scores)"), line=8, message="queries"),
         Invalid(_heads("return F.softmax(scores)"), line=8, message="implicit"),
-        Invalid("import torch\ndef f(q, k):\n    s = torch.einsum('bqd,bkd->bqk', q, k) / 8\n"
-                "    return torch.softmax(s, dim=1)", line=4),
+        Invalid(
+            "import torch\ndef f(q, k):\n    s = torch.einsum('bqd,bkd->bqk', q, k) / 8\n"
+            "    return torch.softmax(s, dim=1)",
+            line=4,
+        ),
         Invalid("import torch\ndef f(x):\n    return torch.softmax(x, dim=(1, 2))", line=3),
     )
 
@@ -58,10 +61,18 @@ class SoftmaxDim(Rule):
         dim = softmax.dim
         if dim is not None:
             resolved = sem.facts.resolve(dim, fn)
-            dim = resolved if number(resolved) is not None or isinstance(resolved, (cst.Tuple, cst.List)) else dim
+            dim = (
+                resolved
+                if number(resolved) is not None or isinstance(resolved, (cst.Tuple, cst.List))
+                else dim
+            )
         if isinstance(dim, (cst.Tuple, cst.List)):
-            self.report(node, f"{softmax.where} is given a tuple of dims ({sem.code(dim)}): softmax takes one "
-                        "dim and raises TypeError; normalise over the key axis only", hint=_HINT)
+            self.report(
+                node,
+                f"{softmax.where} is given a tuple of dims ({sem.code(dim)}): softmax takes one "
+                "dim and raises TypeError; normalise over the key axis only",
+                hint=_HINT,
+            )
             return
         pipeline = sem.pipeline(softmax, fn)
         if pipeline is None or not pipeline.products or _transposed_scores(pipeline):
@@ -78,8 +89,12 @@ class SoftmaxDim(Rule):
         implicit = 0 if rank in (3, None) else 1
         axes = _AXES.get(rank or 0)
         over = f"dim={implicit}, the {axes[implicit]} axis" if axes else "an implicit dim"
-        self.report(softmax.call, f"{softmax.where} has no dim: the implicit (deprecated) dim is {over}, "
-                    "not the keys", severity=None if rank else Severity.WARNING, hint=_HINT)
+        self.report(
+            softmax.call,
+            f"{softmax.where} has no dim: the implicit (deprecated) dim is {over}, not the keys",
+            severity=None if rank else Severity.WARNING,
+            hint=_HINT,
+        )
 
     def _wrong_dim(self, softmax: Softmax, pipeline: Pipeline, dim: int) -> None:
         rank = pipeline.rank
@@ -87,20 +102,32 @@ class SoftmaxDim(Rule):
             return
         if rank is None:
             if dim == -2:
-                self.report(softmax.call, f"{softmax.where} over dim=-2 normalises over the queries, "
-                            "not the keys (the last axis of q·kᵀ)", hint=_HINT)
+                self.report(
+                    softmax.call,
+                    f"{softmax.where} over dim=-2 normalises over the queries, "
+                    "not the keys (the last axis of q·kᵀ)",
+                    hint=_HINT,
+                )
             elif dim >= 0:
-                self.report(softmax.call, f"{softmax.where} over dim={dim} is the key axis only for "
-                            f"{dim + 1}-D scores; the keys are the last axis of q·kᵀ",
-                            severity=Severity.WARNING, hint=_HINT)
+                self.report(
+                    softmax.call,
+                    f"{softmax.where} over dim={dim} is the key axis only for "
+                    f"{dim + 1}-D scores; the keys are the last axis of q·kᵀ",
+                    severity=Severity.WARNING,
+                    hint=_HINT,
+                )
             return
         index = dim + rank if dim < 0 else dim
         if index == rank - 1:
             return
         axes = _AXES.get(rank)
         name = axes[index] if axes and 0 <= index < len(axes) else "a missing"
-        self.report(softmax.call, f"{softmax.where} over dim={dim} normalises over the {name} axis of the "
-                    f"{rank}-D scores, not the keys", hint=_HINT)
+        self.report(
+            softmax.call,
+            f"{softmax.where} over dim={dim} normalises over the {name} axis of the "
+            f"{rank}-D scores, not the keys",
+            hint=_HINT,
+        )
 
 
 def _transposed_scores(pipeline: Pipeline) -> bool:

@@ -44,22 +44,31 @@ class WrongScale(Rule):
         _mha("s = torch.einsum('bhqd,bhkd->bhqk', q * self.head_dim ** -0.5, k)"),
         _mha("s = (q @ k.transpose(-2, -1)).div(math.sqrt(q.size(-1)))"),
         _mha("s = q @ k.transpose(-2, -1) / math.sqrt(C // self.num_heads)"),
-        "import torch\ndef attn(q, k, v):\n    q = q * q.shape[-1] ** -0.25\n    k = k * k.shape[-1] ** -0.25\n"
+        "import torch\ndef attn(q, k, v):\n    q = q * q.shape[-1] ** -0.25\n"
+        "    k = k * k.shape[-1] ** -0.25\n"
         "    return torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ v",
-        "import torch\ndef attn(q, k, v, scale):\n    return torch.softmax(torch.bmm(q, k.transpose(1, 2)) * scale, -1) @ v",
+        "import torch\ndef attn(q, k, v, scale):\n"
+        "    return torch.softmax(torch.bmm(q, k.transpose(1, 2)) * scale, -1) @ v",
     )
     INVALID = (
         Invalid(_mha("s = q @ k.transpose(-2, -1) / math.sqrt(T)"), line=12, message="T = x.shape[1]"),
         Invalid(_mha("s = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(C)"), line=12, message="d_model"),
         Invalid(_mha("s = torch.einsum('bhqd,bhkd->bhqk', q, k)"), line=12, message="unscaled"),
         Invalid(_mha("s = q @ k.transpose(-2, -1) * math.sqrt(self.head_dim)"), message="multiplied"),
-        Invalid(_mha("s = (q / math.sqrt(self.head_dim)) @ k.transpose(-2, -1) / math.sqrt(self.head_dim)"),
-                message="twice"),
-        Invalid("import torch\ndef attn(q, k, v):\n    w = torch.bmm(q, k.transpose(1, 2))\n"
-                "    return torch.softmax(w, dim=-1) @ v", line=3),
-        Invalid("import torch\ndef attn(q, k, v):\n    '''T5-style attention: no scaling, folded into init.'''\n"
-                "    return torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ v",
-                severity=Severity.WARNING),
+        Invalid(
+            _mha("s = (q / math.sqrt(self.head_dim)) @ k.transpose(-2, -1) / math.sqrt(self.head_dim)"),
+            message="twice",
+        ),
+        Invalid(
+            "import torch\ndef attn(q, k, v):\n    w = torch.bmm(q, k.transpose(1, 2))\n"
+            "    return torch.softmax(w, dim=-1) @ v",
+            line=3,
+        ),
+        Invalid(
+            "import torch\ndef attn(q, k, v):\n    '''T5-style attention: no scaling, folded into init.'''\n"
+            "    return torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ v",
+            severity=Severity.WARNING,
+        ),
     )
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -72,8 +81,11 @@ class WrongScale(Rule):
         if pipeline is None or not pipeline.products:
             return
         operands = frozenset(filter(None, (_root_name(o) for o in pipeline.operands)))
-        terms = [(factor, term) for factor in pipeline.factors
-                 for term in sem.terms(factor.value, factor.fn, -1.0 if factor.divides else 1.0, operands)]
+        terms = [
+            (factor, term)
+            for factor in pipeline.factors
+            for term in sem.terms(factor.value, factor.fn, -1.0 if factor.divides else 1.0, operands)
+        ]
         self._judge(pipeline, terms, sem)
 
     def _judge(self, pipeline: Pipeline, terms: list, sem: semantics.Semantics) -> None:
@@ -88,9 +100,12 @@ class WrongScale(Rule):
             if abs(powers[kind]) > 1e-9:
                 factor, term = by_kind[kind][0]
                 where = "multiplied by" if term.power > 0 else "divided by"
-                self._flag(factor.node, pipeline,
-                           f"scores {where} {_root(term)}, where {term.evidence} is {DESCRIPTION[kind]}; "
-                           "scale by 1/sqrt(head_dim)")
+                self._flag(
+                    factor.node,
+                    pipeline,
+                    f"scores {where} {_root(term)}, where {term.evidence} is {DESCRIPTION[kind]}; "
+                    "scale by 1/sqrt(head_dim)",
+                )
                 return
         if by_kind[None] or by_kind["const"] or pipeline.scale_argument:
             return
@@ -102,22 +117,29 @@ class WrongScale(Rule):
         if not found:
             doc = _docstrings(pipeline)
             documented = bool(_DOCUMENTED_UNSCALED.search(doc))
-            self._flag(pipeline.products[0], pipeline,
-                       "scores q·kᵀ reach the softmax unscaled"
-                       + (" (documented as intended, T5-style)" if documented else "")
-                       + "; without 1/sqrt(head_dim) the softmax saturates as head_dim grows",
-                       severity=Severity.WARNING if documented else None)
+            self._flag(
+                pipeline.products[0],
+                pipeline,
+                "scores q·kᵀ reach the softmax unscaled"
+                + (" (documented as intended, T5-style)" if documented else "")
+                + "; without 1/sqrt(head_dim) the softmax saturates as head_dim grows",
+                severity=Severity.WARNING if documented else None,
+            )
             return
         factor, term = found[0]
         if abs(power - 0.5) < 1e-9:
             message = f"scores multiplied by sqrt({term.evidence}) instead of divided"
         elif abs(power + 1) < 1e-9 and len(found) > 1:
-            message = f"scores scaled by 1/sqrt(head_dim) twice ({len(found)} factors), i.e. by 1/{term.evidence}"
+            message = (
+                f"scores scaled by 1/sqrt(head_dim) twice ({len(found)} factors), i.e. by 1/{term.evidence}"
+            )
         else:
             message = f"scores scaled by head_dim ** {power:g} ({term.evidence}) instead of head_dim ** -0.5"
         self._flag(factor.node, pipeline, message)
 
-    def _flag(self, node: cst.CSTNode, pipeline: Pipeline, message: str, severity: Severity | None = None) -> None:
+    def _flag(
+        self, node: cst.CSTNode, pipeline: Pipeline, message: str, severity: Severity | None = None
+    ) -> None:
         anchor = semantics.located(self, node, pipeline.products[0], pipeline.softmax.call)
         self.report(anchor, message, severity=severity, hint=_HINT)
 

@@ -1,17 +1,192 @@
 """Attention implementations found in a file, described for the dynamic stage.
 
-Placeholder until the target finder lands (issue 2): it finds nothing yet.
+A target is an ``nn.Module`` subclass that computes attention (softmax over
+q·kᵀ, ``scaled_dot_product_attention``, or a submodule that does), or whose name
+says it is attention; or a top-level function that computes attention; or a
+standalone rotary-embedding function such as ``apply_rotary_pos_emb``. Each
+comes with its constructor and forward signatures and a guess of its kind, which
+the dynamic binder treats as a hint.
 """
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
-from attncheck.findings import Target
+import libcst as cst
+
+from attncheck.findings import Parameter, Target
+from attncheck.static import semantics
+from attncheck.static.facts import ClassFacts, FunctionFacts
 
 if TYPE_CHECKING:
     from attncheck.static.engine import FileContext
 
+_ATTENTION_NAME = re.compile(r"attention|attn|mha|multihead|selfatten", re.I)
+_ROPE_NAME = re.compile(r"rotary|rope", re.I)
+_GQA = re.compile(
+    r"num_kv_heads|n_kv_heads|num_key_value_heads|num_query_groups|kv_heads|repeat_kv|enable_gqa"
+)
+_ROPE = re.compile(r"rotary|rope|\bcos\b|\bsin\b|cos_cached|freqs_cis", re.I)
+_CAUSAL = re.compile(r"torch\.tril|torch\.triu|\.tril\(|\.triu\(|is_causal\s*=\s*True|causal", re.I)
+_NOT_INPUTS = re.compile(
+    r"mask|pos|position|cache|past|cos|sin|freq|ids|return|output_|use_|need_|training", re.I
+)
+_TORCH_MODULE = {"torch.nn.Module", "torch.nn.modules.module.Module"}
+
 
 def find_targets(context: FileContext) -> list[Target]:
-    return []
+    """Every attention class and function of the file, in source order."""
+    sem = semantics.of(context)
+    facts = context.facts
+    attention_classes = {name for name, klass in facts.classes.items() if _is_attention_class(sem, klass)}
+    targets = []
+    for name, klass in facts.classes.items():
+        uses = any(
+            sem.module_kind(klass, attr) in attention_classes | {"torch.nn.MultiheadAttention"}
+            for attr in klass.attributes
+        )
+        if (
+            name in attention_classes or (uses and _is_module(klass, facts.classes))
+        ) and "forward" in klass.methods:
+            targets.append(_class_target(context, sem, klass))
+    for fn in facts.functions:
+        if fn.owner is None and _is_top_level(context.module, fn) and _is_attention_function(sem, fn):
+            targets.append(_function_target(context, sem, fn))
+    return sorted(targets, key=lambda t: t.line)
+
+
+def _is_module(klass: ClassFacts, classes: dict[str, ClassFacts], depth: int = 0) -> bool:
+    """An nn.Module subclass, directly or through another class of the file."""
+    if depth > 5:
+        return False
+    return any(
+        base in _TORCH_MODULE or (base in classes and _is_module(classes[base], classes, depth + 1))
+        for base in klass.bases
+    )
+
+
+def _computes_attention(sem: semantics.Semantics, fn: FunctionFacts) -> bool:
+    for call in fn.calls:
+        if (sem.facts.canonical(call.func) or "") in semantics.SDPA:
+            return True
+        softmax = sem.softmax(call, fn)
+        if softmax is not None and sem.pipeline(softmax, fn) is not None:
+            return True
+    return False
+
+
+def _is_attention_class(sem: semantics.Semantics, klass: ClassFacts) -> bool:
+    computes = any(_computes_attention(sem, fn) for fn in klass.methods.values())
+    if computes:
+        return True
+    return _is_module(klass, sem.facts.classes) and bool(_ATTENTION_NAME.search(klass.name))
+
+
+def _is_attention_function(sem: semantics.Semantics, fn: FunctionFacts) -> bool:
+    return _computes_attention(sem, fn) or bool(_ROPE_NAME.search(fn.name) and "apply" in fn.name)
+
+
+def _is_top_level(module: cst.Module, fn: FunctionFacts) -> bool:
+    return any(statement is fn.node for statement in module.body)
+
+
+def _class_target(context: FileContext, sem: semantics.Semantics, klass: ClassFacts) -> Target:
+    init = klass.methods.get("__init__")
+    forward = klass.methods["forward"]
+    init_params = _parameters(context.module, init.node)[1:] if init is not None else ()
+    forward_params = _parameters(context.module, forward.node)[1:]
+    text = context.module.code_for_node(klass.node)
+    kinds = ["mha"] if sem.has_heads(forward) else []
+    kinds += _input_kinds(forward_params) + _text_kinds(text)
+    return Target(
+        path=context.source.path,
+        name=klass.name,
+        line=_line(context, klass.node),
+        kinds=tuple(dict.fromkeys(kinds)),
+        is_class=True,
+        init_params=init_params,
+        forward_params=forward_params,
+        mask_param=_mask_param(forward_params),
+        docstring=klass.node.get_docstring(),
+        config_class=_config_class(context, init_params),
+    )
+
+
+def _function_target(context: FileContext, sem: semantics.Semantics, fn: FunctionFacts) -> Target:
+    params = _parameters(context.module, fn.node)
+    text = context.module.code_for_node(fn.node)
+    rope_only = bool(_ROPE_NAME.search(fn.name)) and not _computes_attention(sem, fn)
+    kinds = ["rope", "function"] if rope_only else _input_kinds(params) + _text_kinds(text) + ["function"]
+    return Target(
+        path=context.source.path,
+        name=fn.name,
+        line=_line(context, fn.node),
+        kinds=tuple(dict.fromkeys(kinds)),
+        is_class=False,
+        forward_params=params,
+        mask_param=_mask_param(params),
+        docstring=fn.node.get_docstring(),
+    )
+
+
+def _input_kinds(params: tuple[Parameter, ...]) -> list[str]:
+    """ "self" for one tensor input, "cross" for separate query and key/value inputs."""
+    inputs = [
+        p for p in params if p.kind == "positional" and p.default is None and not _NOT_INPUTS.search(p.name)
+    ]
+    if len(inputs) == 1:
+        return ["self"]
+    return ["cross"] if len(inputs) >= 2 else []
+
+
+def _text_kinds(text: str) -> list[str]:
+    found = []
+    if _GQA.search(text):
+        found.append("gqa")
+    if _ROPE.search(text):
+        found.append("rope")
+    if _CAUSAL.search(text):
+        found.append("causal")
+    return found
+
+
+def _parameters(module: cst.Module, node: cst.FunctionDef) -> tuple[Parameter, ...]:
+    params = node.params
+    found = [_parameter(module, p, "positional") for p in (*params.posonly_params, *params.params)]
+    if isinstance(params.star_arg, cst.Param):
+        found.append(_parameter(module, params.star_arg, "var_positional"))
+    found += [_parameter(module, p, "keyword") for p in params.kwonly_params]
+    if params.star_kwarg is not None:
+        found.append(_parameter(module, params.star_kwarg, "var_keyword"))
+    return tuple(found)
+
+
+def _parameter(module: cst.Module, param: cst.Param, kind: str) -> Parameter:
+    default = module.code_for_node(param.default) if param.default is not None else None
+    annotation = module.code_for_node(param.annotation.annotation) if param.annotation is not None else None
+    return Parameter(param.name.value, default, annotation, kind)  # type: ignore[arg-type]
+
+
+def _mask_param(params: tuple[Parameter, ...]) -> str | None:
+    return next((p.name for p in params if "mask" in p.name.lower()), None)
+
+
+def _config_class(context: FileContext, init_params: tuple[Parameter, ...]) -> str | None:
+    """The class of this file a constructor takes: by annotation, else a ``config`` parameter."""
+    classes = context.facts.classes
+    for param in init_params:
+        annotation = (param.annotation or "").strip("'\"")
+        if annotation in classes:
+            return annotation
+    if any(p.name in {"config", "cfg", "args", "params"} for p in init_params):
+        return next((name for name in classes if re.search(r"(Config|Cfg|Args)$", name)), None)
+    return None
+
+
+def _line(context: FileContext, node: cst.ClassDef | cst.FunctionDef) -> int:
+    """The line of a top-level ``class``/``def`` keyword (after any decorators)."""
+    keyword = "class" if isinstance(node, cst.ClassDef) else r"(?:async\s+)?def"
+    pattern = re.compile(rf"^{keyword}\s+{re.escape(node.name.value)}\b", re.M)
+    match = pattern.search(context.source.text)
+    return context.source.text.count("\n", 0, match.start()) + 1 if match else 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from attncheck.static import semantics
 from attncheck.static.engine import FileContext
 from attncheck.static.rule import Invalid, Rule
 
@@ -17,12 +18,28 @@ class SqrtOfNumber(Rule):
         "scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))",
         "scores = scores / torch.sqrt(torch.tensor(d_k, dtype=torch.float32))",
         "def f(q, d):\n    return torch.sqrt(q)",
+        "class A:\n    def __init__(self, d_model, h):\n        self.d_k = d_model // h\n"
+        "    def forward(self, s):\n"
+        "        return s / torch.sqrt(torch.tensor(self.d_k, dtype=torch.float32))",
+        "def f(x, scale):\n    return torch.sqrt(scale)",
     )
     INVALID = (
         Invalid("scores = q @ k.transpose(-2, -1) / torch.sqrt(64)", line=1, message="64"),
         Invalid("def f(q, k):\n    d = q.size(-1)\n    return q @ k / torch.sqrt(d)", line=3),
         Invalid("def f(q, k, n):\n    S = q.shape[1]\n    return (q @ k).divide(torch.sqrt(S))", line=3),
         Invalid("def f(q, k):\n    n, s, e = q.shape\n    return q @ k / torch.sqrt(e // 8)", line=3),
+        Invalid(
+            "class A:\n    def __init__(self, d_model, num_heads):\n        self.d_k = d_model // num_heads\n"
+            "    def forward(self, s):\n        return s / torch.sqrt(self.d_k)",
+            line=5,
+            message="self.d_k",
+        ),
+        Invalid(
+            "class A:\n    def __init__(self, n_head):\n        self.n_head = n_head\n"
+            "    def forward(self, query):\n        N, S, E = query.shape\n        H = self.n_head\n"
+            "        return torch.sqrt(E // H)",
+            line=7,
+        ),
     )
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -42,6 +59,8 @@ class SqrtOfNumber(Rule):
 
 def _is_python_number(value: cst.BaseExpression, context: FileContext) -> bool:
     """Literals, arithmetic on them, ``x.size(i)``, ``x.shape[i]``, ``len(...)``."""
+    if semantics.of(context).quantity(value, context.function) is not None:
+        return True  # a dimension: d_k, self.num_heads, S = query.shape[1]
     value = context.facts.resolve(value, context.function)
     if isinstance(value, (cst.Integer, cst.Float)):
         return True

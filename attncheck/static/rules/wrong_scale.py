@@ -1,0 +1,169 @@
+"""ATT201 wrong-scale: attention scores must be scaled by 1/sqrt(head_dim), once."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+
+import libcst as cst
+
+from attncheck.findings import Severity
+from attncheck.static import semantics
+from attncheck.static.rule import Invalid, Rule
+from attncheck.static.semantics import DESCRIPTION, Pipeline, Term
+
+_HINT = "scale the scores by 1/sqrt(head_dim): scores = q @ k.transpose(-2, -1) / math.sqrt(head_dim)"
+_DOCUMENTED_UNSCALED = re.compile(r"\bT5\b|no scal|unscaled|without scal|not scaled|scaling is folded", re.I)
+
+_MHA = """
+import math, torch, torch.nn as nn, torch.nn.functional as F
+class MHA(nn.Module):
+    def __init__(self, d_model, num_heads):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, d_model // num_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        {line}
+        return self.out((F.softmax(s, dim=-1) @ v).transpose(1, 2).reshape(B, T, C))
+"""
+
+
+def _mha(line: str) -> str:
+    return _MHA.replace("{line}", line)
+
+
+class WrongScale(Rule):
+    code = "ATT201"
+    PREFILTER = ("softmax", "Softmax")
+    VALID = (
+        _mha("s = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)"),
+        _mha("s = torch.matmul(q, k.transpose(-2, -1)) * self.head_dim ** -0.5"),
+        _mha("s = torch.einsum('bhqd,bhkd->bhqk', q * self.head_dim ** -0.5, k)"),
+        _mha("s = (q @ k.transpose(-2, -1)).div(math.sqrt(q.size(-1)))"),
+        _mha("s = q @ k.transpose(-2, -1) / math.sqrt(C // self.num_heads)"),
+        "import torch\ndef attn(q, k, v):\n    q = q * q.shape[-1] ** -0.25\n"
+        "    k = k * k.shape[-1] ** -0.25\n"
+        "    return torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ v",
+        "import torch\ndef attn(q, k, v, scale):\n"
+        "    return torch.softmax(torch.bmm(q, k.transpose(1, 2)) * scale, -1) @ v",
+    )
+    INVALID = (
+        Invalid(_mha("s = q @ k.transpose(-2, -1) / math.sqrt(T)"), line=12, message="T = x.shape[1]"),
+        Invalid(_mha("s = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(C)"), line=12, message="d_model"),
+        Invalid(_mha("s = torch.einsum('bhqd,bhkd->bhqk', q, k)"), line=12, message="unscaled"),
+        Invalid(_mha("s = q @ k.transpose(-2, -1) * math.sqrt(self.head_dim)"), message="multiplied"),
+        Invalid(
+            _mha("s = (q / math.sqrt(self.head_dim)) @ k.transpose(-2, -1) / math.sqrt(self.head_dim)"),
+            message="twice",
+        ),
+        Invalid(
+            "import torch\ndef attn(q, k, v):\n    w = torch.bmm(q, k.transpose(1, 2))\n"
+            "    return torch.softmax(w, dim=-1) @ v",
+            line=3,
+        ),
+        Invalid(
+            "import torch\ndef attn(q, k, v):\n    '''T5-style attention: no scaling, folded into init.'''\n"
+            "    return torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ v",
+            severity=Severity.WARNING,
+        ),
+    )
+
+    def visit_Call(self, node: cst.Call) -> None:
+        sem = semantics.of(self.context)
+        fn = self.context.function
+        softmax = sem.softmax(node, fn)
+        if softmax is None:
+            return
+        pipeline = sem.pipeline(softmax, fn)
+        if pipeline is None or not pipeline.products:
+            return
+        operands = frozenset(filter(None, (_root_name(o) for o in pipeline.operands)))
+        terms = [
+            (factor, term)
+            for factor in pipeline.factors
+            for term in sem.terms(factor.value, factor.fn, -1.0 if factor.divides else 1.0, operands)
+        ]
+        self._judge(pipeline, terms, sem)
+
+    def _judge(self, pipeline: Pipeline, terms: list, sem: semantics.Semantics) -> None:
+        heads = sem.has_heads(pipeline.fn)
+        powers: dict[str, float] = defaultdict(float)
+        by_kind: dict[str, list] = defaultdict(list)
+        for factor, term in terms:
+            kind = term.kind if heads or term.kind != "d_model" else "head_dim"
+            powers[kind] += term.power
+            by_kind[kind].append((factor, term))
+        for kind in ("seq_len", "d_model", "num_heads", "batch"):
+            if abs(powers[kind]) > 1e-9:
+                factor, term = by_kind[kind][0]
+                where = "multiplied by" if term.power > 0 else "divided by"
+                self._flag(
+                    factor.node,
+                    pipeline,
+                    f"scores {where} {_root(term)}, where {term.evidence} is {DESCRIPTION[kind]}; "
+                    "scale by 1/sqrt(head_dim)",
+                )
+                return
+        if by_kind[None] or by_kind["const"] or pipeline.scale_argument:
+            return
+        self._judge_head_dim(pipeline, powers["head_dim"], by_kind["head_dim"])
+
+    def _judge_head_dim(self, pipeline: Pipeline, power: float, found: list) -> None:
+        if abs(power + 0.5) < 1e-9:
+            return
+        if not found:
+            doc = _docstrings(pipeline)
+            documented = bool(_DOCUMENTED_UNSCALED.search(doc))
+            self._flag(
+                pipeline.products[0],
+                pipeline,
+                "scores q·kᵀ reach the softmax unscaled"
+                + (" (documented as intended, T5-style)" if documented else "")
+                + "; without 1/sqrt(head_dim) the softmax saturates as head_dim grows",
+                severity=Severity.WARNING if documented else None,
+            )
+            return
+        factor, term = found[0]
+        if abs(power - 0.5) < 1e-9:
+            message = f"scores multiplied by sqrt({term.evidence}) instead of divided"
+        elif abs(power + 1) < 1e-9 and len(found) > 1:
+            message = (
+                f"scores scaled by 1/sqrt(head_dim) twice ({len(found)} factors), i.e. by 1/{term.evidence}"
+            )
+        else:
+            message = f"scores scaled by head_dim ** {power:g} ({term.evidence}) instead of head_dim ** -0.5"
+        self._flag(factor.node, pipeline, message)
+
+    def _flag(
+        self, node: cst.CSTNode, pipeline: Pipeline, message: str, severity: Severity | None = None
+    ) -> None:
+        anchor = semantics.located(self, node, pipeline.products[0], pipeline.softmax.call)
+        self.report(anchor, message, severity=severity, hint=_HINT)
+
+
+def _root(term: Term) -> str:
+    name = term.evidence.split(" = ")[0]
+    return f"sqrt({name})" if abs(abs(term.power) - 0.5) < 1e-9 else f"{name} ** {abs(term.power):g}"
+
+
+def _root_name(expr: cst.BaseExpression) -> str | None:
+    """``k`` for ``k.transpose(-2, -1)`` or ``k.mT``: the variable a product operand reads."""
+    while isinstance(expr, (cst.Call, cst.Attribute, cst.Subscript)):
+        if isinstance(expr, cst.Call):
+            if not isinstance(expr.func, cst.Attribute):
+                return None
+            expr = expr.func.value
+        else:
+            expr = expr.value
+    return expr.value if isinstance(expr, cst.Name) else None
+
+
+def _docstrings(pipeline: Pipeline) -> str:
+    fn = pipeline.fn
+    parts = [fn.node.get_docstring() or ""]
+    if fn.owner is not None:
+        parts.append(fn.owner.node.get_docstring() or "")
+    return "\n".join(parts)

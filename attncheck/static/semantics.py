@@ -1,0 +1,1391 @@
+"""What attention code means, for the rules that judge it.
+
+Rules ask semantic questions the syntax alone cannot answer: is this product
+q·kᵀ? does this name hold the head dim or the sequence length? is this a
+softmax, and over which dim? which ``self.`` attributes are Linear or Dropout
+modules, and does forward ever use them? This module answers them once per
+file, on top of the light data flow of ``facts``; it never imports torch.
+
+The flow is deliberately flow-insensitive: a name assigned several times
+stands for all its values at once, so a rule sees every way a tensor can be
+built and stays quiet when any of them is legitimate.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from weakref import WeakKeyDictionary
+
+import libcst as cst
+
+from attncheck.static.facts import ClassFacts, FileFacts, FunctionFacts, dotted_name, self_attribute
+
+# -- names people give to attention quantities ---------------------------------
+
+_NAME_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (
+        "head_dim",
+        re.compile(
+            r"(d_?k|d_?head|head_?dim|dim_?head|head_?size|attention_head_size|size_per_head|dim_per_head"
+            r"|per_head_dim|d_?kv|qk_head_dim|head_dim_qk|hd|d_qk|depth|key_size|kv_channels)",
+            re.I,
+        ),
+    ),
+    (
+        "num_heads",
+        re.compile(
+            r"(num_?heads?|n_?heads?|heads|nheads?|num_attention_heads|head_?num|num_query_heads"
+            r"|num_q_heads|n_q_heads)",
+            re.I,
+        ),
+    ),
+    (
+        "seq_len",
+        re.compile(
+            r"(seq_?len(gth)?|sequence_length|n_?tokens|num_tokens|tgt_len|src_len|q_len|kv_len|k_len"
+            r"|key_len|query_len|kv_seq_len|q_seq_len|seq_len_[qk]|len_[qkv]|max_seq_len|block_size"
+            r"|context_length|n_ctx)",
+            re.I,
+        ),
+    ),
+    (
+        "d_model",
+        re.compile(
+            r"(d_?model|embed_?dim|n_?embd|n_?embed|hidden_?size|hidden_?dim|dim|model_?dim|d_?embed"
+            r"|emb_?dim|embedding_?dim|embed_?size|emb_?size|width|n_?state|all_head_size|inner_dim)",
+            re.I,
+        ),
+    ),
+    ("batch", re.compile(r"(batch_?size|bsz|bs)", re.I)),
+)
+# Single capital letters are read case-sensitively: S is a length, s may be anything.
+_LETTERS = {
+    "S": "seq_len",
+    "T": "seq_len",
+    "L": "seq_len",
+    "C": "d_model",
+    "E": "d_model",
+    "D": "d_model",
+    "H": "num_heads",
+    "h": "num_heads",
+    "B": "batch",
+}
+
+DESCRIPTION = {
+    "head_dim": "the head dimension",
+    "num_heads": "the number of heads",
+    "seq_len": "the sequence length",
+    "d_model": "the model width (d_model)",
+    "batch": "the batch size",
+}
+
+_SCALE_NAME = re.compile(
+    r"(scale|scaling|temperature|norm_factor|sm_scale|softmax_scale|multiplier|inv_sqrt|rsqrt)", re.I
+)
+_MASK_NAME = re.compile(r"mask|tril|triu|causal", re.I)
+
+_SOFTMAX = {"torch.softmax", "torch.nn.functional.softmax", "torch.special.softmax"}
+SDPA = {"torch.nn.functional.scaled_dot_product_attention", "scaled_dot_product_attention"}
+_PRODUCTS = {"torch.matmul", "torch.bmm", "torch.einsum", "torch.baddbmm", "einsum", "opt_einsum.contract"}
+_SHAPE_KEEPING = {
+    "transpose",
+    "contiguous",
+    "float",
+    "half",
+    "bfloat16",
+    "double",
+    "to",
+    "type",
+    "type_as",
+    "masked_fill",
+    "masked_fill_",
+    "clone",
+    "detach",
+    "mul",
+    "div",
+    "divide",
+    "multiply",
+    "mul_",
+    "div_",
+    "add",
+    "add_",
+    "sub",
+    "clamp",
+    "softmax",
+    "view_as",
+    "expand_as",
+    "repeat_interleave",
+    "expand",
+    "narrow",
+    "swapaxes",
+    "mT",
+}
+_DROPOUT_KINDS = ("Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout")
+_NOT_PROJECTIONS = re.compile(
+    r"(Dropout|Norm|Softmax|GELU|ReLU|SiLU|Tanh|Sigmoid|Mish|ELU|Rotary|RoPE|Embedding)", re.I
+)
+
+
+def name_quantity(name: str) -> str | None:
+    """The quantity a bare name stands for by convention (``d_k`` is the head dim)."""
+    if name in _LETTERS:
+        return _LETTERS[name]
+    for kind, pattern in _NAME_PATTERNS:
+        if pattern.fullmatch(name):
+            return kind
+    return None
+
+
+def number(expr: cst.BaseExpression) -> float | None:
+    """The value of a numeric literal expression (``-0.5``, ``1 / 2``), else None."""
+    if isinstance(expr, (cst.Integer, cst.Float)):
+        return float(expr.evaluated_value)
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
+        inner = number(expr.expression)
+        if inner is None:
+            return None
+        return -inner if isinstance(expr.operator, cst.Minus) else inner
+    if isinstance(expr, cst.BinaryOperation):
+        left, right = number(expr.left), number(expr.right)
+        if left is None or right is None:
+            return None
+        op = expr.operator
+        if isinstance(op, cst.Add):
+            return left + right
+        if isinstance(op, cst.Subtract):
+            return left - right
+        if isinstance(op, cst.Multiply):
+            return left * right
+        if isinstance(op, cst.Divide) and right:
+            return left / right
+    return None
+
+
+def is_infinite(expr: cst.BaseExpression, facts: FileFacts) -> bool:
+    """``float('inf')``, ``math.inf``, ``torch.inf``, ``np.inf`` (either sign)."""
+    if isinstance(expr, cst.UnaryOperation):
+        return is_infinite(expr.expression, facts)
+    if isinstance(expr, cst.Call) and facts.canonical(expr.func) == "float" and expr.args:
+        arg = expr.args[0].value
+        return isinstance(arg, cst.SimpleString) and "inf" in arg.value.lower()
+    name = facts.canonical(expr) or ""
+    return name.endswith(".inf")
+
+
+def method_name(call: cst.Call) -> str | None:
+    """``"view"`` for ``x.view(...)``, None for a plain function call."""
+    return call.func.attr.value if isinstance(call.func, cst.Attribute) else None
+
+
+def keyword(call: cst.Call, *names: str) -> cst.BaseExpression | None:
+    return next((a.value for a in call.args if a.keyword is not None and a.keyword.value in names), None)
+
+
+def positional(call: cst.Call) -> list[cst.BaseExpression]:
+    return [a.value for a in call.args if a.keyword is None and not a.star]
+
+
+def string_value(expr: cst.BaseExpression) -> str | None:
+    if isinstance(expr, cst.SimpleString):
+        value = expr.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
+
+
+# -- per-file index of what facts.py does not record ----------------------------
+
+
+@dataclass
+class _Index:
+    """Facts the rules need beyond facts.py: unpack arity, attribute writers, buffers."""
+
+    unpacks: dict[tuple[int, str], tuple[cst.BaseExpression, int, int]] = field(default_factory=dict)
+    attr_writer: dict[int, FunctionFacts] = field(default_factory=dict)
+    buffers: dict[tuple[int, str], list[cst.BaseExpression]] = field(default_factory=dict)
+    bare_calls: set[int] = field(default_factory=set)
+    attr_refs: dict[tuple[int, str], list[tuple[FunctionFacts, cst.Attribute]]] = field(default_factory=dict)
+    returns: dict[int, list[cst.Return]] = field(default_factory=dict)
+
+
+class _IndexBuilder(cst.CSTVisitor):
+    def __init__(self, facts: FileFacts, index: _Index) -> None:
+        self.facts = facts
+        self.index = index
+        self.stack: list[FunctionFacts] = []
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        fn = self.facts.function(node)
+        if fn is not None:
+            self.stack.append(fn)
+            self.index.returns.setdefault(id(fn), [])
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        if self.facts.function(original_node) is not None:
+            self.stack.pop()
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+    def visit_Return(self, node: cst.Return) -> None:
+        if self.stack:
+            self.index.returns[id(self.stack[-1])].append(node)
+
+    def visit_Expr(self, node: cst.Expr) -> None:
+        if isinstance(node.value, cst.Call):
+            self.index.bare_calls.add(id(node.value))
+            self.index.bare_calls.add(id(node.value.func))
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if not self.stack:
+            return
+        fn = self.stack[-1]
+        for target in node.targets:
+            self._record(fn, target.target, node.value)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if self.stack and node.value is not None:
+            self._record(self.stack[-1], node.target, node.value)
+
+    def _record(self, fn: FunctionFacts, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
+        if isinstance(target, (cst.Tuple, cst.List)) and not isinstance(value, (cst.Tuple, cst.List)):
+            for position, element in enumerate(target.elements):
+                if isinstance(element.value, cst.Name):
+                    self.index.unpacks[(id(fn), element.value.value)] = (
+                        value,
+                        position,
+                        len(target.elements),
+                    )
+        if self_attribute(target) is not None:
+            self.index.attr_writer[id(value)] = fn
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        attr = self_attribute(node)
+        if attr is None or not self.stack or self.stack[-1].owner is None:
+            return
+        fn = self.stack[-1]
+        self.index.attr_refs.setdefault((id(fn.owner), attr), []).append((fn, node))
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not self.stack or self.stack[-1].owner is None or method_name(node) != "register_buffer":
+            return
+        args = positional(node)
+        if len(args) >= 2 and string_value(args[0]) is not None:
+            key = (id(self.stack[-1].owner), string_value(args[0]) or "")
+            self.index.buffers.setdefault(key, []).append(args[1])
+            self.index.attr_writer[id(args[1])] = self.stack[-1]
+
+
+# -- results --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """What a number is (``seq_len``) and the evidence (``S = query.shape[1]``)."""
+
+    kind: str
+    evidence: str
+
+
+@dataclass(frozen=True)
+class Term:
+    """One factor of a scale: ``kind ** power``; kind None for an unknown factor, "const" for a literal."""
+
+    kind: str | None
+    power: float
+    evidence: str
+
+
+@dataclass
+class Softmax:
+    call: cst.Call
+    input: cst.BaseExpression
+    dim: cst.BaseExpression | None
+    has_dim: bool
+    where: str  # how it is spelled, for messages
+
+
+@dataclass
+class Factor:
+    """A multiplication or division applied to the scores or to q/k before the product."""
+
+    node: cst.CSTNode
+    value: cst.BaseExpression
+    divides: bool
+    fn: FunctionFacts
+
+
+@dataclass
+class _MaskEvidence:
+    """What the lineage of a mask shows: its names, 0/1 evidence, additive evidence."""
+
+    names: list[str] = field(default_factory=list)
+    binary: list[str] = field(default_factory=list)
+    additive: list[str] = field(default_factory=list)
+    seen: set[int] = field(default_factory=set)
+
+
+@dataclass
+class MaskUse:
+    node: cst.CSTNode
+    mask: cst.BaseExpression
+    how: str  # "multiplied" or "added"
+    binary: str | None  # evidence the mask is 0/1
+    additive: str | None  # evidence it was converted to an additive mask
+
+
+@dataclass
+class Pipeline:
+    """Everything between the q·kᵀ products and a softmax."""
+
+    softmax: Softmax
+    fn: FunctionFacts
+    products: list[cst.CSTNode] = field(default_factory=list)
+    operands: list[cst.BaseExpression] = field(default_factory=list)
+    factors: list[Factor] = field(default_factory=list)
+    masks: list[MaskUse] = field(default_factory=list)
+    scale_argument: bool = False
+    ranks: list[int] = field(default_factory=list)
+
+    @property
+    def rank(self) -> int | None:
+        return max(self.ranks) if self.ranks else None
+
+
+# -- the analysis ---------------------------------------------------------------
+
+
+class Semantics:
+    """The semantic view of one file; get it with ``of(context)``."""
+
+    def __init__(self, module: cst.Module, facts: FileFacts) -> None:
+        self.module = module
+        self.facts = facts
+        self.index = _Index()
+        module.visit(_IndexBuilder(facts, self.index))
+        self._reaches: dict[int, bool] = {}
+        self._pipelines: dict[int, Pipeline | None] = {}
+
+    def code(self, node: cst.CSTNode) -> str:
+        text = self.module.code_for_node(node).strip()
+        return text if len(text) <= 80 else text[:77] + "..."
+
+    # -- tracing ---------------------------------------------------------------
+
+    def values(
+        self, expr: cst.BaseExpression, fn: FunctionFacts | None
+    ) -> list[tuple[cst.BaseExpression, FunctionFacts | None]]:
+        """Every value a Name or ``self.attr`` was assigned, with the function that wrote it."""
+        if isinstance(expr, cst.Name) and fn is not None:
+            return [(v, fn) for v in fn.assignments.get(expr.value, [])]
+        attr = self_attribute(expr)
+        owner = fn.owner if fn is not None else None
+        if attr is not None and owner is not None:
+            found = list(owner.attributes.get(attr, [])) + self.index.buffers.get((id(owner), attr), [])
+            return [(v, self.index.attr_writer.get(id(v), fn)) for v in found]
+        return []
+
+    def single(
+        self, expr: cst.BaseExpression, fn: FunctionFacts | None
+    ) -> tuple[cst.BaseExpression, FunctionFacts | None] | None:
+        found = self.values(expr, fn)
+        return found[0] if len(found) == 1 else None
+
+    def is_param(self, expr: cst.BaseExpression, fn: FunctionFacts | None) -> bool:
+        return isinstance(expr, cst.Name) and fn is not None and expr.value in fn.params
+
+    # -- quantities --------------------------------------------------------------
+
+    def quantity(
+        self,
+        expr: cst.BaseExpression,
+        fn: FunctionFacts | None,
+        operands: frozenset[str] = frozenset(),
+        depth: int = 0,
+    ) -> Quantity | None:
+        """What dimension a Python number is, with the evidence; None when unknown."""
+        if depth > 6:
+            return None
+        shown = self.code(expr)
+        name = expr.value if isinstance(expr, cst.Name) else self_attribute(expr)
+        if name is not None:
+            unpacked = self.index.unpacks.get((id(fn), name)) if isinstance(expr, cst.Name) and fn else None
+            if unpacked is not None and len(fn.assignments.get(name, [])) == 1:
+                source, position, arity = unpacked
+                kind = self._axis_of_shape(source, position, arity, fn, operands)
+                if kind is not None:
+                    return Quantity(kind, f"{name} = {self.code(source)}[{position}]")
+            hop = self.single(expr, fn)
+            if hop is not None:
+                found = self.quantity(hop[0], hop[1], operands, depth + 1)
+                if found is not None:
+                    return Quantity(found.kind, f"{shown} = {self.code(hop[0])}")
+            kind = name_quantity(name)
+            return Quantity(kind, shown) if kind else None
+        if isinstance(expr, cst.Call):
+            func = self.facts.canonical(expr.func) or ""
+            args = positional(expr)
+            if func in {"int", "float", "math.floor", "math.ceil", "round"} and len(args) == 1:
+                return self.quantity(args[0], fn, operands, depth + 1)
+            if method_name(expr) == "size" and isinstance(expr.func, cst.Attribute):
+                dim = args[0] if args else keyword(expr, "dim")
+                index = number(dim) if dim is not None else None
+                if index is not None:
+                    kind = self._axis_of_tensor(expr.func.value, int(index), None, fn, operands)
+                    return Quantity(kind, shown) if kind else None
+            return None
+        if isinstance(expr, cst.Subscript) and len(expr.slice) == 1:
+            element = expr.slice[0].slice
+            index = number(element.value) if isinstance(element, cst.Index) else None
+            base = expr.value
+            if index is not None and self._is_shape(base):
+                tensor = base.value if isinstance(base, cst.Attribute) else base.func.value  # type: ignore[union-attr]
+                kind = self._axis_of_tensor(tensor, int(index), None, fn, operands)
+                return Quantity(kind, shown) if kind else None
+            return None
+        if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.FloorDivide, cst.Divide)):
+            left = self.quantity(expr.left, fn, operands, depth + 1)
+            right = self.quantity(expr.right, fn, operands, depth + 1)
+            if right and right.kind == "num_heads" and (left is None or left.kind == "d_model"):
+                return Quantity("head_dim", shown)
+        return None
+
+    @staticmethod
+    def _is_shape(node: cst.BaseExpression) -> bool:
+        if isinstance(node, cst.Attribute) and node.attr.value == "shape":
+            return True
+        return isinstance(node, cst.Call) and method_name(node) == "size" and not node.args
+
+    def _axis_of_shape(
+        self,
+        source: cst.BaseExpression,
+        position: int,
+        arity: int,
+        fn: FunctionFacts,
+        operands: frozenset[str],
+    ) -> str | None:
+        if not self._is_shape(source):
+            return None
+        tensor = source.value if isinstance(source, cst.Attribute) else source.func.value  # type: ignore[attr-defined]
+        return self._axis_of_tensor(tensor, position, arity, fn, operands)
+
+    def _axis_of_tensor(
+        self,
+        tensor: cst.BaseExpression,
+        index: int,
+        arity: int | None,
+        fn: FunctionFacts | None,
+        operands: frozenset[str],
+    ) -> str | None:
+        """Which axis ``tensor.shape[index]`` is, from the tensor's rank and role."""
+        evident = self.rank(tensor, fn)
+        rank = arity or evident
+        # ``b, s, d = q.shape`` before ``q`` is split into heads: a (batch, seq, d_model) view of it.
+        pre_split = arity is not None and evident is not None and arity < evident
+        if rank is not None and index < 0:
+            index += rank
+        name = dotted_name(tensor) or ""
+        if rank == 4:
+            return {0: "batch", 1: "num_heads", 2: "seq_len", 3: "head_dim"}.get(index)
+        if name in operands and not pre_split:
+            if index == -1 or (rank == 3 and index == 2):
+                return "head_dim"
+            return "seq_len" if index == -2 or (rank == 3 and index == 1) else None
+        raw = pre_split or self.is_raw_input(tensor, fn)
+        if rank == 3 or (rank is None and raw):
+            if index == 1:
+                return "seq_len"
+            if index == 0:
+                return "batch"
+            if raw and index in (2, -1):
+                return "d_model"
+        return None
+
+    def is_raw_input(self, tensor: cst.BaseExpression, fn: FunctionFacts | None) -> bool:
+        """A forward parameter that this function projects or splits: a (batch, seq, d_model) input."""
+        if not self.is_param(tensor, fn) or fn is None:
+            return False
+        name = tensor.value  # type: ignore[attr-defined]
+        for call in fn.calls:
+            receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
+            if (
+                isinstance(receiver, cst.Name)
+                and receiver.value == name
+                and method_name(call) in {"view", "reshape", "unflatten"}
+            ):
+                return True
+            projects = (
+                self_attribute(call.func) or self.facts.canonical(call.func) == "torch.nn.functional.linear"
+            )
+            if projects and any(isinstance(a, cst.Name) and a.value == name for a in positional(call)[:1]):
+                return True
+        return False
+
+    # -- ranks -------------------------------------------------------------------
+
+    def rank(self, expr: cst.BaseExpression, fn: FunctionFacts | None, depth: int = 0) -> int | None:
+        """The tensor rank an expression evidently has (from view/reshape/rearrange), or None."""
+        if depth > 8:
+            return None
+        if isinstance(expr, (cst.Name, cst.Attribute)) and (
+            isinstance(expr, cst.Name) or self_attribute(expr)
+        ):
+            found = [self.rank(v, f, depth + 1) for v, f in self.values(expr, fn)]
+            known = [r for r in found if r is not None]
+            return max(known) if known else None
+        if isinstance(expr, cst.Subscript):
+            inner = self.rank(expr.value, fn, depth + 1)
+            value = expr.value
+            if isinstance(value, cst.Call) and method_name(value) in {"chunk", "split", "tensor_split"}:
+                return inner
+            element = expr.slice[0].slice if len(expr.slice) == 1 else None
+            if inner is not None and isinstance(element, cst.Index) and number(element.value) is not None:
+                return inner - 1
+            return inner
+        if isinstance(expr, cst.BinaryOperation):
+            sides = [self.rank(expr.left, fn, depth + 1), self.rank(expr.right, fn, depth + 1)]
+            known = [r for r in sides if r is not None]
+            return max(known) if known else None
+        if not isinstance(expr, cst.Call):
+            return None
+        return self._call_rank(expr, fn, depth)
+
+    def _call_rank(self, call: cst.Call, fn: FunctionFacts | None, depth: int) -> int | None:
+        method = method_name(call)
+        func = self.facts.canonical(call.func) or ""
+        args = positional(call)
+        if method in {"view", "reshape"} and not func.startswith("torch."):
+            if any(a.star for a in call.args):
+                return None
+            if len(args) == 1 and isinstance(args[0], (cst.Tuple, cst.List)):
+                return len(args[0].elements)
+            return len(args) if len(args) > 1 else None
+        if method == "permute" and len(args) > 1:
+            return len(args)
+        if func.endswith("rearrange") and len(args) >= 2:
+            pattern = string_value(args[1])
+            if pattern and "->" in pattern:
+                return _count_axes(pattern.split("->")[1])
+        if func == "torch.einsum" and args:
+            spec = string_value(args[0])
+            if spec and "->" in spec:
+                return len(spec.split("->")[1].replace("...", "").strip())
+        if func == "torch.bmm" or func == "torch.baddbmm":
+            return 3
+        if method in {"unsqueeze"} and isinstance(call.func, cst.Attribute):
+            inner = self.rank(call.func.value, fn, depth + 1)
+            return inner + 1 if inner is not None else None
+        if method == "unbind" and isinstance(call.func, cst.Attribute):
+            inner = self.rank(call.func.value, fn, depth + 1)
+            return inner - 1 if inner is not None else None
+        if func == "torch.matmul" and len(args) == 2:
+            sides = [r for r in (self.rank(a, fn, depth + 1) for a in args) if r is not None]
+            return max(sides) if sides else None
+        if (method in _SHAPE_KEEPING or method in {"chunk", "split"}) and isinstance(
+            call.func, cst.Attribute
+        ):
+            return self.rank(call.func.value, fn, depth + 1)
+        if self_attribute(call.func) and args:
+            return self.rank(args[0], fn, depth + 1)
+        return None
+
+    # -- softmax ---------------------------------------------------------------
+
+    def softmax(self, call: cst.Call, fn: FunctionFacts | None) -> Softmax | None:
+        """Recognise F.softmax, torch.softmax, x.softmax, nn.Softmax()(x) and self.softmax(x)."""
+        func = self.facts.canonical(call.func) or ""
+        args = positional(call)
+        if func in _SOFTMAX and args:
+            dim = args[1] if len(args) > 1 else keyword(call, "dim")
+            return Softmax(call, args[0], dim, dim is not None, self.code(call.func))
+        if (
+            method_name(call) == "softmax"
+            and not func.startswith("torch.")
+            and isinstance(call.func, cst.Attribute)
+            and self_attribute(call.func) is None
+        ):
+            dim = args[0] if args else keyword(call, "dim")
+            return Softmax(
+                call, call.func.value, dim, dim is not None, f"{self.code(call.func.value)}.softmax"
+            )
+        module = self._softmax_module(call.func, fn)
+        if module is not None and args:
+            margs = positional(module)
+            dim = margs[0] if margs else keyword(module, "dim")
+            return Softmax(call, args[0], dim, dim is not None, self.code(module))
+        return None
+
+    def _softmax_module(self, func: cst.BaseExpression, fn: FunctionFacts | None) -> cst.Call | None:
+        candidates = [func] if isinstance(func, cst.Call) else [v for v, _ in self.values(func, fn)]
+        if self_attribute(func) is None and not isinstance(func, cst.Call):
+            return None
+        for value in candidates:
+            if isinstance(value, cst.Call) and self.facts.canonical(value.func) == "torch.nn.Softmax":
+                return value
+        return None
+
+    # -- products q·kᵀ ---------------------------------------------------------
+
+    def product_operands(self, node: cst.CSTNode) -> list[cst.BaseExpression] | None:
+        """The q and k of a q·kᵀ product (``@``, matmul, bmm, baddbmm, einsum), else None."""
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply):
+            return [node.left, node.right]
+        if not isinstance(node, cst.Call):
+            return None
+        func = self.facts.canonical(node.func) or ""
+        args = positional(node)
+        if func in _PRODUCTS or func.endswith(".einsum"):
+            if "einsum" in func or func.endswith("contract"):
+                return args[1:3] if len(args) >= 3 and string_value(args[0]) is not None else None
+            if func.endswith("baddbmm"):
+                return args[1:3] if len(args) >= 3 else None
+            return args[:2] if len(args) >= 2 else None
+        if method_name(node) in {"matmul", "bmm"} and isinstance(node.func, cst.Attribute) and args:
+            return [node.func.value, args[0]]
+        return None
+
+    def reaches_product(self, expr: cst.BaseExpression, fn: FunctionFacts | None, depth: int = 0) -> bool:
+        """Whether the lineage of ``expr`` contains a q·kᵀ product."""
+        key = id(expr)
+        if key in self._reaches:
+            return self._reaches[key]
+        self._reaches[key] = False  # cycles end here
+        found = depth < 12 and any(self._children_reach(expr, fn, depth))
+        self._reaches[key] = found
+        return found
+
+    def _children_reach(
+        self, expr: cst.BaseExpression, fn: FunctionFacts | None, depth: int
+    ) -> Iterator[bool]:
+        if self.product_operands(expr) is not None:
+            yield True
+            return
+        if isinstance(expr, cst.Name):
+            for value, vfn in self.values(expr, fn):
+                yield self.reaches_product(value, vfn, depth + 1)
+        elif isinstance(expr, cst.BinaryOperation):
+            yield self.reaches_product(expr.left, fn, depth + 1)
+            yield self.reaches_product(expr.right, fn, depth + 1)
+        elif isinstance(expr, cst.Subscript):
+            yield self.reaches_product(expr.value, fn, depth + 1)
+        elif isinstance(expr, cst.Call) and self.softmax(expr, fn) is None:
+            if isinstance(expr.func, cst.Attribute) and not self_attribute(expr.func):
+                yield self.reaches_product(expr.func.value, fn, depth + 1)
+            for arg in expr.args:
+                yield self.reaches_product(arg.value, fn, depth + 1)
+
+    # -- the pipeline from products to a softmax ----------------------------------
+
+    def pipeline(self, softmax: Softmax, fn: FunctionFacts | None) -> Pipeline | None:
+        """The scores feeding ``softmax``, or None when its input is not built from q·kᵀ here."""
+        key = id(softmax.call)
+        if key not in self._pipelines:
+            result = None
+            if fn is not None and self.reaches_product(softmax.input, fn):
+                result = Pipeline(softmax, fn)
+                self._walk_scores(softmax.input, fn, result, set())
+            self._pipelines[key] = result
+        return self._pipelines[key]
+
+    def _walk_scores(
+        self, expr: cst.BaseExpression, fn: FunctionFacts, out: Pipeline, seen: set[int]
+    ) -> None:
+        if id(expr) in seen:
+            return
+        seen.add(id(expr))
+        operands = self.product_operands(expr)
+        if operands is not None:
+            self._record_product(expr, operands, fn, out)
+            return
+        if isinstance(expr, cst.Name):
+            for value, vfn in self.values(expr, fn):
+                if vfn is not None:
+                    self._walk_scores(value, vfn, out, seen)
+        elif isinstance(expr, cst.Subscript):
+            self._walk_scores(expr.value, fn, out, seen)
+        elif isinstance(expr, cst.BinaryOperation):
+            self._walk_binary(expr, fn, out, seen)
+        elif isinstance(expr, cst.Call):
+            self._walk_call(expr, fn, out, seen)
+
+    def _walk_binary(
+        self, expr: cst.BinaryOperation, fn: FunctionFacts, out: Pipeline, seen: set[int]
+    ) -> None:
+        left = self.reaches_product(expr.left, fn)
+        right = self.reaches_product(expr.right, fn)
+        if left == right:
+            if left:
+                self._walk_scores(expr.left, fn, out, seen)
+                self._walk_scores(expr.right, fn, out, seen)
+            return
+        scores, other = (expr.left, expr.right) if left else (expr.right, expr.left)
+        op = expr.operator
+        if isinstance(op, (cst.Multiply, cst.Divide)):
+            self._other_factor(expr, other, isinstance(op, cst.Divide) and other is expr.right, fn, out)
+        elif isinstance(op, (cst.Add, cst.Subtract)) and not _is_tf_style_mask_term(other, self):
+            self._other_term(expr, other, fn, out)
+        elif isinstance(op, (cst.Add, cst.Subtract)):
+            self._walk_tf_style(scores, fn, out, seen)  # ``scores * mask - 1e4 * (1 - mask)`` is fine
+            return
+        self._walk_scores(scores, fn, out, seen)
+
+    def _walk_tf_style(
+        self, scores: cst.BaseExpression, fn: FunctionFacts, out: Pipeline, seen: set[int]
+    ) -> None:
+        if isinstance(scores, cst.BinaryOperation):
+            for side in (scores.left, scores.right):
+                if self.reaches_product(side, fn):
+                    self._walk_scores(side, fn, out, seen)
+
+    def _walk_call(self, call: cst.Call, fn: FunctionFacts, out: Pipeline, seen: set[int]) -> None:
+        if keyword(call, "scale", "scaling", "softmax_scale", "sm_scale") is not None:
+            out.scale_argument = True
+        method = method_name(call)
+        func = self.facts.canonical(call.func) or ""
+        args = positional(call)
+        receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
+        if (
+            method in {"mul", "mul_", "multiply", "div", "div_", "divide", "true_divide"}
+            and args
+            and receiver is not None
+            and not func.startswith("torch.")
+        ):
+            self._other_factor(call, args[0], method.startswith(("div", "true")), fn, out)
+            self._walk_scores(receiver, fn, out, seen)
+            return
+        if (
+            func in {"torch.mul", "torch.div", "torch.multiply", "torch.divide", "torch.true_divide"}
+            and len(args) == 2
+        ):
+            left = self.reaches_product(args[0], fn)
+            scores, other = (args[0], args[1]) if left else (args[1], args[0])
+            self._other_factor(call, other, "div" in func and other is args[1], fn, out)
+            self._walk_scores(scores, fn, out, seen)
+            return
+        if func == "torch.add" and len(args) == 2:
+            left = self.reaches_product(args[0], fn)
+            scores, other = (args[0], args[1]) if left else (args[1], args[0])
+            self._other_term(call, other, fn, out)
+            self._walk_scores(scores, fn, out, seen)
+            return
+        if receiver is not None and not self_attribute(call.func) and self.reaches_product(receiver, fn):
+            self._walk_scores(receiver, fn, out, seen)
+        for arg in call.args:
+            if self.reaches_product(arg.value, fn):
+                self._walk_scores(arg.value, fn, out, seen)
+
+    def _record_product(
+        self, node: cst.CSTNode, operands: list[cst.BaseExpression], fn: FunctionFacts, out: Pipeline
+    ) -> None:
+        out.products.append(node)
+        out.operands.extend(operands)
+        rank = self.rank(node, fn) if isinstance(node, cst.Call) else None
+        ranks = [rank] if rank is not None else [self.rank(o, fn) for o in operands]
+        out.ranks.extend(r for r in ranks if r is not None)
+        if isinstance(node, cst.Call):
+            alpha = keyword(node, "alpha")
+            if alpha is not None and (self.facts.canonical(node.func) or "").endswith("baddbmm"):
+                out.factors.append(Factor(alpha, alpha, False, fn))
+        for operand in operands:
+            self._walk_operand(operand, fn, out, set())
+
+    def _walk_operand(
+        self, expr: cst.BaseExpression, fn: FunctionFacts | None, out: Pipeline, seen: set[int]
+    ) -> None:
+        """Collect scale factors applied to q or k before the product (``q = q * self.scale``)."""
+        if id(expr) in seen or fn is None or len(seen) > 60:
+            return
+        seen.add(id(expr))
+        if isinstance(expr, cst.Name):
+            for value, vfn in self.values(expr, fn):
+                self._walk_operand(value, vfn, out, seen)
+        elif isinstance(expr, cst.Subscript):
+            self._walk_operand(expr.value, fn, out, seen)
+        elif isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Multiply, cst.Divide)):
+            if self.is_scalar(expr.right, fn):
+                out.factors.append(Factor(expr, expr.right, isinstance(expr.operator, cst.Divide), fn))
+                self._walk_operand(expr.left, fn, out, seen)
+            elif isinstance(expr.operator, cst.Multiply) and self.is_scalar(expr.left, fn):
+                out.factors.append(Factor(expr, expr.left, False, fn))
+                self._walk_operand(expr.right, fn, out, seen)
+        elif isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Add, cst.Subtract)):
+            self._walk_operand(expr.left, fn, out, seen)
+            self._walk_operand(expr.right, fn, out, seen)
+        elif isinstance(expr, cst.Call):
+            self._walk_operand_call(expr, fn, out, seen)
+
+    def _walk_operand_call(self, call: cst.Call, fn: FunctionFacts, out: Pipeline, seen: set[int]) -> None:
+        if keyword(call, "scale", "scaling", "softmax_scale") is not None:
+            out.scale_argument = True
+        if self_attribute(call.func) is not None and self.module_kind(
+            fn.owner, self_attribute(call.func) or ""
+        ):
+            return  # a projection: what came before it is not q or k
+        method = method_name(call)
+        args = positional(call)
+        if method in {"mul", "mul_", "div", "div_", "divide"} and args and self.is_scalar(args[0], fn):
+            out.factors.append(Factor(call, args[0], method.startswith("div"), fn))
+        if isinstance(call.func, cst.Attribute) and not self_attribute(call.func):
+            self._walk_operand(call.func.value, fn, out, seen)
+            return  # a method's arguments (view sizes, dims) are not q or k
+        for arg in args:
+            if isinstance(arg, (cst.Name, cst.Call, cst.Subscript)):
+                self._walk_operand(arg, fn, out, seen)
+
+    def is_scalar(self, expr: cst.BaseExpression, fn: FunctionFacts | None, depth: int = 0) -> bool:
+        """A Python or 0-d scale factor rather than a tensor (mask, cos, sin)."""
+        if depth > 6:
+            return False
+        name = expr.value if isinstance(expr, cst.Name) else self_attribute(expr)
+        if name is not None:
+            if _SCALE_NAME.search(name) or name_quantity(name):
+                return True
+            hop = self.single(expr, fn)
+            return hop is not None and self.is_scalar(hop[0], hop[1], depth + 1)
+        if number(expr) is not None or self.quantity(expr, fn) is not None:
+            return True
+        if isinstance(expr, cst.Subscript):
+            return self._is_shape(expr.value)
+        if isinstance(expr, cst.BinaryOperation):
+            if isinstance(expr.operator, cst.Power):
+                return number(expr.right) is not None and self.is_scalar(expr.left, fn, depth + 1)
+            return self.is_scalar(expr.left, fn, depth + 1) and self.is_scalar(expr.right, fn, depth + 1)
+        if isinstance(expr, cst.Call):
+            func = self.facts.canonical(expr.func) or ""
+            method = method_name(expr)
+            if func.startswith("math.") or func in {
+                "float",
+                "int",
+                "torch.tensor",
+                "torch.sqrt",
+                "torch.rsqrt",
+                "np.sqrt",
+                "numpy.sqrt",
+            }:
+                return all(self.is_scalar(a, fn, depth + 1) for a in positional(expr)[:1])
+            if method == "size":
+                return True
+            if method in {"sqrt", "rsqrt", "float", "item"} and isinstance(expr.func, cst.Attribute):
+                return self.is_scalar(expr.func.value, fn, depth + 1)
+        return False
+
+    def _other_factor(
+        self, node: cst.CSTNode, other: cst.BaseExpression, divides: bool, fn: FunctionFacts, out: Pipeline
+    ) -> None:
+        mask = self.mask_info(other, fn)
+        if mask is not None:
+            out.masks.append(MaskUse(node, other, "multiplied", *mask))
+        else:
+            out.factors.append(Factor(node, other, divides, fn))
+
+    def _other_term(
+        self, node: cst.CSTNode, other: cst.BaseExpression, fn: FunctionFacts, out: Pipeline
+    ) -> None:
+        mask = self.mask_info(other, fn)
+        if mask is not None:
+            out.masks.append(MaskUse(node, other, "added", *mask))
+
+    # -- scale terms ---------------------------------------------------------------
+
+    def terms(
+        self,
+        expr: cst.BaseExpression,
+        fn: FunctionFacts | None,
+        power: float = 1.0,
+        operands: frozenset[str] = frozenset(),
+        depth: int = 0,
+    ) -> list[Term]:
+        """``expr`` as a product of quantities to powers: ``1/math.sqrt(d_k)`` is head_dim**-0.5."""
+        shown = self.code(expr)
+        if depth > 8:
+            return [Term(None, power, shown)]
+        found = self.quantity(expr, fn, operands)
+        if found is not None:
+            return [Term(found.kind, power, found.evidence)]
+        value = number(expr)
+        if value is not None:
+            return [] if value == 1 else [Term("const", power, shown)]
+        if isinstance(expr, cst.Name) or self_attribute(expr):
+            hop = self.single(expr, fn)
+            if hop is not None:
+                return self.terms(hop[0], hop[1], power, operands, depth + 1)
+            return [Term(None, power, shown)]
+        if isinstance(expr, cst.BinaryOperation):
+            return self._binary_terms(expr, fn, power, operands, depth)
+        if isinstance(expr, cst.Call):
+            return self._call_terms(expr, fn, power, operands, depth)
+        return [Term(None, power, shown)]
+
+    def _binary_terms(
+        self,
+        expr: cst.BinaryOperation,
+        fn: FunctionFacts | None,
+        power: float,
+        operands: frozenset[str],
+        depth: int,
+    ) -> list[Term]:
+        op = expr.operator
+        left = self.terms(expr.left, fn, power, operands, depth + 1)
+        if isinstance(op, cst.Multiply):
+            return left + self.terms(expr.right, fn, power, operands, depth + 1)
+        if isinstance(op, (cst.Divide, cst.FloorDivide)):
+            return left + self.terms(expr.right, fn, -power, operands, depth + 1)
+        if isinstance(op, cst.Power) and number(expr.right) is not None:
+            return self.terms(expr.left, fn, power * (number(expr.right) or 0.0), operands, depth + 1)
+        return [Term(None, power, self.code(expr))]
+
+    def _call_terms(
+        self, call: cst.Call, fn: FunctionFacts | None, power: float, operands: frozenset[str], depth: int
+    ) -> list[Term]:
+        func = self.facts.canonical(call.func) or ""
+        method = method_name(call)
+        args = positional(call)
+        short = func.rsplit(".", 1)[-1]
+        if short == "sqrt" and len(args) == 1 and func != "sqrt":
+            return self.terms(args[0], fn, power * 0.5, operands, depth + 1)
+        if short == "rsqrt" and len(args) == 1:
+            return self.terms(args[0], fn, power * -0.5, operands, depth + 1)
+        if short == "pow" and len(args) == 2 and number(args[1]) is not None:
+            return self.terms(args[0], fn, power * (number(args[1]) or 0.0), operands, depth + 1)
+        if func in {"torch.tensor", "torch.as_tensor", "float", "int", "torch.scalar_tensor"} and args:
+            return self.terms(args[0], fn, power, operands, depth + 1)
+        if isinstance(call.func, cst.Attribute) and not args:
+            receiver = call.func.value
+            if method == "sqrt":
+                return self.terms(receiver, fn, power * 0.5, operands, depth + 1)
+            if method == "rsqrt":
+                return self.terms(receiver, fn, power * -0.5, operands, depth + 1)
+            if method in {"float", "double", "item", "half"}:
+                return self.terms(receiver, fn, power, operands, depth + 1)
+        if method == "to" and isinstance(call.func, cst.Attribute):
+            return self.terms(call.func.value, fn, power, operands, depth + 1)
+        return [Term(None, power, self.code(call))]
+
+    # -- masks -------------------------------------------------------------------
+
+    def mask_info(
+        self, expr: cst.BaseExpression, fn: FunctionFacts | None
+    ) -> tuple[str | None, str | None] | None:
+        """(binary evidence, additive evidence) when ``expr`` is a mask tensor, else None."""
+        if self.is_scalar(expr, fn):
+            return None
+        found = _MaskEvidence()
+        self._mask_lineage(expr, fn, found, 0)
+        if not found.names and not found.binary:
+            return None
+        return (found.binary[0] if found.binary else None), (found.additive[0] if found.additive else None)
+
+    def _mask_lineage(
+        self, expr: cst.BaseExpression, fn: FunctionFacts | None, found: _MaskEvidence, depth: int
+    ) -> None:
+        if id(expr) in found.seen or depth > 10:
+            return
+        found.seen.add(id(expr))
+        label = expr.value if isinstance(expr, cst.Name) else self_attribute(expr)
+        if label is not None:
+            if _MASK_NAME.search(label):
+                found.names.append(label)
+            for value, vfn in self.values(expr, fn):
+                self._mask_lineage(value, vfn, found, depth + 1)
+            if self.is_param(expr, fn) and fn is not None and _MASK_NAME.search(label):
+                described = _docstring_says_binary(fn, label)
+                if described:
+                    found.binary.append(described)
+            return
+        for node in _walk_expression(expr):
+            self._classify_mask_node(node, fn, found, depth)
+
+    def _classify_mask_node(
+        self, node: cst.CSTNode, fn: FunctionFacts | None, found: _MaskEvidence, depth: int
+    ) -> None:
+        binary, additive = found.binary, found.additive
+        if isinstance(node, (cst.Name, cst.Attribute)) and (
+            isinstance(node, cst.Name) or self_attribute(node)
+        ):
+            self._mask_lineage(node, fn, found, depth + 1)
+        elif isinstance(node, cst.Call):
+            func = self.facts.canonical(node.func) or ""
+            method = method_name(node) or ""
+            if func in {
+                "torch.tril",
+                "torch.triu",
+                "torch.ones",
+                "torch.ones_like",
+                "torch.eye",
+            } or method in {"bool", "long", "int", "byte", "tril", "triu"}:
+                binary.append(f"{self.code(node)} is 0/1")
+            if method in {"masked_fill", "masked_fill_", "log"} or "finfo" in func or func == "torch.where":
+                additive.append(self.code(node))
+        elif isinstance(node, cst.Comparison):
+            binary.append(f"{self.code(node)} is a bool comparison")
+        elif isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+            value = number(node)
+            if (value is not None and value <= -100) or is_infinite(node, self.facts):
+                additive.append(self.code(node))
+        elif _is_big_literal(node) or is_infinite(node, self.facts):  # type: ignore[arg-type]
+            additive.append(self.code(node))
+
+    # -- modules -----------------------------------------------------------------
+
+    def module_kind(self, klass: ClassFacts | None, attr: str) -> str | None:
+        """The callee of ``self.attr = Callee(...)`` (either branch of a conditional), else None."""
+        if klass is None:
+            return None
+        for value in klass.attributes.get(attr, []):
+            for option in (value.body, value.orelse) if isinstance(value, cst.IfExp) else (value,):
+                if isinstance(option, cst.Call):
+                    name = self.facts.canonical(option.func)
+                    if name and not name.startswith(
+                        (
+                            "float",
+                            "int",
+                            "math.",
+                            "torch.tensor",
+                            "torch.zeros",
+                            "torch.ones",
+                            "torch.randn",
+                            "torch.empty",
+                        )
+                    ):
+                        return name
+        return None
+
+    def is_dropout(self, klass: ClassFacts | None, attr: str) -> bool:
+        kind = self.module_kind(klass, attr) or ""
+        return kind.rsplit(".", 1)[-1] in _DROPOUT_KINDS
+
+    def is_projection_module(self, klass: ClassFacts | None, attr: str) -> bool:
+        """A module attribute that may project (Linear, Conv1D, 1x1 conv, Identity, custom)."""
+        kind = self.module_kind(klass, attr)
+        if kind is None:
+            values = klass.attributes.get(attr, []) if klass is not None else []
+            return any(
+                self.facts.canonical(v) in {"torch.nn.Parameter", "nn.Parameter"}
+                or (isinstance(v, cst.Call) and (self.facts.canonical(v.func) or "").endswith("Parameter"))
+                for v in values
+            )
+        short = kind.rsplit(".", 1)[-1]
+        return not _NOT_PROJECTIONS.search(short) and short not in {"ModuleList", "ModuleDict"}
+
+    def references_outside_init(
+        self, klass: ClassFacts, attr: str
+    ) -> list[tuple[FunctionFacts, cst.Attribute]]:
+        """Uses of ``self.attr`` outside ``__init__``, not counting calls whose result is discarded."""
+        refs = self.index.attr_refs.get((id(klass), attr), [])
+        return [
+            (fn, node) for fn, node in refs if fn.name != "__init__" and id(node) not in self.index.bare_calls
+        ]
+
+    def is_bare_call(self, call: cst.Call) -> bool:
+        return id(call) in self.index.bare_calls
+
+    def returns(self, fn: FunctionFacts) -> list[cst.Return]:
+        return self.index.returns.get(id(fn), [])
+
+    def has_heads(self, fn: FunctionFacts | None) -> bool:
+        """Whether the code splits into several heads, so that head_dim differs from d_model.
+
+        A head-dim name anywhere counts (``head_size`` given to a single-head class still
+        differs from the model width); a head count counts only once it is stored or used,
+        since ``num_heads=1`` asserted in ``__init__`` leaves one head as wide as the model.
+        """
+        if fn is None:
+            return False
+        used: set[str] = set(fn.params) | set(fn.assignments)
+        declared: set[str] = set()
+        if fn.owner is not None:
+            used |= set(fn.owner.attributes)
+            init = fn.owner.methods.get("__init__")
+            declared = set(init.params) if init is not None else set()
+        return any(name_quantity(n) in {"num_heads", "head_dim"} for n in used) or any(
+            name_quantity(n) == "head_dim" for n in declared
+        )
+
+    # -- projections, head splits and merges ---------------------------------------
+
+    def is_projection_call(self, call: cst.Call, fn: FunctionFacts | None) -> bool:
+        """A learned linear map: a projection module, F.linear, addmm, or ``x @ self.W``."""
+        attr = self_attribute(call.func)
+        owner = fn.owner if fn is not None else None
+        if attr is not None:
+            if owner is not None and attr in owner.methods:
+                return False
+            return self.module_kind(owner, attr) is None or self.is_projection_module(owner, attr)
+        func = self.facts.canonical(call.func) or ""
+        if func in {
+            "torch.nn.functional.linear",
+            "torch.addmm",
+            "torch.nn.functional.conv1d",
+            "torch.nn.functional.conv2d",
+        }:
+            return True
+        operands = self.product_operands(call)
+        return bool(operands) and any(self_attribute(_base(o)) for o in operands)
+
+    def provenance(
+        self, expr: cst.BaseExpression, fn: FunctionFacts | None, seen: set[int] | None = None
+    ) -> tuple[bool, list[str]]:
+        """(whether a learned projection is on some path to ``expr``, the raw inputs reached)."""
+        seen = set() if seen is None else seen
+        if id(expr) in seen or fn is None or len(seen) > 80:
+            return False, []
+        seen.add(id(expr))
+        if isinstance(expr, cst.Name):
+            raw = [expr.value] if expr.value in fn.params and expr.value != "self" else []
+            projected = False
+            for value, vfn in self.values(expr, fn):
+                p, r = self.provenance(value, vfn, seen)
+                projected, raw = projected or p, raw + r
+            return projected, raw
+        if isinstance(expr, cst.Subscript):
+            return self.provenance(expr.value, fn, seen)
+        if isinstance(expr, cst.Attribute):
+            if self_attribute(expr) is not None or expr.attr.value in {"shape", "dtype", "device"}:
+                return False, []
+            return self.provenance(expr.value, fn, seen)
+        if isinstance(expr, cst.BinaryOperation):
+            if isinstance(expr.operator, cst.MatrixMultiply) and (
+                self_attribute(_base(expr.left)) or self_attribute(_base(expr.right))
+            ):
+                return True, []
+            return _merge(self.provenance(expr.left, fn, seen), self.provenance(expr.right, fn, seen))
+        if isinstance(expr, (cst.Tuple, cst.List)):
+            result: tuple[bool, list[str]] = (False, [])
+            for element in expr.elements:
+                result = _merge(result, self.provenance(element.value, fn, seen))
+            return result
+        if isinstance(expr, cst.Call):
+            return self._call_provenance(expr, fn, seen)
+        return False, []
+
+    def _call_provenance(self, call: cst.Call, fn: FunctionFacts, seen: set[int]) -> tuple[bool, list[str]]:
+        if self.is_projection_call(call, fn):
+            return True, []
+        result: tuple[bool, list[str]] = (False, [])
+        if isinstance(call.func, cst.Attribute) and self_attribute(call.func) is None:
+            result = self.provenance(call.func.value, fn, seen)
+            if method_name(call) not in {"matmul", "bmm", "mul", "add", "masked_fill"}:
+                return result
+        for arg in positional(call):
+            if isinstance(
+                arg,
+                (cst.Name, cst.Call, cst.Subscript, cst.BinaryOperation, cst.List, cst.Tuple, cst.Attribute),
+            ):
+                result = _merge(result, self.provenance(arg, fn, seen))
+        return result
+
+    def splits(self, fn: FunctionFacts) -> list[tuple[cst.Call, cst.BaseExpression]]:
+        """Where ``fn`` splits a (b, s, d) tensor into heads: (the call, the tensor split)."""
+        return self._reshapes(fn, _is_split)
+
+    def merges(self, fn: FunctionFacts) -> list[tuple[cst.Call, cst.BaseExpression]]:
+        """Where ``fn`` merges heads back into (b, s, d): (the call, the tensor merged)."""
+        return self._reshapes(fn, _is_merge)
+
+    def _reshapes(self, fn: FunctionFacts, test) -> list[tuple[cst.Call, cst.BaseExpression]]:
+        found = []
+        for call in fn.calls:
+            tensor = test(call, self)
+            if tensor is not None:
+                found.append((call, tensor))
+                continue
+            attr = self_attribute(call.func)
+            helper = fn.owner.methods.get(attr) if fn.owner is not None and attr else None
+            args = positional(call)
+            if helper is not None and helper is not fn and args and len(helper.params) > 1:
+                param = helper.params[1]
+                if any(
+                    isinstance(t, cst.Name) and t.value == param for _, t in self._reshapes_here(helper, test)
+                ):
+                    found.append((call, args[0]))
+        return found
+
+    def _reshapes_here(self, fn: FunctionFacts, test) -> list[tuple[cst.Call, cst.BaseExpression]]:
+        found = []
+        for call in fn.calls:
+            tensor = test(call, self)
+            if tensor is not None:
+                found.append((call, _base(tensor)))
+        return found
+
+    def reaches_attention(self, expr: cst.BaseExpression, fn: FunctionFacts) -> bool:
+        return self.reaches_product(expr, fn) or any(
+            (self.facts.canonical(c.func) or "") in SDPA for c in fn.calls
+        )
+
+
+_CACHE: WeakKeyDictionary[object, Semantics] = WeakKeyDictionary()
+
+
+def of(context: object) -> Semantics:
+    """The Semantics of a FileContext, built once per file and shared by every rule."""
+    found = _CACHE.get(context)
+    if found is None:
+        found = Semantics(context.module, context.facts)  # type: ignore[attr-defined]
+        _CACHE[context] = found
+    return found
+
+
+# -- helpers --------------------------------------------------------------------
+
+
+def _count_axes(side: str) -> int:
+    return len(re.findall(r"\([^)]*\)|[A-Za-z_][A-Za-z0-9_]*|\.\.\.", side))
+
+
+def _is_big_literal(node: cst.CSTNode) -> bool:
+    """A literal like 10000 or 1e9: the magnitude of an additive mask's fill."""
+    return isinstance(node, (cst.Integer, cst.Float)) and abs(float(node.evaluated_value)) >= 1e4
+
+
+def _walk_expression(expr: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """``expr`` and its sub-expressions, without entering lambdas or nested scopes."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, (cst.Lambda, cst.FunctionDef)):
+            continue
+        if isinstance(node, cst.Attribute):
+            if self_attribute(node) is None:
+                stack.append(node.value)
+            continue
+        stack.extend(child for child in node.children if isinstance(child, cst.CSTNode))
+
+
+def _is_tf_style_mask_term(other: cst.BaseExpression, sem: Semantics) -> bool:
+    """``- 1e4 * (1 - mask)``: the additive half of the old TF multiplicative idiom."""
+    code = sem.module.code_for_node(other)
+    return (
+        bool(_MASK_NAME.search(code))
+        and any(
+            _is_big_literal(n) or is_infinite(n, sem.facts)  # type: ignore[arg-type]
+            for n in _walk_expression(other)
+        )
+        and "(" in code
+    )
+
+
+_BINARY_DOC = re.compile(r"\b(0|1|0/1|1/0|True|False|bool|boolean|binary|zeros?|ones?)\b")
+
+
+def _docstring_says_binary(fn: FunctionFacts, param: str) -> str | None:
+    doc = fn.node.get_docstring() or ""
+    for line in doc.splitlines():
+        if (
+            re.search(rf"\b{re.escape(param)}\b", line)
+            and _BINARY_DOC.search(line)
+            and "-inf" not in line
+            and "additive" not in line.lower()
+        ):
+            return f"the docstring says {line.strip()!r}"
+    return None
+
+
+def located(rule: cst.BatchableCSTVisitor, *nodes: cst.CSTNode) -> cst.CSTNode:
+    """The first of ``nodes`` that is in the parsed tree (facts builds a few synthetic nodes)."""
+    from libcst.metadata import PositionProvider
+
+    for node in nodes:
+        if rule.get_metadata(PositionProvider, node, None) is not None:
+            return node
+    return nodes[-1]
+
+
+def _base(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """``self.W`` for ``self.W.t()`` or ``self.W.T``: what a method chain starts from."""
+    while True:
+        if (
+            isinstance(expr, cst.Call)
+            and isinstance(expr.func, cst.Attribute)
+            and not self_attribute(expr.func)
+        ):
+            expr = expr.func.value
+        elif isinstance(expr, cst.Attribute) and self_attribute(expr) is None:
+            expr = expr.value
+        else:
+            return expr
+
+
+def _merge(a: tuple[bool, list[str]], b: tuple[bool, list[str]]) -> tuple[bool, list[str]]:
+    return a[0] or b[0], a[1] + b[1]
+
+
+def _shape_args(call: cst.Call) -> list[cst.BaseExpression]:
+    args = positional(call)
+    if len(args) == 1 and isinstance(args[0], (cst.Tuple, cst.List)):
+        return [e.value for e in args[0].elements]
+    return args
+
+
+def _rearrange_sides(call: cst.Call, sem: Semantics) -> tuple[str, str] | None:
+    func = sem.facts.canonical(call.func) or ""
+    args = positional(call)
+    if not func.endswith("rearrange") or len(args) < 2:
+        return None
+    pattern = string_value(args[1])
+    if not pattern or "->" not in pattern:
+        return None
+    left, right = pattern.split("->", 1)
+    return left, right
+
+
+def _is_split(call: cst.Call, sem: Semantics) -> cst.BaseExpression | None:
+    method = method_name(call)
+    if method in {"view", "reshape"} and isinstance(call.func, cst.Attribute) and len(_shape_args(call)) >= 4:
+        return call.func.value
+    if method == "unflatten" and isinstance(call.func, cst.Attribute):
+        return call.func.value
+    sides = _rearrange_sides(call, sem)
+    if sides is not None and "(" in sides[0] and _count_axes(sides[1]) > _count_axes(sides[0]):
+        return positional(call)[0]
+    return None
+
+
+def _is_merge(call: cst.Call, sem: Semantics) -> cst.BaseExpression | None:
+    method = method_name(call)
+    if not isinstance(call.func, cst.Attribute) and _rearrange_sides(call, sem) is None:
+        return None
+    if method in {"view", "reshape"} and len(_shape_args(call)) == 3:
+        return call.func.value  # type: ignore[union-attr]
+    if method == "flatten":
+        start = positional(call)[0] if positional(call) else keyword(call, "start_dim")
+        if start is not None and number(start) in (2.0, -2.0):
+            return call.func.value  # type: ignore[union-attr]
+    sides = _rearrange_sides(call, sem)
+    if sides is not None and "(" in sides[1] and _count_axes(sides[1]) < _count_axes(sides[0]):
+        return positional(call)[0]
+    return None
+
+
+_ROLES = (
+    (
+        "qkv",
+        re.compile(
+            r"(^|_)(qkv|c_attn|in_proj|in_proj_weight|wqkv|to_qkv|query_key_value|att_proj)($|_)", re.I
+        ),
+    ),
+    ("kv", re.compile(r"(^|_)(kv|to_kv|wkv)($|_)", re.I)),
+    ("q", re.compile(r"(^|_)(q|query|queries|wq|to_q)($|_)", re.I)),
+    ("k", re.compile(r"(^|_)(k|key|keys|wk|to_k)($|_)", re.I)),
+    ("v", re.compile(r"(^|_)(v|value|values|wv|to_v)($|_)", re.I)),
+    (
+        "out",
+        re.compile(
+            r"(^|_)(o|out|output|proj|projection|dense|wo|c_proj|to_out|fc|out_proj|o_proj)($|_)", re.I
+        ),
+    ),
+)
+
+
+def projection_role(attr: str) -> str | None:
+    """ "q", "k", "v", "qkv", "kv" or "out" from an attribute's name (``W_o`` -> "out")."""
+    name = attr.lower()
+    for prefix in ("w_", "linear_", "lin_"):
+        if name.startswith(prefix) and len(name) > len(prefix):
+            name = name[len(prefix) :]
+    for role, pattern in _ROLES:
+        if pattern.search(name):
+            return role
+    return None

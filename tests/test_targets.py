@@ -1,0 +1,98 @@
+"""The target finder: which classes and functions the dynamic stage will run, and how."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from attncheck.findings import Parameter
+from attncheck.sources import Source
+from attncheck.static.engine import lint
+from attncheck.static.rules import all_rules
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+def targets_of(text: str, path: str = "example.py"):
+    result = lint(Source(path, text), all_rules())
+    assert result.error is None
+    return {t.name: t for t in result.targets}
+
+
+def targets_of_fixture(relative: str):
+    path = FIXTURES / relative
+    return targets_of(path.read_text(encoding="utf-8"), str(path))
+
+
+def test_seed004_finds_every_class_and_the_rope_function():
+    found = targets_of_fixture("seeds/seed004_attention.py")
+    assert set(found) == {
+        "MultiHeadAttention",
+        "FusedMultiHeadAttention",
+        "GroupedQueryAttention",
+        "apply_rotary_pos_emb",
+        "RoPEMultiHeadAttention",
+        "OptimizedMultiHeadAttention",
+    }
+    assert found["apply_rotary_pos_emb"].kinds == ("rope", "function")
+    assert not found["apply_rotary_pos_emb"].is_class
+    assert "gqa" in found["GroupedQueryAttention"].kinds
+    assert {"gqa", "rope", "self"} <= set(found["OptimizedMultiHeadAttention"].kinds)
+    assert "cross" in found["MultiHeadAttention"].kinds
+
+
+def test_signatures_defaults_annotations_and_mask():
+    mha = targets_of_fixture("seeds/seed004_attention.py")["MultiHeadAttention"]
+    assert mha.init_params[0] == Parameter("d_model", None, "int")
+    assert mha.init_params[2] == Parameter("dropout", "0.1", "float")
+    assert [p.name for p in mha.forward_params] == ["query", "key", "value", "mask", "return_attention"]
+    assert mha.mask_param == "mask"
+    assert "标准多头注意力机制" in (mha.docstring or "")
+
+
+def test_line_is_the_class_keyword_after_decorators():
+    text = (
+        "import torch.nn as nn\n\n@some.decorator\nclass SelfAttention(nn.Module):\n"
+        "    def forward(self, x):\n        return x\n"
+    )
+    assert targets_of(text)["SelfAttention"].line == 4
+
+
+def test_delegating_module_and_sdpa_function_are_targets_but_mlp_is_not():
+    found = targets_of_fixture("seeds/seed000_mha.py")
+    assert set(found) == {"ScaledDotProductAttention", "MultiHeadAttention"}
+    text = (
+        "import torch.nn as nn, torch.nn.functional as F\n"
+        "class MLP(nn.Module):\n    def forward(self, x):\n        return F.gelu(x)\n"
+        "def attend(q, k, v):\n    return F.scaled_dot_product_attention(q, k, v, is_causal=True)\n"
+    )
+    found = targets_of(text)
+    assert set(found) == {"attend"}
+    assert found["attend"].kinds == ("cross", "causal", "function")
+
+
+def test_causal_kind_from_a_tril_buffer():
+    found = targets_of_fixture("correct/gpt2_conv1d.py")
+    assert set(found) == {"GPT2Attention"}
+    assert found["GPT2Attention"].kinds == ("mha", "self", "causal")
+
+
+def test_config_class_from_annotation_or_config_parameter():
+    text = (
+        "from dataclasses import dataclass\nimport torch, torch.nn as nn\n"
+        "@dataclass\nclass GPTConfig:\n    n_embd: int = 64\n    n_head: int = 4\n"
+        "class CausalSelfAttention(nn.Module):\n"
+        "    def __init__(self, config: GPTConfig):\n        super().__init__()\n"
+        "    def forward(self, x):\n        return torch.softmax(x @ x.transpose(-2, -1) / 8, dim=-1) @ x\n"
+        "class Block(nn.Module):\n    def __init__(self, config):\n        super().__init__()\n"
+        "        self.attn = CausalSelfAttention(config)\n"
+        "    def forward(self, x):\n        return self.attn(x)\n"
+    )
+    found = targets_of(text)
+    assert found["CausalSelfAttention"].config_class == "GPTConfig"
+    assert found["Block"].config_class == "GPTConfig"
+    assert "GPTConfig" not in found
+
+
+def test_every_seed_and_correct_fixture_yields_a_target():
+    for path in sorted((FIXTURES / "seeds").glob("*.py")) + sorted((FIXTURES / "correct").glob("*.py")):
+        assert targets_of(path.read_text(encoding="utf-8"), str(path)), path.name

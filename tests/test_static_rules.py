@@ -36,7 +36,9 @@ def test_seed003_scale_message_names_the_sequence_length():
 
 def test_seed003_reports_the_six_mistakes_of_the_review_and_the_crash():
     codes = {f.code for f in findings_of("seeds/seed003_review.py") if f.severity == Severity.ERROR}
-    assert codes == {"ATT101", "ATT102", "ATT103", "ATT201", "ATT202", "ATT204", "ATT301"}
+    # The review's six, the crash of torch.sqrt(S), and a seventh mistake the review
+    # missed: ``matmul(a, value).reshape(N, S, E)`` merges the heads without a transpose.
+    assert codes == {"ATT101", "ATT102", "ATT103", "ATT201", "ATT202", "ATT204", "ATT301", "ATT105"}
 
 
 def test_seed003_projection_message_names_the_unused_layers():

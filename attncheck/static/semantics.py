@@ -1051,6 +1051,25 @@ class Semantics:
                         return name
         return None
 
+    def _is_module_container(self, klass: ClassFacts | None, attr: str) -> bool:
+        kind = self.module_kind(klass, attr) or ""
+        return kind.rsplit(".", 1)[-1] in {"ModuleList", "ModuleDict", "Sequential"}
+
+    def _modules_iterated(self, fn: FunctionFacts) -> set[str]:
+        """Names a ``for`` loop or comprehension of ``fn`` binds to the modules of a
+        ``self.`` ModuleList (``for lin, x in zip(self.linears, inputs)``)."""
+        names: set[str] = set()
+        for node in _walk_expression(fn.node.body):
+            if not isinstance(node, (cst.For, cst.CompFor)):
+                continue
+            containers = [
+                n for n in _walk_expression(node.iter)
+                if (a := self_attribute(n)) is not None and self._is_module_container(fn.owner, a)
+            ]
+            if containers:
+                names.update(n.value for n in _walk_expression(node.target) if isinstance(n, cst.Name))
+        return names
+
     def is_dropout(self, klass: ClassFacts | None, attr: str) -> bool:
         kind = self.module_kind(klass, attr) or ""
         return kind.rsplit(".", 1)[-1] in _DROPOUT_KINDS
@@ -1112,6 +1131,13 @@ class Semantics:
             if owner is not None and attr in owner.methods:
                 return False
             return self.module_kind(owner, attr) is None or self.is_projection_module(owner, attr)
+        # The Annotated Transformer's style: ``self.linears[-1](x)``, and
+        # ``lin(x) for lin, x in zip(self.linears, (query, key, value))``.
+        container = self_attribute(call.func.value) if isinstance(call.func, cst.Subscript) else None
+        if container is not None:
+            return self._is_module_container(owner, container)
+        if isinstance(call.func, cst.Name) and fn is not None:
+            return call.func.value in self._modules_iterated(fn)
         func = self.facts.canonical(call.func) or ""
         if func in {
             "torch.nn.functional.linear",

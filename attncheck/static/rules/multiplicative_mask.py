@@ -27,7 +27,7 @@ class MultiplicativeMask(Rule):
     code = "ATT301"
     PREFILTER = ("mask", "tril", "triu")
     VALID = (
-        _fn("scores = scores.masked_fill(mask == 0, float('-inf'))"),
+        _fn("scores = scores.masked_fill(mask == 0, torch.finfo(scores.dtype).min)"),
         _fn("scores = scores + (1.0 - mask) * -10000.0"),
         _fn("scores = scores + torch.where(mask.bool(), 0.0, float('-inf'))"),
         _fn("scores = scores + (1 - mask.float()) * torch.finfo(scores.dtype).min"),

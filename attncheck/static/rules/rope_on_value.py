@@ -41,7 +41,7 @@ class RopeOnValue(Rule):
     PREFILTER = ("rotary", "rotate", "rope", "RoPE", "Rope")
     VALID = (
         _HELPERS + "\ndef attend(q, k, v, cos, sin):\n    q, k = apply_rotary_pos_emb(q, k, cos, sin)\n"
-        "    return torch.softmax(q @ k.transpose(-2, -1), dim=-1) @ v\n",
+        "    return torch.softmax(q @ k.transpose(-2, -1) * q.size(-1) ** -0.5, dim=-1) @ v\n",
         # HF passes value_states to the rotary module only for its dtype and device.
         "def forward(self, query_states, key_states, value_states, position_ids):\n"
         "    cos, sin = self.rotary_emb(value_states, position_ids)\n"

@@ -1,0 +1,235 @@
+"""Name the mistake: match what a module returned against the mutated references.
+
+Given the module's outputs on known cases (known inputs, known weights), a mutant
+*matches* when its output equals the observed one on every case within ``tol``,
+fully masked query rows excluded (and rows where the mutant itself has no visible
+key, whose value depends on the fill constant). One mistake is tried first, then
+two at once, among mutants that turn different knobs.
+
+Speed: every case keeps a :class:`~attncheck.dynamic.mutants.Stages` memo, so the
+projections and score matrices shared by many mutants are computed once; mutants
+that do nothing on these cases (a mask mistake with no mask), or that duplicate
+another's output, are pruned before pairing; pairs are screened on the first case
+before the others. Small tensors run faster on one thread, so the search does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from itertools import combinations
+
+import torch
+
+from attncheck.dynamic.mutants import (
+    MUTANTS,
+    REFERENCE,
+    Case,
+    Knobs,
+    Mutant,
+    Setting,
+    Stages,
+    knob_groups,
+)
+from attncheck.dynamic.reference import causal_keep, fully_masked_rows
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """The verdict on one module: which known mistakes explain its outputs.
+
+    ``mutants`` is () when the output matches the reference (``matches_reference``)
+    or when nothing known explains it; one mutant; or a pair (two mistakes at once).
+    ``max_error`` is the largest difference between the observed output and the
+    explanation (the reference when nothing matched). ``alternatives`` are other
+    explanations that match as well (e.g. 1/sqrt(q_len) when q_len == k_len).
+    """
+
+    mutants: tuple[Mutant, ...]
+    max_error: float
+    message: str
+    reference_error: float
+    matches_reference: bool = False
+    alternatives: tuple[tuple[Mutant, ...], ...] = ()
+
+    @property
+    def codes(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(m.code for m in self.mutants))
+
+
+@contextmanager
+def _one_thread() -> Iterator[None]:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _comparable_rows(case: Case, heads: int) -> torch.Tensor:
+    """(b, q) bool: the rows compared, i.e. the queries that see at least one key."""
+    b, q_len, k_len = case.query.shape[0], case.query.shape[1], case.key.shape[1]
+    keep = case.keep
+    causal = causal_keep(q_len, k_len, case.causal)
+    if causal is not None:
+        keep = causal if keep is None else keep & causal
+    return ~fully_masked_rows(keep, (b, heads, q_len, k_len))
+
+
+def _errors(outputs: torch.Tensor, observed: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """(n,) max |output - observed| of n stacked outputs over the compared rows.
+
+    A row is compared when the case keeps a key for it and the mutant's output
+    there is defined (finite). inf where the observed output is not finite on a
+    compared row; NaN where no row is compared (the case says nothing).
+    """
+    compared = rows & torch.isfinite(outputs).all(dim=-1)  # (n, b, q)
+    diff = torch.where(compared, (outputs - observed).abs().amax(dim=-1), 0.0)
+    worst = diff.amax(dim=(1, 2)).nan_to_num(nan=math.inf)
+    return worst.masked_fill(~compared.any(dim=2).any(dim=1), math.nan)
+
+
+@dataclass
+class _Search:
+    """The cases, their memos and the observed outputs of one diagnosis."""
+
+    stages: list[Stages]
+    observed: list[torch.Tensor]
+    rows: list[torch.Tensor]
+
+    def errors(self, candidates: Sequence[Knobs], cases: slice = slice(None)) -> list[float]:
+        """Worst error of each candidate over the cases; inf when it cannot be built here."""
+        worst = torch.full((len(candidates),), math.nan, dtype=torch.float64)
+        for stage, observed, rows in zip(
+            self.stages[cases], self.observed[cases], self.rows[cases], strict=True
+        ):
+            outputs = stage.outputs(candidates)
+            shaped = [i for i, out in enumerate(outputs) if out is not None and out.shape == observed.shape]
+            case_errors = torch.full_like(worst, math.inf)
+            if shaped:
+                stacked = torch.stack([outputs[i] for i in shaped])
+                case_errors[shaped] = _errors(stacked, observed, rows)
+            worst = torch.fmax(worst, case_errors)  # fmax: a NaN (uninformative case) loses
+        return worst.nan_to_num(nan=math.inf).tolist()
+
+    def effective(self, candidates: Sequence[Knobs], tol: float) -> list[Knobs]:
+        """The candidates that change the output here, one per distinct output.
+
+        A mask mistake on unmasked cases, or 1/sqrt(q_len) beside 1/sqrt(k_len)
+        when the lengths are equal, would only multiply the pairs to try.
+        """
+        seen: dict[bytes, Knobs] = {}
+        per_case = [stage.outputs(candidates) for stage in self.stages]
+        references = [stage.output(REFERENCE) for stage in self.stages]
+        for i, knobs in enumerate(candidates):
+            outs = [outputs[i] for outputs in per_case]
+            if any(out is None or out.shape != ref.shape for out, ref in zip(outs, references, strict=True)):
+                continue
+            if all(
+                torch.allclose(out, ref, rtol=0.0, atol=tol, equal_nan=True)
+                for out, ref in zip(outs, references, strict=True)
+            ):
+                continue
+            key = b"".join(torch.nan_to_num(out, nan=0.0).mul(1e8).round().numpy().tobytes() for out in outs)
+            seen.setdefault(key, knobs)
+        return list(seen.values())
+
+
+def diagnose(
+    observations: Sequence[tuple[Case, torch.Tensor]],
+    setting: Setting,
+    tol: float,
+    *,
+    mutants: tuple[Mutant, ...] = MUTANTS,
+    pairs: bool = True,
+) -> Diagnosis:
+    """Which known mistake (or pair of mistakes) explains the observed outputs.
+
+    ``observations`` pairs each case with the (b, q, d) output the module gave on
+    it; ``tol`` is the absolute tolerance of a match (the runner's float64 or
+    low-precision tolerance).
+    """
+    if not observations:
+        raise ValueError("diagnose needs at least one observation")
+    with _one_thread():
+        search = _Search(
+            [Stages(case, setting) for case, _ in observations],
+            [out.detach().to(torch.float64) for _, out in observations],
+            [_comparable_rows(case, setting.num_heads) for case, _ in observations],
+        )
+        reference_error = search.errors([REFERENCE])[0]
+        if reference_error <= tol:
+            return Diagnosis(
+                (), reference_error, "matches the reference", reference_error, matches_reference=True
+            )
+        groups = knob_groups(mutants)
+        knobs = list(groups)
+        matched = [(err, groups[k]) for k, err in zip(knobs, search.errors(knobs), strict=True) if err <= tol]
+        if not matched and pairs:
+            matched = _pair_matches(search, groups, tol)
+    return _verdict(matched, reference_error, tol, observations[0][0], setting)
+
+
+def _pair_matches(
+    search: _Search, groups: dict[Knobs, tuple[Mutant, ...]], tol: float
+) -> list[tuple[float, tuple[Mutant, ...]]]:
+    """(error, (mutant, mutant)) for every pair of distinct, effective mistakes that matches.
+
+    Pairs are screened on the first case, all at once, before the other cases.
+    """
+    effective = [(k, k.turned()) for k in search.effective(list(groups), tol)]
+    pairs = [(a, b) for (a, turned_a), (b, turned_b) in combinations(effective, 2) if not turned_a & turned_b]
+    combined = [a.combine(b) for a, b in pairs]
+    first = search.errors(combined, slice(0, 1))
+    survivors = [i for i, err in enumerate(first) if err <= tol]
+    rest = search.errors([combined[i] for i in survivors])
+    return [
+        (err, (groups[pairs[i][0]][0], groups[pairs[i][1]][0]))
+        for i, err in zip(survivors, rest, strict=True)
+        if err <= tol
+    ]
+
+
+def _explain(mutant: Mutant, case: Case, setting: Setting) -> str:
+    why = mutant.why[0].upper() + mutant.why[1:]
+    return f"{mutant.code} {mutant.name}: {mutant.describe(case, setting)}. {why} Fix: {mutant.fix}"
+
+
+def _verdict(matched: list, reference_error: float, tol: float, case: Case, setting: Setting) -> Diagnosis:
+    if not matched:
+        message = (
+            f"output differs from the reference (max error {reference_error:.3g} > tolerance {tol:.3g}) "
+            "and no known mistake, alone or in pairs, explains it"
+        )
+        return Diagnosis((), reference_error, message, reference_error)
+    floor = tol * 1e-3  # errors this small are ties: keep the catalogue order
+    ranked = sorted(enumerate(matched), key=lambda item: (max(item[1][0], floor), item[0]))
+    explanations = [tuple(_as_tuple(group)) for _, (_, group) in ranked]
+    best_error = ranked[0][1][0]
+    best = explanations[0]
+    alternatives = tuple(explanations[1:]) + _siblings(ranked[0][1][1])
+    if len(best) == 1:
+        message = "behaves exactly like attention that " + _explain(best[0], case, setting)
+    else:
+        message = "behaves exactly like attention with two mistakes: " + "; and ".join(
+            f"({i}) {_explain(m, case, setting)}" for i, m in enumerate(best, 1)
+        )
+    return Diagnosis(best, best_error, message, reference_error, alternatives=alternatives)
+
+
+def _as_tuple(group: tuple[Mutant, ...]) -> tuple[Mutant, ...]:
+    """A single's knob group stands for its first mutant; a pair is already two mutants."""
+    return group[:1] if _is_single_group(group) else group
+
+
+def _is_single_group(group: tuple[Mutant, ...]) -> bool:
+    return all(m.knobs == group[0].knobs for m in group)
+
+
+def _siblings(group: tuple[Mutant, ...]) -> tuple[tuple[Mutant, ...], ...]:
+    """Other mutants with the same knobs as a matched single (same output, another story)."""
+    return tuple((m,) for m in group[1:]) if _is_single_group(group) else ()

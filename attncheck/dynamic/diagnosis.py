@@ -94,6 +94,28 @@ def _errors(outputs: torch.Tensor, observed: torch.Tensor, rows: torch.Tensor) -
 
 
 @dataclass
+class _Survey:
+    """Single mistakes on every case: errors (n, C) against the observed outputs
+    (NaN: the case says nothing, inf: cannot be built), which ones change nothing
+    on a case (``inert``), and one representative index per distinct output."""
+
+    errors: torch.Tensor
+    inert: torch.Tensor
+    distinct: list[int]
+
+    def worst(self) -> list[float]:
+        return _worst(self.errors)
+
+
+def _worst(errors: torch.Tensor) -> list[float]:
+    """Reduce (n, C) per-case errors to n, ignoring uninformative cases."""
+    worst = torch.full((errors.shape[0],), math.nan, dtype=torch.float64)
+    for column in errors.T:
+        worst = torch.fmax(worst, column)  # fmax: a NaN (uninformative case) loses
+    return worst.nan_to_num(nan=math.inf).tolist()
+
+
+@dataclass
 class _Search:
     """The cases, their memos and the observed outputs of one diagnosis."""
 
@@ -101,42 +123,45 @@ class _Search:
     observed: list[torch.Tensor]
     rows: list[torch.Tensor]
 
-    def errors(self, candidates: Sequence[Knobs], cases: slice = slice(None)) -> list[float]:
-        """Worst error of each candidate over the cases; inf when it cannot be built here."""
-        worst = torch.full((len(candidates),), math.nan, dtype=torch.float64)
-        for stage, observed, rows in zip(
-            self.stages[cases], self.observed[cases], self.rows[cases], strict=True
-        ):
-            outputs = stage.outputs(candidates)
-            shaped = [i for i, out in enumerate(outputs) if out is not None and out.shape == observed.shape]
-            case_errors = torch.full_like(worst, math.inf)
-            if shaped:
-                stacked = torch.stack([outputs[i] for i in shaped])
-                case_errors[shaped] = _errors(stacked, observed, rows)
-            worst = torch.fmax(worst, case_errors)  # fmax: a NaN (uninformative case) loses
-        return worst.nan_to_num(nan=math.inf).tolist()
+    def _stacked(self, case: int, candidates: Sequence[Knobs]) -> tuple[list[int], torch.Tensor | None]:
+        """Indices of the candidates buildable with the observed shape, and their stacked outputs."""
+        outputs = self.stages[case].outputs(candidates)
+        shape = self.observed[case].shape
+        built = [i for i, out in enumerate(outputs) if out is not None and out.shape == shape]
+        return built, torch.stack([outputs[i] for i in built]) if built else None
 
-    def effective(self, candidates: Sequence[Knobs], tol: float) -> list[Knobs]:
-        """The candidates that change the output here, one per distinct output.
+    def case_errors(self, candidates: Sequence[Knobs], cases: Sequence[int] | None = None) -> torch.Tensor:
+        """(n, C) error of each candidate on each case."""
+        cases = range(len(self.stages)) if cases is None else cases
+        errors = torch.full((len(candidates), len(cases)), math.inf, dtype=torch.float64)
+        for column, case in enumerate(cases):
+            built, stacked = self._stacked(case, candidates)
+            if stacked is not None:
+                errors[built, column] = _errors(stacked, self.observed[case], self.rows[case])
+        return errors
 
-        A mask mistake on unmasked cases, or 1/sqrt(q_len) beside 1/sqrt(k_len)
-        when the lengths are equal, would only multiply the pairs to try.
-        """
-        seen: dict[bytes, Knobs] = {}
-        per_case = [stage.outputs(candidates) for stage in self.stages]
-        references = [stage.output(REFERENCE) for stage in self.stages]
-        for i, knobs in enumerate(candidates):
-            outs = [outputs[i] for outputs in per_case]
-            if any(out is None or out.shape != ref.shape for out, ref in zip(outs, references, strict=True)):
+    def survey(self, candidates: Sequence[Knobs], tol: float) -> _Survey:
+        """Errors of single mistakes, plus what pairing them needs to know."""
+        n, cases = len(candidates), len(self.stages)
+        errors = torch.full((n, cases), math.inf, dtype=torch.float64)
+        inert = torch.zeros((n, cases), dtype=torch.bool)
+        keys: list[list[bytes]] = [[] for _ in range(n)]
+        for case in range(cases):
+            built, stacked = self._stacked(case, candidates)
+            if stacked is None:
                 continue
-            if all(
-                torch.allclose(out, ref, rtol=0.0, atol=tol, equal_nan=True)
-                for out, ref in zip(outs, references, strict=True)
-            ):
-                continue
-            key = b"".join(torch.nan_to_num(out, nan=0.0).mul(1e8).round().numpy().tobytes() for out in outs)
-            seen.setdefault(key, knobs)
-        return list(seen.values())
+            errors[built, case] = _errors(stacked, self.observed[case], self.rows[case])
+            reference = self.stages[case].output(REFERENCE)
+            close = ((stacked - reference).abs() <= tol) | (stacked.isnan() & reference.isnan())
+            inert[built, case] = close.flatten(1).all(dim=1)
+            rounded = stacked.nan_to_num(nan=0.0).mul(1e8).round()
+            for i, out in zip(built, rounded, strict=True):
+                keys[i].append(out.numpy().tobytes())
+        seen: dict[bytes, int] = {}
+        for i in range(n):
+            if len(keys[i]) == cases and not bool(inert[i].all()):
+                seen.setdefault(b"".join(keys[i]), i)
+        return _Survey(errors, inert, list(seen.values()))
 
 
 def diagnose(
@@ -161,35 +186,52 @@ def diagnose(
             [out.detach().to(torch.float64) for _, out in observations],
             [_comparable_rows(case, setting.num_heads) for case, _ in observations],
         )
-        reference_error = search.errors([REFERENCE])[0]
+        reference_error = _worst(search.case_errors([REFERENCE]))[0]
         if reference_error <= tol:
             return Diagnosis(
                 (), reference_error, "matches the reference", reference_error, matches_reference=True
             )
         groups = knob_groups(mutants)
         knobs = list(groups)
-        matched = [(err, groups[k]) for k, err in zip(knobs, search.errors(knobs), strict=True) if err <= tol]
+        survey = search.survey(knobs, tol)
+        matched = [(err, groups[k]) for k, err in zip(knobs, survey.worst(), strict=True) if err <= tol]
         if not matched and pairs:
-            matched = _pair_matches(search, groups, tol)
+            matched = _pair_matches(search, knobs, survey, groups, tol)
     return _verdict(matched, reference_error, tol, observations[0][0], setting)
 
 
 def _pair_matches(
-    search: _Search, groups: dict[Knobs, tuple[Mutant, ...]], tol: float
+    search: _Search,
+    knobs: list[Knobs],
+    survey: _Survey,
+    groups: dict[Knobs, tuple[Mutant, ...]],
+    tol: float,
 ) -> list[tuple[float, tuple[Mutant, ...]]]:
     """(error, (mutant, mutant)) for every pair of distinct, effective mistakes that matches.
 
-    Pairs are screened on the first case, all at once, before the other cases.
+    Pruning before anything is computed: the two must turn different knobs, and on
+    a case where one of them changes nothing the pair is the other alone, so the
+    other must already match there. Survivors are screened on one case, all at
+    once, before the remaining cases.
     """
-    effective = [(k, k.turned()) for k in search.effective(list(groups), tol)]
-    pairs = [(a, b) for (a, turned_a), (b, turned_b) in combinations(effective, 2) if not turned_a & turned_b]
-    combined = [a.combine(b) for a, b in pairs]
-    first = search.errors(combined, slice(0, 1))
-    survivors = [i for i, err in enumerate(first) if err <= tol]
-    rest = search.errors([combined[i] for i in survivors])
+    fits = (survey.errors <= tol) | survey.errors.isnan()  # (n, C): matches, or the case says nothing
+    turned = {i: knobs[i].turned() for i in survey.distinct}
+    pairs = [
+        (a, b)
+        for a, b in combinations(survey.distinct, 2)
+        if not turned[a] & turned[b]
+        and bool((fits[b] | ~survey.inert[a]).all())
+        and bool((fits[a] | ~survey.inert[b]).all())
+    ]
+    if not pairs:
+        return []
+    combined = [knobs[a].combine(knobs[b]) for a, b in pairs]
+    screen = search.case_errors(combined, [0])[:, 0]
+    survivors = [i for i in range(len(pairs)) if not bool(screen[i] > tol)]  # NaN (uninformative) survives
+    errors = _worst(search.case_errors([combined[i] for i in survivors]))
     return [
-        (err, (groups[pairs[i][0]][0], groups[pairs[i][1]][0]))
-        for i, err in zip(survivors, rest, strict=True)
+        (err, (groups[knobs[pairs[i][0]]][0], groups[knobs[pairs[i][1]]][0]))
+        for i, err in zip(survivors, errors, strict=True)
         if err <= tol
     ]
 

@@ -201,6 +201,14 @@ class Stages:
     )
     scores: dict[tuple[str, ...], torch.Tensor] = field(default_factory=dict)
     weights: dict[tuple[str, ...], torch.Tensor] = field(default_factory=dict)
+    inputs: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def projected(self, which: Literal["q", "k", "v"]) -> torch.Tensor:
+        """The case's query, key or value through its projection, computed once."""
+        if which not in self.inputs:
+            source = {"q": self.case.query, "k": self.case.key, "v": self.case.value}[which]
+            self.inputs[which] = _project(getattr(self.setting.proj, which), source)
+        return self.inputs[which]
 
     def qkv(self, knobs: Knobs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Per-head q, k, v of shape (b, Hq, s, dh), K/V already expanded to Hq heads."""
@@ -214,9 +222,9 @@ class Stages:
         raw = {"raw": "qkv", "raw_q": "q", "raw_k": "k", "raw_v": "v"}.get(knobs.inputs, "")
         hq = setting.num_heads
         hkv = setting.num_kv_heads or hq
-        q = _split(case.query if "q" in raw else _project(setting.proj.q, case.query), hq, knobs.split)
-        k = _split(case.key if "k" in raw else _project(setting.proj.k, case.key), hkv, knobs.split)
-        v = _split(case.value if "v" in raw else _project(setting.proj.v, case.value), hkv, knobs.split)
+        q = _split(case.query if "q" in raw else self.projected("q"), hq, knobs.split)
+        k = _split(case.key if "k" in raw else self.projected("k"), hkv, knobs.split)
+        v = _split(case.value if "v" in raw else self.projected("v"), hkv, knobs.split)
         if q.shape[-1] != k.shape[-1]:
             raise InapplicableError("query and key heads differ in width")
         if setting.rope is not None:
@@ -305,8 +313,9 @@ class Stages:
                 self.qkv(knobs)
             except InapplicableError:
                 continue
-            key = (knobs.inputs, knobs.split, knobs.rope, knobs.kv_map, knobs.merge, knobs.output)
+            key = (knobs.inputs, knobs.split, knobs.rope, knobs.kv_map, knobs.merge)
             batches.setdefault(key, []).append(i)
+        to_project: list[tuple[int, torch.Tensor]] = []
         for indices in batches.values():
             first = candidates[indices[0]]
             weights = torch.stack([self.attention_weights(candidates[i]) for i in indices])
@@ -314,10 +323,15 @@ class Stages:
             n, b, h, q, dh = per_head.shape
             if first.merge == "transpose":
                 per_head = per_head.transpose(2, 3)
-            merged = per_head.reshape(n, b, q, h * dh)
-            out = merged if first.output == "raw" else _project(self.setting.proj.o, merged)
-            for i, row in zip(indices, out, strict=True):
-                results[i] = row
+            for i, merged in zip(indices, per_head.reshape(n, b, q, h * dh), strict=True):
+                if candidates[i].output == "raw":
+                    results[i] = merged
+                else:
+                    to_project.append((i, merged))
+        if to_project:
+            projected = _project(self.setting.proj.o, torch.stack([merged for _, merged in to_project]))
+            for (i, _), out in zip(to_project, projected, strict=True):
+                results[i] = out
         return results
 
 

@@ -29,7 +29,7 @@ ROUNDING_UNIT = {
 
 _LOW = (torch.float16, torch.bfloat16)
 _OVERFLOW = re.compile(r"cannot be converted to (type )?c10::(Half|BFloat16) without overflow")
-"""torch's message for ``masked_fill(-1e9)`` on float16 ("value cannot be converted to type c10::Half ...")."""
+"""torch's message for ``masked_fill(-1e9)`` on float16."""
 
 
 def rounding_floor(dtype: torch.dtype, reference: torch.Tensor) -> float:

@@ -225,8 +225,8 @@ class Stages:
         q = _split(case.query if "q" in raw else self.projected("q"), hq, knobs.split)
         k = _split(case.key if "k" in raw else self.projected("k"), hkv, knobs.split)
         v = _split(case.value if "v" in raw else self.projected("v"), hkv, knobs.split)
-        if q.shape[-1] != k.shape[-1]:
-            raise InapplicableError("query and key heads differ in width")
+        if not q.shape[-1] == k.shape[-1] == v.shape[-1]:
+            raise InapplicableError("query, key and value heads differ in width")
         if setting.rope is not None:
             q_pos, k_pos = case.positions()
             args = _rope_args(setting.rope, knobs.rope)

@@ -16,9 +16,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from attncheck.dynamic.diagnosis import diagnose  # noqa: E402
-from attncheck.dynamic.mutants import Case, Knobs, Setting, mutated_mha  # noqa: E402
-from attncheck.dynamic.reference import Linear, Projections  # noqa: E402
+from attncheck.dynamic.diagnosis import diagnose
+from attncheck.dynamic.mutants import Case, Knobs, Setting, mutated_mha
+from attncheck.dynamic.reference import Linear, Projections
 
 
 def _setup() -> tuple[Setting, list[Case]]:

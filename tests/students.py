@@ -81,6 +81,22 @@ def meta_rope(
     return torch.cat((rotated, x[..., r:]), dim=-1)
 
 
+def gptj_rope(
+    x: torch.Tensor, pos: torch.Tensor, base: float = 10000.0, bug: str | None = None
+) -> torch.Tensor:
+    """GPT-J: rotate_every_two with sin/cos repeated per pair (bug rope_layout: cat(freqs, freqs))."""
+    dim = x.shape[-1]
+    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    freqs = torch.einsum("i,j->ij", pos.to(torch.float64), inv_freq)
+    emb = (
+        torch.cat((freqs, freqs), dim=-1)
+        if bug == "rope_layout"
+        else torch.repeat_interleave(freqs, 2, dim=-1)
+    )
+    every_two = torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2)
+    return x * emb.cos() + every_two * emb.sin()
+
+
 def student(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -114,8 +130,11 @@ def student(
         v = v.view(b, sk, kv_heads, dh).transpose(1, 2)
     if rope is not None:
         q_pos, k_pos = torch.arange(sk - sq, sk), torch.arange(sk)
-        if rope.startswith("meta"):
+        if rope == "meta":
             q, k = meta_rope(q, q_pos), meta_rope(k, k_pos)
+        elif rope.startswith("gptj"):
+            bug = "rope_layout" if rope == "gptj_rope_layout" else None
+            q, k = gptj_rope(q, q_pos, bug=bug), gptj_rope(k, k_pos, bug=bug)
         else:
             bug = rope if rope != "hf" else None
             q, k = hf_rope(q, q_pos, bug=bug), hf_rope(k, k_pos, bug=bug)

@@ -118,7 +118,14 @@ def test_rope_bugs_are_named(rope, code):
     assert [m.code for m in diagnosis.mutants] == [code], diagnosis.message
 
 
-@pytest.mark.parametrize("style, rope", [("half", "hf"), ("interleaved", "meta")])
+def test_interleaved_pairs_with_half_split_cos_sin_are_named():
+    setting, cases = _setup(2, 2, 6, 2, 2, 8, RopeSpec("interleaved"))
+    diagnosis = diagnose(_observe(setting, cases, (), "gptj_rope_layout"), setting, TOL)
+    assert [m.name for m in diagnosis.mutants] == ["rope-cos-sin-layout"], diagnosis.message
+    assert "pairs the dims interleaved" in diagnosis.message
+
+
+@pytest.mark.parametrize("style, rope", [("half", "hf"), ("interleaved", "meta"), ("interleaved", "gptj")])
 def test_both_rope_conventions_are_correct(style, rope):
     setting, cases = _setup(3, 2, 6, 2, 1, 8, RopeSpec(style))
     diagnosis = diagnose(_observe(setting, cases, (), rope), setting, TOL)
@@ -187,6 +194,13 @@ def test_every_mutant_has_an_explanation_and_a_catalogue_code():
 def test_knobs_combine_only_disjoint_mistakes():
     both = Knobs(scale="one").combine(Knobs(output="raw"))
     assert both.turned() == {"scale", "output"}
+
+
+def test_wrong_output_shape_is_said_plainly():
+    setting, cases = _setup(9, 1, 3, 1, 1, 4)
+    observed = [(c, out[..., :2]) for c, out in _observe(setting, cases, ())]
+    diagnosis = diagnose(observed, setting, TOL)
+    assert diagnosis.mutants == () and "output shape (1, 3, 2) differs from (1, 3, 4)" in diagnosis.message
 
 
 def test_no_observation_is_a_clear_error():

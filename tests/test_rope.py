@@ -15,7 +15,7 @@ from attncheck.dynamic.rope import (
     relative_shift_error,
     value_rotation_code,
 )
-from tests.students import hf_rope, meta_rope
+from tests.students import gptj_rope, hf_rope, meta_rope
 
 
 def _images(rotate, head_dim: int = 16, positions: int = 6) -> torch.Tensor:
@@ -101,6 +101,14 @@ def test_fingerprint_detects_mixed_cos_sin_layout():
     assert found.code == "ATT402" and found.convention == "half" and "other convention" in found.message
     assert (
         relative_shift_error(_images(lambda x, p: hf_rope(x, p, bug="rope_layout"))[0].transpose(0, 1)) > 0.1
+    )
+
+
+def test_fingerprint_names_gptj_and_its_layout_mistake():
+    assert fingerprint(_images(lambda x, p: gptj_rope(x, p))).convention == "interleaved"
+    found = fingerprint(_images(lambda x, p: gptj_rope(x, p, bug="rope_layout")))
+    assert (
+        found.code == "ATT402" and found.convention == "interleaved" and "repeat_interleave" in found.message
     )
 
 

@@ -186,6 +186,9 @@ def diagnose(
             [out.detach().to(torch.float64) for _, out in observations],
             [_comparable_rows(case, setting.num_heads) for case, _ in observations],
         )
+        shape = _shape_mismatch(search)
+        if shape:
+            return Diagnosis((), math.inf, shape, math.inf)
         reference_error = _worst(search.case_errors([REFERENCE]))[0]
         if reference_error <= tol:
             return Diagnosis(
@@ -198,6 +201,15 @@ def diagnose(
         if not matched and pairs:
             matched = _pair_matches(search, knobs, survey, groups, tol)
     return _verdict(matched, reference_error, tol, observations[0][0], setting)
+
+
+def _shape_mismatch(search: _Search) -> str | None:
+    """A plain message when an output cannot be compared at all (ATT902 is the runner's to report)."""
+    for stage, observed in zip(search.stages, search.observed, strict=True):
+        expected = stage.output(REFERENCE).shape
+        if observed.shape != expected:
+            return f"output shape {tuple(observed.shape)} differs from {tuple(expected)}: nothing to compare"
+    return None
 
 
 def _pair_matches(

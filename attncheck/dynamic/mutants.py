@@ -7,6 +7,10 @@ knob setting with its catalogue code and a learner-level explanation; two mutant
 that turn different knobs compose into a module with both mistakes, which is how
 :mod:`attncheck.dynamic.diagnosis` explains two mistakes at once.
 
+Not every slip is a mutant: masking after the softmax and then renormalising by
+the row sum is mathematically the masked softmax (only fully masked rows differ,
+and those are excluded), so it is correct and never named.
+
 The pipeline keeps the intermediate results of each stage in a :class:`Stages`
 memo, so that trying dozens of mutants on one case computes each distinct
 projection and score matrix once.

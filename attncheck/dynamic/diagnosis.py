@@ -250,10 +250,20 @@ def _pair_matches(
 
 def _explain(mutant: Mutant, case: Case, setting: Setting) -> str:
     why = mutant.why[0].upper() + mutant.why[1:]
-    return f"{mutant.code} {mutant.name}: {mutant.describe(case, setting)}. {why} Fix: {mutant.fix}"
+    return (
+        f"{mutant.code} {mutant.name}: behaves exactly like attention that {mutant.describe(case, setting)}. "
+        f"{why} Fix: {mutant.fix}"
+    )
 
 
-def _verdict(matched: list, reference_error: float, tol: float, case: Case, setting: Setting) -> Diagnosis:
+def _verdict(
+    matched: list[tuple[float, tuple[Mutant, ...]]],
+    reference_error: float,
+    tol: float,
+    case: Case,
+    setting: Setting,
+) -> Diagnosis:
+    """The best explanation (smallest error, then catalogue order) and the others that also match."""
     if not matched:
         message = (
             f"output differs from the reference (max error {reference_error:.3g} > tolerance {tol:.3g}) "
@@ -262,28 +272,16 @@ def _verdict(matched: list, reference_error: float, tol: float, case: Case, sett
         return Diagnosis((), reference_error, message, reference_error)
     floor = tol * 1e-3  # errors this small are ties: keep the catalogue order
     ranked = sorted(enumerate(matched), key=lambda item: (max(item[1][0], floor), item[0]))
-    explanations = [tuple(_as_tuple(group)) for _, (_, group) in ranked]
-    best_error = ranked[0][1][0]
+    explanations: list[tuple[Mutant, ...]] = []
+    for _, (_, group) in ranked:
+        # a knob group of singles (1/head_dim and scaled twice) is several stories for one output
+        singles = all(m.knobs == group[0].knobs for m in group)
+        explanations.extend([(m,) for m in group] if singles else [group])
     best = explanations[0]
-    alternatives = tuple(explanations[1:]) + _siblings(ranked[0][1][1])
     if len(best) == 1:
-        message = "behaves exactly like attention that " + _explain(best[0], case, setting)
+        message = _explain(best[0], case, setting)
     else:
-        message = "behaves exactly like attention with two mistakes: " + "; and ".join(
+        message = "two mistakes: " + " ".join(
             f"({i}) {_explain(m, case, setting)}" for i, m in enumerate(best, 1)
         )
-    return Diagnosis(best, best_error, message, reference_error, alternatives=alternatives)
-
-
-def _as_tuple(group: tuple[Mutant, ...]) -> tuple[Mutant, ...]:
-    """A single's knob group stands for its first mutant; a pair is already two mutants."""
-    return group[:1] if _is_single_group(group) else group
-
-
-def _is_single_group(group: tuple[Mutant, ...]) -> bool:
-    return all(m.knobs == group[0].knobs for m in group)
-
-
-def _siblings(group: tuple[Mutant, ...]) -> tuple[tuple[Mutant, ...], ...]:
-    """Other mutants with the same knobs as a matched single (same output, another story)."""
-    return tuple((m,) for m in group[1:]) if _is_single_group(group) else ()
+    return Diagnosis(best, ranked[0][1][0], message, reference_error, alternatives=tuple(explanations[1:]))

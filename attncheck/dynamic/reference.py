@@ -11,12 +11,15 @@ a mask is boolean with True meaning *keep*, broadcastable to (b, h, q, k).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
 
 Causal = Literal["none", "top-left", "bottom-right"]
+RopeHook = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+"""Rotates per-head (q, k) of shape (b, h, s, dh) before the scores; see ``rope.rope_hook``."""
 
 
 @dataclass(frozen=True)
@@ -106,11 +109,17 @@ def mha(
     keep: torch.Tensor | None = None,
     causal: Causal = "none",
     scale: float | None = None,
+    rope: RopeHook | None = None,
 ) -> torch.Tensor:
-    """Multi-head (or grouped-query) attention on batch-first (b, s, d) inputs."""
+    """Multi-head (or grouped-query) attention on batch-first (b, s, d) inputs.
+
+    ``rope`` rotates the per-head q and k (rotary position embedding) when given.
+    """
     q = split_heads(_apply(proj.q, query), num_heads)
     k = split_heads(_apply(proj.k, key), num_kv_heads or num_heads)
     v = split_heads(_apply(proj.v, value), num_kv_heads or num_heads)
+    if rope is not None:
+        q, k = rope(q, k)
     causal_mask = causal_keep(q.shape[2], k.shape[2], causal)
     if causal_mask is not None:
         keep = causal_mask if keep is None else keep & causal_mask

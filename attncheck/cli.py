@@ -133,7 +133,7 @@ def _stdin(name: str) -> Source | FileError:
 
 def _open(output: Path | None):
     if output is None:
-        return nullcontext(click.get_text_stream("stdout"))
+        return nullcontext(sys.stdout)
     try:
         return output.open("w", encoding="utf-8")
     except OSError as error:
@@ -168,7 +168,7 @@ def rule(code: str) -> None:
     if info is None:
         raise UsageProblem(f"unknown code {code!r}: `attncheck rules` lists them all")
     text = doc(info.code) or f"# {info.code} {info.name}\n\n{info.summary}\n"
-    stdout = click.get_text_stream("stdout")
+    stdout = sys.stdout
     if stdout.isatty() and not os.environ.get("NO_COLOR"):
         from rich.markdown import Markdown
 

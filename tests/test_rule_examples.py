@@ -18,10 +18,12 @@ from tests.conftest import lint_text
 RULES = all_rules()
 
 
-def _examples(kind: str):
-    for rule in RULES:
-        for index, example in enumerate(getattr(rule, kind)):
-            yield pytest.param(rule, example, id=f"{rule.code}-{kind.lower()}-{index}")
+def _examples(kind: str) -> list:
+    return [
+        pytest.param(rule, example, id=f"{rule.code}-{kind.lower()}-{index}")
+        for rule in RULES
+        for index, example in enumerate(getattr(rule, kind))
+    ]
 
 
 @pytest.mark.parametrize(("rule", "example"), _examples("VALID"))

@@ -92,8 +92,7 @@ def _imports(body: tuple[cst.BaseStatement, ...] | list[cst.BaseStatement]) -> l
     ]
 
 
-def _import_edit(rule: Rule, body: tuple[cst.BaseStatement, ...] | list[cst.BaseStatement],
-                 line: str) -> Edit | None:
+def _import_edit(rule: Rule, body: tuple[cst.BaseStatement, ...] | list[cst.BaseStatement], line: str) -> Edit | None:
     """Insert ``line`` after the last top-level import, else after the docstring, else first."""
     text = rule.context.source.text
     newline = "\r\n" if "\r\n" in text else "\n"

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from attncheck.catalogue import doc
 from attncheck.findings import Finding
 from attncheck.fixes import fix_source
 from attncheck.sources import Source
@@ -377,6 +378,12 @@ def test_fixes_are_shown_but_never_written_for_stdin(tmp_path):
 
 
 FIXABLE = ("ATT106", "ATT201", "ATT202", "ATT204", "ATT302")
+
+
+@pytest.mark.parametrize("code", FIXABLE)
+def test_each_fixable_rule_documents_its_fix(code):
+    fix_section = doc(code).split("## Fix", 1)[1].split("\n## ", 1)[0]
+    assert "`--fix`" in fix_section
 
 
 def test_buggy_fixtures_fixed_in_copies_lose_the_fixed_codes(tmp_path):

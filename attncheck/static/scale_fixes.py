@@ -5,6 +5,7 @@ computed: a parameter or earlier local (``d_k``, ``head_dim = C // n_head``)
 of that function, else a ``self.`` attribute of its class (``self.head_dim``),
 recognised by ``Semantics.quantity`` as the head dim. Without one there is no
 fix: guessing ``q.size(-1)`` is wrong for unsplit (batch, seq, d_model) tensors.
+A scale applied twice needs no name: the repeated divisor is deleted.
 
 Only a pipeline with a single scale factor is rewritten, so the result is
 exactly one ``1/sqrt(head_dim)``: a divisor becomes ``math.sqrt(HD)`` (adding
@@ -21,7 +22,7 @@ import libcst as cst
 from attncheck.findings import Edit
 from attncheck.static import edits
 from attncheck.static.facts import FunctionFacts
-from attncheck.static.semantics import Factor, Pipeline, Semantics
+from attncheck.static.semantics import Factor, Pipeline, Semantics, Term
 
 if TYPE_CHECKING:
     from attncheck.static.rule import Rule
@@ -65,6 +66,26 @@ def replace_factor(rule: Rule, sem: Semantics, pipeline: Pipeline, factor: Facto
         return ()
     name, imports = math
     return edits.complete(edits.replace(rule, factor.value, f"{name}.sqrt({head_dim})"), *imports)
+
+
+def drop_repeated_factor(rule: Rule, pipeline: Pipeline, terms: list[Term]) -> tuple[Edit, ...]:
+    """Scores scaled by 1/sqrt(head_dim) twice: delete the scale written on the scores.
+
+    Only for exactly two factors of ``x / v`` or ``x * v`` form on the scores
+    side (the first the walk records), each one head-dim scale; the one applied
+    to q or k before the product stays, and ``q = q`` is never left behind.
+    """
+    halves = len(terms) == 2 and all(abs(term.power + 0.5) < 1e-9 for term in terms)
+    if not halves or len(pipeline.factors) != 2 or pipeline.scale_argument:
+        return ()
+    factor = pipeline.factors[0]
+    node = factor.node
+    if not isinstance(node, cst.BinaryOperation) or node.right is not factor.value:
+        return ()
+    left, whole = edits.span(rule, node.left), edits.span(rule, node)
+    if left is None or whole is None:
+        return ()
+    return (Edit(left[1], whole[1], ""),)
 
 
 def add_scale(rule: Rule, sem: Semantics, pipeline: Pipeline) -> tuple[Edit, ...]:

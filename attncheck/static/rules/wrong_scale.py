@@ -129,15 +129,16 @@ class WrongScale(Rule):
             )
             return
         factor, term = found[0]
+        fix = scale_fixes.replace_factor(self, semantics.of(self.context), pipeline, factor)
         if abs(power - 0.5) < 1e-9:
             message = f"scores multiplied by sqrt({term.evidence}) instead of divided"
         elif abs(power + 1) < 1e-9 and len(found) > 1:
             message = (
                 f"scores scaled by 1/sqrt(head_dim) twice ({len(found)} factors), i.e. by 1/{term.evidence}"
             )
+            fix = scale_fixes.drop_repeated_factor(self, pipeline, [t for _, t in found])
         else:
             message = f"scores scaled by head_dim ** {power:g} ({term.evidence}) instead of head_dim ** -0.5"
-        fix = scale_fixes.replace_factor(self, semantics.of(self.context), pipeline, factor)
         self._flag(factor.node, pipeline, message, fix=fix)
 
     def _flag(

@@ -426,7 +426,7 @@ def test_buggy_fixtures_fixed_in_copies_lose_the_fixed_codes(tmp_path):
 _SPACE = st.sampled_from(["", " "])
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(
     spelling=st.sampled_from(
         [
@@ -454,7 +454,7 @@ def test_generated_softmax_dims_fix_round_trips_clean(spelling, dim, name, sp, e
     assert "ATT202" not in codes(fixed)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(
     head_dim=st.sampled_from(["d_k", "head_dim", "head_size", "dim_head"]),
     owner=st.booleans(),
@@ -484,7 +484,7 @@ def test_generated_scale_mistakes_fix_round_trips_clean(head_dim, owner, wrong, 
     assert "ATT201" not in codes(fixed), fixed
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(
     argument=st.sampled_from(["64", "d_k", "self.d_k", "q.size(-1)", "q.shape[-1]", "E // H", "float(d)"]),
     sp=_SPACE,

@@ -57,12 +57,13 @@ def fix_source(source: Source, findings: Iterable[Finding]) -> FixedFile | None:
     """The fixes of one file's findings, or None when nothing changes.
 
     A finding's edits go in together or not at all; when two findings' edits
-    overlap, the one reported first wins.
+    overlap, the one reported first wins. Identical edits do not conflict: two
+    findings that both add ``import math`` at the same place share the one insert.
     """
     chosen: list[Finding] = []
     edits: list[Edit] = []
     for finding in findings:
-        if finding.fix and not any(_overlap(new, old) for new in finding.fix for old in edits):
+        if finding.fix and not any(new != old and _overlap(new, old) for new in finding.fix for old in edits):
             chosen.append(finding)
             edits.extend(finding.fix)
     text, _ = apply_edits(source.text, edits)

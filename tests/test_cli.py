@@ -215,7 +215,7 @@ def test_diff_shows_fixes_and_fix_writes_them(project, monkeypatch):
     class FixingSqrt(SqrtOfNumber):
         def report(self, node, message, **kwargs):
             start = self.context.source.text.index("torch.sqrt(64)")
-            super().report(node, message, **kwargs, fix=[Edit(start, start + 14, "8.0")])
+            super().report(node, message, **{**kwargs, "fix": [Edit(start, start + 14, "8.0")]})
 
     monkeypatch.setattr(pipeline, "_rules", lambda codes: (FixingSqrt,))
     diff = invoke("--diff", "model.py", cwd=project)

@@ -40,9 +40,11 @@ def test_fill_value_fix_uses_finfo_min_of_the_filled_tensor() -> None:
     assert [f for f in lint_text(fixed) if f.code == "ATT302"] == []
 
 
-def test_fill_value_without_torch_import_gets_no_fix() -> None:
-    (finding,) = lint_text("s = s.masked_fill(m, -1e9)\n", [MaskFillValue])
-    assert finding.fix == ()
+def test_fill_value_fix_adds_the_torch_import_when_none_binds_torch() -> None:
+    text = "import torch.nn as nn\ns = s.masked_fill(m, -1e9)\n"
+    (finding,) = lint_text(text, [MaskFillValue])
+    fixed = apply_fixes(text, [finding])
+    assert fixed == "import torch.nn as nn\nimport torch\ns = s.masked_fill(m, torch.finfo(s.dtype).min)\n"
 
 
 def _is_wrong_fill(value: float) -> bool:

@@ -304,6 +304,7 @@ class Softmax:
     dim: cst.BaseExpression | None
     has_dim: bool
     where: str  # how it is spelled, for messages
+    module: cst.Call | None = None  # the ``nn.Softmax(...)`` whose dim applies, for module calls
 
 
 @dataclass
@@ -613,7 +614,7 @@ class Semantics:
         if module is not None and args:
             margs = positional(module)
             dim = margs[0] if margs else keyword(module, "dim")
-            return Softmax(call, args[0], dim, dim is not None, self.code(module))
+            return Softmax(call, args[0], dim, dim is not None, self.code(module), module)
         return None
 
     def _softmax_module(self, func: cst.BaseExpression, fn: FunctionFacts | None) -> cst.Call | None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 
 import libcst as cst
-from libcst.metadata import PositionProvider
 
 from attncheck.findings import Edit
+from attncheck.static import edits
 from attncheck.static.engine import FileContext
 from attncheck.static.facts import FileFacts, dotted_name
 from attncheck.static.patterns import (
@@ -82,20 +82,20 @@ class MaskFillValue(Rule):
         return FillSite(node, chosen, condition, other, False)
 
     def _fix(self, site: FillSite) -> tuple[Edit, ...]:
+        """The inline literal becomes ``torch.finfo(SCORES.dtype).min``.
+
+        Only for a plain-name or attribute target and an inline value (a named
+        constant is fixed where it is defined); ``import torch`` is added when
+        no top-level import binds ``torch`` (``import torch.nn as nn`` does not).
+        """
         target = dotted_name(site.target) if site.target is not None else None
-        if target is None or "import torch" not in self.context.source.text:
+        if target is None or constant_value(site.value, self.context.facts) is None:
             return ()
-        if constant_value(site.value, self.context.facts) is None:
-            return ()  # a named constant: the fix belongs where it is defined
-        start = self.get_metadata(PositionProvider, site.value).start
-        end = self.get_metadata(PositionProvider, site.value).end
-        return (
-            Edit(
-                self.context.offset(start.line, start.column),
-                self.context.offset(end.line, end.column),
-                f"torch.finfo({target}.dtype).min",
-            ),
-        )
+        torch = edits.module_name(self, "torch")
+        if torch is None:
+            return ()
+        name, imports = torch
+        return edits.complete(edits.replace(self, site.value, f"{name}.finfo({target}.dtype).min"), *imports)
 
 
 def _problem(value: float, site: FillSite, facts: FileFacts) -> str | None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from attncheck.findings import Severity
-from attncheck.static import semantics
+from attncheck.findings import Edit, Severity
+from attncheck.static import edits, semantics
 from attncheck.static.rule import Invalid, Rule
 from attncheck.static.semantics import Pipeline, Softmax, number
 
@@ -72,6 +72,7 @@ class SoftmaxDim(Rule):
                 f"{softmax.where} is given a tuple of dims ({sem.code(dim)}): softmax takes one "
                 "dim and raises TypeError; normalise over the key axis only",
                 hint=_HINT,
+                fix=self._fix(softmax),
             )
             return
         pipeline = sem.pipeline(softmax, fn)
@@ -94,6 +95,7 @@ class SoftmaxDim(Rule):
             f"{softmax.where} has no dim: the implicit (deprecated) dim is {over}, not the keys",
             severity=None if rank else Severity.WARNING,
             hint=_HINT,
+            fix=self._fix(softmax),
         )
 
     def _wrong_dim(self, softmax: Softmax, pipeline: Pipeline, dim: int) -> None:
@@ -107,6 +109,7 @@ class SoftmaxDim(Rule):
                     f"{softmax.where} over dim=-2 normalises over the queries, "
                     "not the keys (the last axis of q·kᵀ)",
                     hint=_HINT,
+                    fix=self._fix(softmax),
                 )
             elif dim >= 0:
                 self.report(
@@ -115,6 +118,7 @@ class SoftmaxDim(Rule):
                     f"{dim + 1}-D scores; the keys are the last axis of q·kᵀ",
                     severity=Severity.WARNING,
                     hint=_HINT,
+                    fix=self._fix(softmax),
                 )
             return
         index = dim + rank if dim < 0 else dim
@@ -127,7 +131,32 @@ class SoftmaxDim(Rule):
             f"{softmax.where} over dim={dim} normalises over the {name} axis of the "
             f"{rank}-D scores, not the keys",
             hint=_HINT,
+            fix=self._fix(softmax),
         )
+
+    def _fix(self, softmax: Softmax) -> tuple[Edit, ...]:
+        """``dim=-1`` in the call, or in the ``nn.Softmax(...)`` constructor for a module.
+
+        A keyword dim keeps its spelling and gets the value -1; a positional dim
+        becomes ``dim=-1`` when nothing positional follows it (else just -1); a
+        missing dim is added after the last argument. Calls with ``*args`` or
+        ``**kwargs`` get no fix: the dim may hide in them.
+        """
+        holder = softmax.module or softmax.call
+        if any(arg.star for arg in holder.args):
+            return ()
+        if softmax.dim is None:
+            if holder.args:
+                return edits.complete(edits.insert_after(self, holder.args[-1], ", dim=-1"))
+            return edits.complete(edits.insert_in_parentheses(self, holder, "dim=-1"))
+        index = next((i for i, a in enumerate(holder.args) if a.value is softmax.dim), None)
+        if index is None:
+            return ()
+        arg = holder.args[index]
+        if arg.keyword is not None and not softmax.dim.lpar:
+            return edits.complete(edits.replace(self, softmax.dim, "-1"))
+        last_positional = all(a.keyword is not None for a in holder.args[index + 1 :])
+        return edits.complete(edits.replace(self, arg, "dim=-1" if last_positional else "-1"))
 
 
 def _transposed_scores(pipeline: Pipeline) -> bool:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from attncheck.static import semantics
+from attncheck.findings import Edit
+from attncheck.static import edits, semantics
 from attncheck.static.engine import FileContext
 from attncheck.static.rule import Invalid, Rule
 
@@ -54,7 +55,20 @@ class SqrtOfNumber(Rule):
             f"torch.sqrt({shown}) is called on a Python number, so every forward raises "
             "TypeError: torch.sqrt expects a Tensor",
             hint=f"use math.sqrt({shown}), or ({shown}) ** 0.5",
+            fix=self._fix(node),
         )
+
+    def _fix(self, node: cst.Call) -> tuple[Edit, ...]:
+        """``torch.sqrt`` becomes ``math.sqrt``, adding ``import math`` after the last top-level import.
+
+        The argument is left as written. No fix when an import already binds
+        ``math`` to another module.
+        """
+        found = edits.module_name(self, "math")
+        if found is None:
+            return ()
+        name, imports = found
+        return edits.complete(edits.replace(self, node.func, f"{name}.sqrt"), *imports)
 
 
 def _is_python_number(value: cst.BaseExpression, context: FileContext) -> bool:

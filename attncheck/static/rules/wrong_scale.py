@@ -7,8 +7,8 @@ from collections import defaultdict
 
 import libcst as cst
 
-from attncheck.findings import Severity
-from attncheck.static import semantics
+from attncheck.findings import Edit, Severity
+from attncheck.static import scale_fixes, semantics
 from attncheck.static.rule import Invalid, Rule
 from attncheck.static.semantics import DESCRIPTION, Pipeline, Term
 
@@ -105,6 +105,7 @@ class WrongScale(Rule):
                     pipeline,
                     f"scores {where} {_root(term)}, where {term.evidence} is {DESCRIPTION[kind]}; "
                     "scale by 1/sqrt(head_dim)",
+                    fix=scale_fixes.replace_factor(self, sem, pipeline, factor),
                 )
                 return
         if by_kind[None] or by_kind["const"] or pipeline.scale_argument:
@@ -124,24 +125,32 @@ class WrongScale(Rule):
                 + (" (documented as intended, T5-style)" if documented else "")
                 + "; without 1/sqrt(head_dim) the softmax saturates as head_dim grows",
                 severity=Severity.WARNING if documented else None,
+                fix=() if documented else scale_fixes.add_scale(self, semantics.of(self.context), pipeline),
             )
             return
         factor, term = found[0]
+        fix = scale_fixes.replace_factor(self, semantics.of(self.context), pipeline, factor)
         if abs(power - 0.5) < 1e-9:
             message = f"scores multiplied by sqrt({term.evidence}) instead of divided"
         elif abs(power + 1) < 1e-9 and len(found) > 1:
             message = (
                 f"scores scaled by 1/sqrt(head_dim) twice ({len(found)} factors), i.e. by 1/{term.evidence}"
             )
+            fix = scale_fixes.drop_repeated_factor(self, pipeline, [t for _, t in found])
         else:
             message = f"scores scaled by head_dim ** {power:g} ({term.evidence}) instead of head_dim ** -0.5"
-        self._flag(factor.node, pipeline, message)
+        self._flag(factor.node, pipeline, message, fix=fix)
 
     def _flag(
-        self, node: cst.CSTNode, pipeline: Pipeline, message: str, severity: Severity | None = None
+        self,
+        node: cst.CSTNode,
+        pipeline: Pipeline,
+        message: str,
+        severity: Severity | None = None,
+        fix: tuple[Edit, ...] = (),
     ) -> None:
         anchor = semantics.located(self, node, pipeline.products[0], pipeline.softmax.call)
-        self.report(anchor, message, severity=severity, hint=_HINT)
+        self.report(anchor, message, severity=severity, hint=_HINT, fix=fix)
 
 
 def _root(term: Term) -> str:

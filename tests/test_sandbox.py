@@ -108,15 +108,19 @@ def _run_dirs() -> set[Path]:
 def world(tmp_path_factory):
     """Run every case under the machine's best isolation; record the world around it."""
     escape_target = tmp_path_factory.mktemp("outside") / "attncheck-escape-env.txt"
+    # Work dirs go to a folder of this test's own, so that other runs on the
+    # machine cannot make it look as if ours were left behind.
+    saved_tempdir, tempfile.tempdir = tempfile.tempdir, str(tmp_path_factory.mktemp("runs"))
     before = {"fixtures": _snapshot(HOSTILE), "escapes": _escapes(), "run_dirs": _run_dirs()}
     original_allclose = torch.allclose
     os.environ[SECRET_NAME] = "hunter2"
     os.environ["ESCAPE_TARGET"] = str(escape_target)
     try:
         ran = _batch(CASES)
+        after = {"fixtures": _snapshot(HOSTILE), "escapes": _escapes(), "run_dirs": _run_dirs()}
     finally:
         del os.environ[SECRET_NAME], os.environ["ESCAPE_TARGET"]
-    after = {"fixtures": _snapshot(HOSTILE), "escapes": _escapes(), "run_dirs": _run_dirs()}
+        tempfile.tempdir = saved_tempdir
     return {
         "ran": ran,
         "before": before,

@@ -11,15 +11,16 @@ pass or fail.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import torch
 
-from attncheck.dynamic import reference
+from attncheck.dynamic import explain, reference
 from attncheck.dynamic.binding import Binding, MaskConvention
+from attncheck.dynamic.rope import RopeSpec
 from attncheck.dynamic.tolerance import max_error, tolerance
 from attncheck.dynamic.weights import Assignment, assignments, layers_from
 from attncheck.findings import Check
@@ -223,13 +224,21 @@ class Fit:
     assignment: Assignment | None
     causal: reference.Causal
     error: float
+    rope: RopeSpec | None = None
 
 
 class Judge:
     """Compares one target's replies with the reference and the properties of attention."""
 
-    def __init__(self, plan: Plan, facts: dict[str, Any], tensors: dict[str, torch.Tensor]):
+    def __init__(
+        self,
+        plan: Plan,
+        facts: dict[str, Any],
+        tensors: dict[str, torch.Tensor],
+        static_codes: Collection[str] = (),
+    ):
         self.plan, self.facts, self.out = plan, facts, tensors
+        self.static_codes = static_codes  # codes the static pass found on this target
         self.binding = plan.binding
         self.style = plan.style
         self.inputs = {name: torch.from_numpy(value) for name, value in plan.tensors.items()}
@@ -271,6 +280,7 @@ class Judge:
             num_kv_heads=fit.assignment.kv_heads,
             keep=keep,
             causal=fit.causal,
+            rope=explain.rope_for(fit.rope, query, key),
         )
 
     def expected_shape(self) -> tuple[int, ...]:
@@ -326,6 +336,11 @@ class Judge:
             for c in options
         ]
         matching = [fit for fit in fits if fit.error <= self.tol]
+        if not matching and "rope" in self.binding.target.kinds and self.style != "function":
+            specs = explain.rope_candidates(self.binding.dims.d_model // self.binding.dims.heads)
+            rotary = [Fit(f.assignment, f.causal, 0.0, spec) for f in fits for spec in specs]
+            rotary = [replace(f, error=max_error(output, self.reference("plain", None, f))) for f in rotary]
+            matching = [fit for fit in rotary if fit.error <= self.tol]
         if matching:
             return matching[0]
         # Nothing matches: describe the layers in their natural order rather than the least-bad shuffle.
@@ -334,7 +349,8 @@ class Judge:
     def describe_fit(self) -> str:
         assert self.fit is not None
         mapping = self.fit.assignment.description if self.fit.assignment else "bare function"
-        return f"{mapping}; causal: {self.fit.causal}"
+        rope = f"; rotary: {explain.rope_text(self.fit.rope)}" if self.fit.rope else ""
+        return f"{mapping}; causal: {self.fit.causal}{rope}"
 
     def reference_check(self) -> Verdict:
         assert self.fit is not None
@@ -353,6 +369,9 @@ class Judge:
         detail += self.describe_fit()
         if worst <= self.tol:
             return Verdict(Check("reference", "passed", detail))
+        found = explain.diagnose_judge(self, ["plain", "self"])
+        if found is not None:
+            return Verdict(Check("reference", "failed", f"{detail}; {found.detail}"), found.code, found.message)
         return Verdict(
             Check("reference", "failed", detail),
             "ATT903",
@@ -388,15 +407,26 @@ class Judge:
                 f"with every mask convention the output differs from the reference "
                 f"(best {errors[best_combo]:.3g} with {_combo_text(best_combo)}, tolerance {self.tol:g})"
             )
-            explained = leak.code == "ATT301"
-            yield Verdict(
-                Check("reference-masked", "failed", text),
-                None if explained else "ATT903",
-                f"output differs from the reference with a key-padding mask: {text}",
-            )
+            combo = self.choose_combo(matches, documented, ran)
+            found = explain.diagnose_judge(self, ["plain", "self"], combo) if self.fit_ok() else None
+            if found is not None:
+                yield Verdict(Check("reference-masked", "failed", f"{text}; {found.detail}"), found.code, found.message)
+                if leak.code not in (None, found.code):
+                    leak = Verdict(leak.check)  # the diagnosis names the mistake behind the leak
+            else:
+                explained = leak.code == "ATT301"
+                yield Verdict(
+                    Check("reference-masked", "failed", text),
+                    None if explained else "ATT903",
+                    f"output differs from the reference with a key-padding mask: {text}",
+                )
         yield self.convention_check(matches, documented)
         yield leak
         yield self.fully_masked(self.choose_combo(matches, documented, ran))
+
+    def fit_ok(self) -> bool:
+        """The unmasked output matches the reference: a mask failure is the mask's alone."""
+        return self.fit is not None and self.fit.error <= self.tol
 
     def masked_error(self, combo: str) -> float:
         """Error against the reference with the keep mask this combination's shape expresses."""
@@ -530,6 +560,8 @@ class Judge:
         name = "permutation-equivariance"
         if self.is_causal()[0]:
             return Verdict(Check(name, "skipped", "causal attention is not permutation-equivariant"))
+        if "rope" in self.binding.target.kinds:
+            return Verdict(Check(name, "skipped", "rotary attention depends on positions by design"))
         if not (self.ran("permuted") and self.ran("plain")):
             return Verdict(Check(name, "skipped", "the permuted experiment raised"))
         permutation = torch.from_numpy(self.plan.keep["permutation"])

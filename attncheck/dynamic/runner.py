@@ -139,7 +139,8 @@ def judge(
         return _unbound(target_plan.binding, facts, result, device)
     checks: list[Check] = []
     findings: list[Finding] = []
-    for verdict in Judge(target_plan, facts, tensors).verdicts():
+    static_codes = {f.code for f in result.findings if f.target == target.name}
+    for verdict in Judge(target_plan, facts, tensors, static_codes).verdicts():
         checks.append(verdict.check)
         if verdict.code and not any(f.code == verdict.code for f in findings):
             findings.append(_finding(verdict.code, verdict.message, target, result, [verdict.check.detail]))

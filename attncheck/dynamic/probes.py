@@ -414,7 +414,8 @@ class Judge:
                 if leak.code not in (None, found.code):
                     leak = Verdict(leak.check)  # the diagnosis names the mistake behind the leak
             else:
-                explained = leak.code == "ATT301"
+                # with a wrong unmasked output, the reference check already names (or fails to name) it
+                explained = leak.code == "ATT301" or not self.fit_ok()
                 yield Verdict(
                     Check("reference-masked", "failed", text),
                     None if explained else "ATT903",

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from attncheck.catalogue import CODES
+from attncheck.dynamic import crashes as crashes_module
 from attncheck.dynamic.binding import Binding, bind
 from attncheck.dynamic.probes import Judge, Plan, plan
 from attncheck.findings import Check, Finding, Target, TargetResult
@@ -159,12 +160,22 @@ def _unbound(
         error = crashes[0]["error"]
         message = f"forward raises {error['type']}: {error['message']} (line {error['line']})"
         check = Check("forward", "failed", message)
-        finding = _finding("ATT901", message, target, result, [f"bound with {crashes[0]['label']}"])
+        line_text = _source_line(result, error["line"])
+        head_dim = binding.dims.d_model // binding.dims.heads
+        named = crashes_module.classify(error["type"], error["message"], line_text, head_dim)
+        code, text = (named.code, named.message) if named else ("ATT901", message)
+        finding = _finding(code, text, target, result, [f"bound with {crashes[0]['label']}"])
         return TargetResult(target, "failed", message, [check], device), [finding]
     tried = "; ".join(
         f"{a['label']}: {a['stage']} raised {a['error']['type']}: {a['error']['message']}" for a in attempts
     )
     return TargetResult(target, "skipped", f"no binding worked ({tried}); {binding.hint}", device=device), []
+
+
+def _source_line(result: FileResult, line: int | None) -> str:
+    """The text of a line of the checked file ('' when unknown)."""
+    lines = result.source.text.splitlines()
+    return lines[line - 1] if line and 0 < line <= len(lines) else ""
 
 
 def _finding(code: str, message: str, target: Target, result: FileResult, evidence: list[str]) -> Finding:

@@ -121,7 +121,7 @@ def explain(
         message = sentences[0] if len(sentences) == 1 else "two mistakes: " + " ".join(
             f"({i}) {s}" for i, s in enumerate(sentences, 1)
         )
-        message += f" (output differs from the reference by {found.reference_error:.3g})"
+        message += f" (output differs from the reference by {found.reference_error:.3g}, tolerance {tol:g})"
         detail = f"behaves like: {' + '.join(m.name for m in chosen)} (within {found.max_error:.3g})"
         return Explanation(chosen[0].code, message, detail, found)
     return None
@@ -142,18 +142,6 @@ def _sentence(mutant: Mutant, case: Case, setting: Setting) -> str:
     why = mutant.why[0].upper() + mutant.why[1:]
     what = mutant.describe(case, setting)
     return f"{mutant.code} {mutant.name}: behaves exactly like attention that {what}. {why} Fix: {mutant.fix}"
-
-
-def unexplained(what: str, properties: Sequence[tuple[str, str]]) -> str:
-    """The ATT903 message: which properties held and which failed, since no mutant matched."""
-    held = [name for name, status in properties if status == "passed"]
-    failed = [name for name, status in properties if status == "failed"]
-    parts = [what, "no known mistake (alone or in pairs) explains it"]
-    if held:
-        parts.append(f"held: {', '.join(held)}")
-    if failed:
-        parts.append(f"failed: {', '.join(failed)}")
-    return "; ".join(parts)
 
 
 # ---------------------------------------------------------------- glue to the judge

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from attncheck.dynamic import explain, reference
+from attncheck.dynamic import probes_structure as structure
 from attncheck.dynamic.binding import Binding, MaskConvention
 from attncheck.dynamic.rope import RopeSpec
 from attncheck.dynamic.tolerance import max_error, tolerance
@@ -291,7 +292,27 @@ class Judge:
 
     # -- the checks
 
-    def verdicts(self) -> Iterator[Verdict]:
+    def verdicts(self) -> list[Verdict]:
+        """Every check; an unexplained mismatch (ATT903) lists the properties that held and failed,
+        and gives way to a specific mistake another check named."""
+        found = list(self._verdicts())
+        if self.binding.target.is_class and self.fit is not None:
+            query, key, _ = self.role_inputs("plain")
+            matched = self.fit.error <= self.tol
+            outcomes = structure.projections(self.fit.assignment, matched, self.facts.get("grads"))
+            found.extend(Verdict(*outcome) for outcome in outcomes)
+            found.append(Verdict(*structure.softmax_axis(self.facts.get("softmax"), query.shape[1], key.shape[1])))
+        named = any(v.code and v.code.startswith(structure.MISTAKE_PREFIXES) for v in found)
+        for i, verdict in enumerate(found):
+            if verdict.code == "ATT903":
+                if named:
+                    found[i] = Verdict(verdict.check)
+                else:
+                    properties = [v.check for v in found if v is not verdict]
+                    found[i] = replace(verdict, message=structure.unexplained_message(verdict.message, properties))
+        return found
+
+    def _verdicts(self) -> Iterator[Verdict]:
         yield Verdict(Check("forward", "passed", f"bound with {self.facts.get('binding')}"))
         shape_ok = tuple(self.facts["experiments"]["plain"]["shape"]) == self.expected_shape()
         yield self.shape(shape_ok)

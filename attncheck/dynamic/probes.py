@@ -298,8 +298,7 @@ class Judge:
         found = list(self._verdicts())
         if self.binding.target.is_class and self.fit is not None:
             query, key, _ = self.role_inputs("plain")
-            matched = self.fit.error <= self.tol
-            outcomes = structure.projections(self.fit.assignment, matched, self.facts.get("grads"))
+            outcomes = structure.projections(self.fit.assignment, self.fit.error, self.tol, self.facts.get("grads"))
             found.extend(Verdict(*outcome) for outcome in outcomes)
             found.append(Verdict(*structure.softmax_axis(self.facts.get("softmax"), query.shape[1], key.shape[1])))
         named = any(v.code and v.code.startswith(structure.MISTAKE_PREFIXES) for v in found)

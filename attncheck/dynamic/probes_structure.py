@@ -28,7 +28,7 @@ def unused(grads: Mapping[str, float | None] | None) -> list[str]:
 
 
 def projections(
-    assignment: Assignment | None, matched: bool, grads: Mapping[str, float | None] | None
+    assignment: Assignment | None, error: float, tol: float, grads: Mapping[str, float | None] | None
 ) -> list[Outcome]:
     """ATT101/ATT102 when the output equals attention without projections the module defines.
 
@@ -37,13 +37,14 @@ def projections(
     """
     name = "projections"
     idle = unused(grads)
-    if assignment is None or not matched:
+    if assignment is None or error > tol:
         return [(Check(name, "skipped", "the output does not match any reference"), None, "")]
     proj = assignment.projections
     missing_qkv = [p.upper() for p in ("q", "k", "v") if getattr(proj, p) is None]
     if not idle or not (missing_qkv or proj.o is None):
         return [(Check(name, "passed", assignment.description), None, "")]
     idle_text = ", ".join(idle[:4]) + (" ..." if len(idle) > 4 else "")
+    within = f" (within {error:.3g}, tolerance {tol:g})"
     found: list[Outcome] = []
     if missing_qkv:
         which = "/".join(missing_qkv)
@@ -51,7 +52,7 @@ def projections(
             (
                 Check(name, "failed", f"output equals attention with no {which} projection; unused: {idle_text}"),
                 "ATT101",
-                f"the output equals attention over the raw inputs: no {which} projection is applied, and "
+                f"the output equals attention over the raw inputs{within}: no {which} projection is applied, and "
                 f"{idle_text} get no gradient. Without learned projections every head compares the same raw "
                 "features. Fix: q = W_q(query), k = W_k(key), v = W_v(value), then split into heads.",
             )
@@ -61,7 +62,7 @@ def projections(
             (
                 Check(name, "failed", f"output equals the merged heads with no output projection; unused: {idle_text}"),
                 "ATT102",
-                f"the output equals the merged heads with no output projection, and {idle_text} get no "
+                f"the output equals the merged heads with no output projection{within}, and {idle_text} get no "
                 "gradient. The heads are never mixed. Fix: return W_o(merged) after merging the heads.",
             )
         )

@@ -305,6 +305,8 @@ class Judge:
             found.extend(Verdict(*outcome) for outcome in outcomes)
             found.append(Verdict(*structure.softmax_axis(self.facts.get("softmax"), query.shape[1], key.shape[1])))
         found.extend(Verdict(*outcome) for outcome in lowprec_probes.verdicts(self))
+        if self.ran("plain"):
+            found.append(Verdict(*structure.nan_rows(self.output("plain"))))
         named = any(v.code and v.code.startswith(structure.MISTAKE_PREFIXES) for v in found)
         for i, verdict in enumerate(found):
             if verdict.code == "ATT903":
@@ -534,7 +536,11 @@ class Judge:
     def unchanged(self, name: str, baseline: str, rows: Any) -> float | None:
         if not (self.ran(name) and self.ran(baseline)):
             return None
-        return max_error(self.output(name)[rows], self.output(baseline)[rows])
+        changed, base = self.output(name)[rows], self.output(baseline)[rows]
+        if changed.shape == base.shape:  # NaN in both is no change (a row with no visible key stays NaN)
+            both = changed.isnan() & base.isnan()
+            changed, base = changed.masked_fill(both, 0.0), base.masked_fill(both, 0.0)
+        return max_error(changed, base)
 
     def batch_independence(self) -> Verdict:
         change = self.unchanged("batch", "plain", (slice(0, 1),))

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import torch
+
 from attncheck.dynamic.weights import Assignment
 from attncheck.findings import Check
 
@@ -87,6 +89,23 @@ def softmax_axis(calls: Sequence[Mapping[str, Any]] | None, q_len: int, k_len: i
         f"a softmax is taken over dim={first['dim']} ({axis}) of the {shape} scores instead of the keys "
         f"({len(wrong)} of {len(scores)} softmax calls). Each query's weights over the keys must sum to 1. "
         "Fix: torch.softmax(scores, dim=-1).",
+    )
+
+
+def nan_rows(output: torch.Tensor) -> Outcome:
+    """ATT303 when an unmasked input gives NaN rows: some query sees no key (a causal mask hiding the
+    diagonal, or a -inf fill with no guard)."""
+    name = "finite-output"
+    bad = output.isnan().flatten(2).any(dim=-1)  # (b, q)
+    if not bool(bad.any()):
+        return Check(name, "passed", "the unmasked output is finite"), None, ""
+    rows = sorted({int(q) for q in bad.nonzero()[:, 1]})
+    return (
+        Check(name, "failed", f"query rows {rows} are NaN without any padding mask"),
+        "ATT303",
+        f"query rows {rows} come out NaN with no padding mask: those queries see no key and the softmax "
+        "of an all -inf row is NaN. A query must always see at least itself. Fix: keep the diagonal in "
+        "the causal mask (block with triu(diagonal=1)), or guard fully masked rows.",
     )
 
 

@@ -115,7 +115,7 @@ def explain(
         found = diagnose(observations, setting, tol, mutants=mutants)
         if found.matches_reference or not found.mutants:
             continue
-        chosen = _prefer_static(found, static_codes)
+        chosen = prefer_static(found, static_codes)
         case = observations[0][0]
         sentences = [_sentence(m, case, setting) for m in chosen]
         message = sentences[0] if len(sentences) == 1 else "two mistakes: " + " ".join(
@@ -127,7 +127,7 @@ def explain(
     return None
 
 
-def _prefer_static(found: Diagnosis, static_codes: Collection[str]) -> tuple[Mutant, ...]:
+def prefer_static(found: Diagnosis, static_codes: Collection[str]) -> tuple[Mutant, ...]:
     """The best explanation, unless an equally good one is what the static pass saw on this target."""
     if any(m.code in static_codes for m in found.mutants):
         return found.mutants

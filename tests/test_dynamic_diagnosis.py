@@ -11,7 +11,7 @@ import torch
 
 from attncheck.dynamic import crashes, probes_structure
 from attncheck.dynamic.diagnosis import Diagnosis
-from attncheck.dynamic.explain import prefer_static, explain, observation, setting_for
+from attncheck.dynamic.explain import explain, observation, prefer_static, setting_for
 from attncheck.dynamic.mutants import MUTANTS, Case, Setting, mutated_mha
 from attncheck.dynamic.reference import Linear, Projections
 from attncheck.dynamic.runner import check_file

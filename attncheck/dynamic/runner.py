@@ -18,6 +18,7 @@ import torch
 
 from attncheck.catalogue import CODES
 from attncheck.dynamic import crashes as crashes_module
+from attncheck.dynamic import rope_targets
 from attncheck.dynamic.binding import Binding, bind
 from attncheck.dynamic.probes import Judge, Plan, plan
 from attncheck.findings import Check, Finding, Target, TargetResult
@@ -83,6 +84,9 @@ def check_file(
     outcomes: dict[int, TargetResult] = {}
     pending: list[tuple[int, Plan]] = []
     for index, target in enumerate(result.targets):
+        if rope_targets.applies(target) and target.name not in declarations:
+            pending.append((index, rope_targets.plan(target, index)))  # type: ignore[arg-type]
+            continue
         binding = bind(target, declarations.get(target.name))
         if binding.ok:
             pending.append((index, plan(binding, index, SEED)))
@@ -136,6 +140,11 @@ def judge(
     """The TargetResult and findings for one answered target."""
     target = target_plan.binding.target
     device = facts.get("device")
+    if isinstance(target_plan, rope_targets.RopePlan):
+        checks, code, message = rope_targets.judge(target_plan, facts, tensors, result.source.text)
+        findings = [_finding(code, message, target, result, [checks[0].detail])] if code else []
+        status = "failed" if code else ("passed" if checks[0].status == "passed" else "skipped")
+        return TargetResult(target, status, "" if code else checks[0].detail, checks, device), findings
     if not facts.get("binding"):
         return _unbound(target_plan.binding, facts, result, device)
     checks: list[Check] = []

@@ -119,13 +119,16 @@ def plan(target: Target, index: int) -> RopePlan:
 
 def _images(output: torch.Tensor, layout: str) -> torch.Tensor | None:
     """(P+1, dh, dh) images of the basis vectors, or None when the output has another shape."""
-    expected = (1, HEAD_DIM, MAX_POSITION + 1, HEAD_DIM) if layout == "bhsd" else (1, MAX_POSITION + 1, HEAD_DIM, HEAD_DIM)
+    positions = MAX_POSITION + 1
+    expected = (1, HEAD_DIM, positions, HEAD_DIM) if layout == "bhsd" else (1, positions, HEAD_DIM, HEAD_DIM)
     if tuple(output.shape) != expected:
         return None
     return output[0].transpose(0, 1) if layout == "bhsd" else output[0]
 
 
-def judge(rope_plan: RopePlan, facts: dict[str, Any], tensors: dict[str, torch.Tensor], source_text: str) -> tuple[list[Check], str | None, str]:
+def judge(
+    rope_plan: RopePlan, facts: dict[str, Any], tensors: dict[str, torch.Tensor], source_text: str
+) -> tuple[list[Check], str | None, str]:
     """The checks of a rotary function, and the code and message of its finding (None: passed)."""
     experiments = facts.get("experiments", {})
     prints: list[tuple[str, Fingerprint, float]] = []
@@ -149,7 +152,8 @@ def judge(rope_plan: RopePlan, facts: dict[str, Any], tensors: dict[str, torch.T
         )
         return [Check("rope-fingerprint", "passed", detail)], None, ""
     if prints:
-        name, found, shift = next(((n, f, s) for n, f, s in prints if f.convention == rope_plan.variants[n]["table"]), prints[0])
+        same_layout = [(n, f, s) for n, f, s in prints if f.convention == rope_plan.variants[n]["table"]]
+        name, found, shift = (same_layout or prints)[0]
         detail = f"{found.message}; relative-position error {shift:.3g}"
         message = f"the rotary embedding is wrong with every cos/sin layout: {found.message}"
         return [Check("rope-fingerprint", "failed", detail)], "ATT402", message

@@ -139,9 +139,9 @@ def prefer_static(found: Diagnosis, static_codes: Collection[str]) -> tuple[Muta
 
 def _sentence(mutant: Mutant, case: Case, setting: Setting) -> str:
     """What the code does, why that is wrong, and the fix."""
-    why = mutant.why[0].upper() + mutant.why[1:]
-    what = mutant.describe(case, setting)
-    return f"{mutant.code} {mutant.name}: behaves exactly like attention that {what}. {why} Fix: {mutant.fix}"
+    what, why, fix = mutant.story(case, setting)
+    why = why[0].upper() + why[1:]
+    return f"{mutant.code} {mutant.name}: behaves exactly like attention that {what}. {why} Fix: {fix}"
 
 
 # ---------------------------------------------------------------- glue to the judge

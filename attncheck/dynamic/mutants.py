@@ -374,6 +374,11 @@ class Mutant:
         """``what`` with this case's numbers filled in."""
         return self.what.format(**_numbers(case, setting))
 
+    def story(self, case: Case, setting: Setting) -> tuple[str, str, str]:
+        """``what``, ``why`` and ``fix`` with this case's numbers filled in."""
+        numbers = _numbers(case, setting)
+        return self.what.format(**numbers), self.why.format(**numbers), self.fix.format(**numbers)
+
 
 def _numbers(case: Case, setting: Setting) -> dict[str, Any]:
     heads = setting.num_heads

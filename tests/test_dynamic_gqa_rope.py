@@ -85,7 +85,7 @@ def test_rotary_and_gqa_module_mistakes_are_named(relative, code, words):
 
 
 def test_seed004_rope_class_is_att403_with_the_shapes():
-    findings, results = _check("seeds/seed004_attention.py", GroupedQueryAttention=SEED004_GQA)
+    findings, _ = _check("seeds/seed004_attention.py", GroupedQueryAttention=SEED004_GQA)
     (rope,) = [f for f in findings if f.target == "RoPEMultiHeadAttention"]
     assert rope.code == "ATT403"
     assert "(8)" in rope.message and "(4)" in rope.message and "head_dim is 8" in rope.message

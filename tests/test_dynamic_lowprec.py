@@ -104,7 +104,7 @@ def test_diagnosis_through_the_real_sandbox():
     from attncheck.dynamic.runner import sandbox_child
 
     options = Options()
-    findings, results = check_file(
+    findings, _ = check_file(
         file_result(FIXTURES / "buggy" / "mask_fill_overflow.py"), options, sandbox_child(options)
     )
     assert {f.code for f in findings} == {"ATT302"}

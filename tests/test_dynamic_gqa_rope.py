@@ -111,3 +111,18 @@ def test_only_functions_with_cos_and_sin_are_rotary_targets():
     targets = {t.name: t for t in lint(Source(str(path), path.read_text()), all_rules()).targets}
     assert rope_targets.applies(targets["apply_rotary_pos_emb"])
     assert not rope_targets.applies(targets["LlamaRotaryAttention"])
+
+
+@pytest.mark.parametrize(
+    ("relative", "target", "status", "words"),
+    [
+        ("correct/gqa_repeat_kv.py", "LlamaStyleAttention", "passed", "query head h uses KV head h // 2"),
+        ("correct/gqa_sdpa.py", "SdpaGQA", "passed", "query head h uses KV head h // 2"),
+        ("correct/rope_meta.py", "MetaAttention", "passed", "query head h uses KV head h // 2"),
+        ("buggy/gqa_tiled.py", "TiledGQA", "failed", "moves query heads 1, 3"),
+    ],
+)
+def test_head_dependency_probe_names_the_grouping(relative, target, status, words):
+    _, results = _check(relative)
+    check = next(c for c in results[target].checks if c.name == "gqa-grouping")
+    assert check.status == status and words in check.detail

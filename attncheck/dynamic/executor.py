@@ -30,6 +30,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from attncheck.dynamic import kv_perturb
 from attncheck.dynamic.binding import all_sizes, size_for
 
 Tensors = dict[str, torch.Tensor]
@@ -216,10 +217,13 @@ def _run_experiment(target: _Target, experiment: dict, facts: dict, out: Tensors
     name = experiment["name"]
     cotangent = experiment.get("cotangent")
     recorder = None
+    perturbing: list[Any] = []
     try:
         instance = target.instance(experiment.get("instance", "exact"))
         if experiment.get("record"):
             recorder = _Recorder(instance, target.tensors, experiment["inputs"])
+        if experiment.get("perturb_kv") and isinstance(instance, nn.Module):
+            perturbing = kv_perturb.install(instance, experiment["perturb_kv"], _is_projection)
         if isinstance(instance, nn.Module):
             instance.train(experiment.get("mode") == "train")
             instance.zero_grad(set_to_none=True)
@@ -238,6 +242,8 @@ def _run_experiment(target: _Target, experiment: dict, facts: dict, out: Tensors
         facts["experiments"][name] = {"ok": False, "error": error_facts(exc, target.file)}
         return False
     finally:
+        for handle in perturbing:
+            handle.remove()
         if recorder is not None:
             recorder.close()
             facts["softmax"] = recorder.softmax

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from attncheck.dynamic import explain, reference
+from attncheck.dynamic import probes_gqa as gqa_probes
 from attncheck.dynamic import probes_lowprec as lowprec_probes
 from attncheck.dynamic import probes_structure as structure
 from attncheck.dynamic.binding import Binding, MaskConvention
@@ -178,6 +179,7 @@ def plan(binding: Binding, index: int, seed: int) -> Plan:
     for name, mode in (("eval-a", "eval"), ("eval-b", "eval"), ("train-a", "train"), ("train-b", "train")):
         if is_class or mode == "eval":
             planner.add(name, plain, instance=instance, mode=mode)
+    gqa_probes.plan(planner.add, plain, binding)
     masks = {k.split("/mask/", 1)[1]: k for k in planner.tensors if "/mask/" in k}
     lowprec_probes.plan(planner.add, plain, lowprec_probes.masks_to_plan(masks))
     unit = {
@@ -305,6 +307,9 @@ class Judge:
             found.extend(Verdict(*outcome) for outcome in outcomes)
             found.append(Verdict(*structure.softmax_axis(self.facts.get("softmax"), query.shape[1], key.shape[1])))
         found.extend(Verdict(*outcome) for outcome in lowprec_probes.verdicts(self))
+        grouping = gqa_probes.verdict(self)
+        if grouping is not None:
+            found.append(Verdict(*grouping))
         if self.ran("plain"):
             found.append(Verdict(*structure.nan_rows(self.output("plain"))))
         named = any(v.code and v.code.startswith(structure.MISTAKE_PREFIXES) for v in found)

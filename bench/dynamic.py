@@ -5,6 +5,9 @@ torch``, importing the user's module: the fixed cost of a child) and of the
 full check of its targets; the share of the full check spent starting the child.
 
 Run from the repository root: ``python bench/dynamic.py [--repeat N]``.
+``--diagnosis`` instead times, per buggy fixture, what naming the mistake adds:
+the in-process check with the mutant diagnosis and without it (the diagnosis
+replaced by "nothing explains it"), so the difference is the parent's search.
 """
 
 from __future__ import annotations
@@ -31,10 +34,41 @@ def best_of(repeat: int, action) -> float:
     return min(times) if repeat < 3 else statistics.median(times)
 
 
+def diagnosis_cost(repeat: int) -> None:
+    """Per buggy fixture: check time with and without the diagnosis, and the codes it names."""
+    from unittest import mock
+
+    from attncheck.dynamic import explain
+    from attncheck.sources import Source
+    from attncheck.static.engine import lint
+    from attncheck.static.rules import all_rules
+    from tests.dynamic_support import in_process_child
+
+    options = Options()
+    print(f"{'fixture':34} {'with ms':>8} {'without ms':>10} {'added ms':>8}  codes")
+    added = []
+    for path in sorted((FIXTURES / "buggy").glob("*.py")) + sorted((FIXTURES / "seeds").glob("*.py")):
+        result = lint(Source(str(path), path.read_text()), all_rules())
+        if not result.targets:
+            continue
+        check_file(result, options, in_process_child)  # import the fixture once, outside the timing
+        with_ = best_of(repeat, lambda r=result: check_file(r, options, in_process_child))
+        with mock.patch.object(explain, "diagnose_judge", lambda *_a, **_k: None):
+            without = best_of(repeat, lambda r=result: check_file(r, options, in_process_child))
+        codes = sorted({f.code for f in check_file(result, options, in_process_child)[0]})
+        added.append((with_ - without) * 1000)
+        print(f"{path.stem:34} {with_ * 1000:>8.0f} {without * 1000:>10.0f} {added[-1]:>8.0f}  {','.join(codes)}")
+    print(f"diagnosis adds {statistics.median(added):.0f} ms per file (median), {max(added):.0f} ms at most")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--diagnosis", action="store_true", help="time the mutant diagnosis per buggy fixture")
     args = parser.parse_args()
+    if args.diagnosis:
+        diagnosis_cost(args.repeat)
+        return
     options = Options()
     child = sandbox_child(options)
     print(f"{'fixture':28} {'targets':>7} {'start s':>8} {'full s':>7} {'start share':>11}")

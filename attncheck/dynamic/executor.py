@@ -28,7 +28,9 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
+from attncheck.dynamic import kv_perturb
 from attncheck.dynamic.binding import all_sizes, size_for
 
 Tensors = dict[str, torch.Tensor]
@@ -86,13 +88,16 @@ class _Target:
         instance = self.obj(*candidate["args"], **kwargs)
         if not isinstance(instance, nn.Module):
             raise TypeError(f"{self.unit['name']}(...) is not a torch.nn.Module")
-        return instance.to(self.device, torch.float64).eval()
+        return _cast(instance.to(self.device), torch.float64).eval()
 
     def instance(self, kind: str) -> Any:
         if not self.unit["is_class"]:
             return self.obj
         if kind not in self.instances:
             assert self.candidate is not None
+            if kind in LOW_PRECISION:  # same seed, same weights as "exact", rounded to the dtype
+                self.instances[kind] = _cast(self.construct(self.candidate, 0.0), LOW_PRECISION[kind])
+                return self.instances[kind]
             made = self.construct(self.candidate, DROPOUT_RATE)
             for sub in made.modules():
                 if isinstance(sub, nn.modules.dropout._DropoutNd):
@@ -105,12 +110,27 @@ class _Target:
 
     def call(self, instance: Any, experiment: dict) -> Any:
         plan = self.unit["forward"]
-        args = [self.tensors[experiment["inputs"][role]] for _, role in plan["roles"]]
+        dtype = LOW_PRECISION.get(experiment.get("dtype", ""))
+        args = [_lowered(self.tensors[experiment["inputs"][role]], dtype) for _, role in plan["roles"]]
         kwargs = dict(plan["extra"])
+        kwargs.update({k: _lowered(self.tensors[v], dtype) for k, v in experiment.get("keywords", {}).items()})
         mask = experiment.get("mask")
         if plan["mask_name"] and (mask is not None or plan["mask_required"]):
-            kwargs[plan["mask_name"]] = self.tensors[mask] if mask is not None else None
+            kwargs[plan["mask_name"]] = _lowered(self.tensors[mask], dtype) if mask is not None else None
         return instance(*args, **kwargs)
+
+
+LOW_PRECISION = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def _lowered(tensor: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    """Floating inputs in the experiment's low precision; masks and positions unchanged."""
+    return tensor.to(dtype) if dtype is not None and tensor.is_floating_point() else tensor
+
+
+def _cast(module: nn.Module, dtype: torch.dtype) -> nn.Module:
+    """Real floating parameters and buffers to ``dtype``; complex ones (Meta's freqs_cis) stay complex."""
+    return module._apply(lambda t: t.to(dtype) if t.is_floating_point() else t)
 
 
 def _build_config(module: types.ModuleType, class_name: str | None, rate: float) -> Any:
@@ -143,6 +163,11 @@ def _run_target(
     out: Tensors = {}
     target = _Target(module, unit, tensors, device, seed)
     experiments = unit["experiments"]
+    if unit.get("independent"):  # variants of one call (e.g. cos/sin layouts): each may fail alone
+        for experiment in experiments:
+            _run_experiment(target, experiment, facts, out)
+        facts["binding"] = "function"
+        return facts, out
     if not _choose_binding(target, experiments[0], facts, out):
         return facts, out
     for experiment in experiments[1:]:
@@ -192,10 +217,13 @@ def _run_experiment(target: _Target, experiment: dict, facts: dict, out: Tensors
     name = experiment["name"]
     cotangent = experiment.get("cotangent")
     recorder = None
+    perturbing: list[Any] = []
     try:
         instance = target.instance(experiment.get("instance", "exact"))
         if experiment.get("record"):
             recorder = _Recorder(instance, target.tensors, experiment["inputs"])
+        if experiment.get("perturb_kv") and isinstance(instance, nn.Module):
+            perturbing = kv_perturb.install(instance, experiment["perturb_kv"], _is_projection)
         if isinstance(instance, nn.Module):
             instance.train(experiment.get("mode") == "train")
             instance.zero_grad(set_to_none=True)
@@ -203,7 +231,8 @@ def _run_experiment(target: _Target, experiment: dict, facts: dict, out: Tensors
             result = target.call(instance, experiment)
             output, weights = _split_output(result, target, experiment)
             if cotangent is not None and isinstance(instance, nn.Module):
-                (output * target.tensors[cotangent]).sum().backward()
+                if output.requires_grad:  # else no parameter reaches the output: every grad stays None
+                    (output * target.tensors[cotangent]).sum().backward()
                 facts["grads"] = {
                     n: (None if p.grad is None else float(p.grad.norm()))
                     for n, p in instance.named_parameters()
@@ -213,8 +242,11 @@ def _run_experiment(target: _Target, experiment: dict, facts: dict, out: Tensors
         facts["experiments"][name] = {"ok": False, "error": error_facts(exc, target.file)}
         return False
     finally:
+        for handle in perturbing:
+            handle.remove()
         if recorder is not None:
             recorder.close()
+            facts["softmax"] = recorder.softmax
     facts["experiments"][name] = {"ok": True, "shape": list(output.shape), "weights": weights is not None}
     out[f"{name}/out"] = output.detach().to("cpu", torch.float64)
     if weights is not None:
@@ -294,10 +326,16 @@ def _weight(layer: nn.Module) -> torch.Tensor:
     return layer.weight.T  # GPT-2 Conv1D stores (in, out)
 
 
-class _Recorder:
-    """Forward hooks on every projection: which tensor each one read, and its weights."""
+class _Recorder(TorchFunctionMode):
+    """Forward hooks on every projection: which tensor each one read, and its weights.
+
+    As a torch function mode it also records every softmax (input shape and dim),
+    however spelled (``torch.softmax``, ``F.softmax``, ``Tensor.softmax``, ``nn.Softmax``).
+    """
 
     def __init__(self, instance: Any, tensors: Tensors, roles: dict[str, str]):
+        super().__init__()
+        self.softmax: list[dict[str, Any]] = []
         self.calls: list[tuple[str, nn.Module, str]] = []
         self.handles = []
         self.outputs: list[torch.Tensor] = []  # kept alive so storage pointers stay unique
@@ -308,6 +346,8 @@ class _Recorder:
             for layer_name, layer in instance.named_modules():
                 if _is_projection(layer):
                     self.handles.append(layer.register_forward_hook(self._hook(layer_name)))
+        self.__enter__()
+        self.active = True
 
     def _hook(self, layer_name: str):
         def hook(layer: nn.Module, args: tuple, output: Any) -> None:
@@ -321,7 +361,18 @@ class _Recorder:
 
         return hook
 
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _SOFTMAX and args and isinstance(args[0], torch.Tensor):
+            dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
+            if isinstance(dim, int) and len(self.softmax) < 32:
+                self.softmax.append({"shape": list(args[0].shape), "dim": dim % max(args[0].ndim, 1)})
+        return func(*args, **kwargs)
+
     def close(self) -> None:
+        if self.active:
+            self.__exit__(None, None, None)
+            self.active = False
         for handle in self.handles:
             handle.remove()
         self.handles = []
@@ -345,6 +396,9 @@ class _Recorder:
             )
         self.outputs = []
         return layers
+
+
+_SOFTMAX = {torch.softmax, torch.nn.functional.softmax, torch.Tensor.softmax, torch.special.softmax}
 
 
 def _pointer(tensor: torch.Tensor) -> int:

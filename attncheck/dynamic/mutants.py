@@ -71,7 +71,7 @@ class InapplicableError(ValueError):
 
 Scale = Literal["head_dim", "d_model", "q_len", "k_len", "one", "times_sqrt_head_dim", "head_dim_linear"]
 Inputs = Literal["projected", "raw", "raw_q", "raw_k", "raw_v"]
-Layout = Literal["transpose", "view"]
+Layout = Literal["transpose", "view", "view_q"]
 Rope = Literal[
     "correct",
     "sign",
@@ -82,7 +82,7 @@ Rope = Literal[
     "on_value",
 ]
 CausalKnob = Literal["as_meant", "hides_self", "sees_next", "other_alignment", "missing", "inverted"]
-MaskKnob = Literal["fill", "multiply", "add_keep", "add_blocked", "inverted"]
+MaskKnob = Literal["fill", "multiply", "add_keep", "add_blocked", "inverted", "fill_positive", "fill_tiny"]
 Axis = Literal["key", "query", "heads"]
 Order = Literal["normal", "scale_after_softmax", "mask_after_softmax", "softmax_mask_softmax"]
 
@@ -133,7 +133,7 @@ def _split(x: torch.Tensor, heads: int, layout: Layout) -> torch.Tensor:
     b, s, d = x.shape
     if d % heads:
         raise InapplicableError(f"width {d} does not split into {heads} heads")
-    return split_heads(x, heads) if layout == "transpose" else x.reshape(b, heads, s, d // heads)
+    return x.reshape(b, heads, s, d // heads) if layout == "view" else split_heads(x, heads)
 
 
 def _merge(x: torch.Tensor, layout: Layout) -> torch.Tensor:
@@ -188,6 +188,10 @@ def _masked(scores: torch.Tensor, keep: torch.Tensor | None, knob: MaskKnob) -> 
         return scores + keep
     if knob == "add_blocked":
         return scores + ~keep
+    if knob == "fill_positive":
+        return scores.masked_fill(~keep, 1e4)
+    if knob == "fill_tiny":
+        return scores.masked_fill(~keep, -1e-9)
     return scores.masked_fill(~keep, float("-inf"))
 
 
@@ -226,7 +230,8 @@ class Stages:
         raw = {"raw": "qkv", "raw_q": "q", "raw_k": "k", "raw_v": "v"}.get(knobs.inputs, "")
         hq = setting.num_heads
         hkv = setting.num_kv_heads or hq
-        q = _split(case.query if "q" in raw else self.projected("q"), hq, knobs.split)
+        q_layout: Layout = "view" if knobs.split == "view_q" else knobs.split
+        q = _split(case.query if "q" in raw else self.projected("q"), hq, q_layout)
         k = _split(case.key if "k" in raw else self.projected("k"), hkv, knobs.split)
         v = _split(case.value if "v" in raw else self.projected("v"), hkv, knobs.split)
         if not q.shape[-1] == k.shape[-1] == v.shape[-1]:
@@ -369,6 +374,11 @@ class Mutant:
         """``what`` with this case's numbers filled in."""
         return self.what.format(**_numbers(case, setting))
 
+    def story(self, case: Case, setting: Setting) -> tuple[str, str, str]:
+        """``what``, ``why`` and ``fix`` with this case's numbers filled in."""
+        numbers = _numbers(case, setting)
+        return self.what.format(**numbers), self.why.format(**numbers), self.fix.format(**numbers)
+
 
 def _numbers(case: Case, setting: Setting) -> dict[str, Any]:
     heads = setting.num_heads
@@ -440,6 +450,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "that reshuffles positions and features across heads: a head sees pieces of several tokens.",
         "x.view(b, s, num_heads, head_dim).transpose(1, 2).",
         split="view",
+    ),
+    _mutant(
+        "ATT104",
+        "split-q-without-transpose",
+        "splits the query into heads with view(b, {heads}, s, {dh}) and no transpose (K and V are split right)",
+        "that reshuffles positions and features across heads: a query head sees pieces of several tokens.",
+        "q.view(b, s, num_heads, head_dim).transpose(1, 2), like K and V.",
+        split="view_q",
     ),
     _mutant(
         "ATT105",
@@ -587,6 +605,22 @@ MUTANTS: tuple[Mutant, ...] = (
         causal="inverted",
     ),
     _mutant(
+        "ATT302",
+        "mask-fill-positive",
+        "fills the masked scores with a large positive value (+1e4) instead of a large negative one",
+        "a positive fill gives the masked keys all the weight: it behaves like an inverted mask.",
+        _MASK_FIX,
+        mask="fill_positive",
+    ),
+    _mutant(
+        "ATT302",
+        "mask-fill-tiny",
+        "fills the masked scores with a tiny value (-1e-9) that masks nothing",
+        "-1e-9 barely changes a score, so masked keys keep their weight.",
+        _MASK_FIX,
+        mask="fill_tiny",
+    ),
+    _mutant(
         "ATT305",
         "causal-hides-self",
         "builds the causal mask one diagonal too far: a token cannot see itself",
@@ -675,7 +709,9 @@ MUTANTS: tuple[Mutant, ...] = (
         rope="on_value",
     ),
 )
-"""Every known mistake, in catalogue order; diagnosis tries them alone and in pairs."""
+"""Every known mistake, in catalogue order (except that a positive mask fill, ATT302, which behaves
+exactly like an inverted mask, comes after ATT304: without a static finding saying otherwise, the
+inverted mask is the likelier story); diagnosis tries them alone and in pairs."""
 
 
 def knob_groups(mutants: tuple[Mutant, ...] = MUTANTS) -> dict[Knobs, tuple[Mutant, ...]]:

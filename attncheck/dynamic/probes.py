@@ -11,15 +11,19 @@ pass or fail.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import torch
 
-from attncheck.dynamic import reference
+from attncheck.dynamic import explain, reference
+from attncheck.dynamic import probes_gqa as gqa_probes
+from attncheck.dynamic import probes_lowprec as lowprec_probes
+from attncheck.dynamic import probes_structure as structure
 from attncheck.dynamic.binding import Binding, MaskConvention
+from attncheck.dynamic.rope import RopeSpec
 from attncheck.dynamic.tolerance import max_error, tolerance
 from attncheck.dynamic.weights import Assignment, assignments, layers_from
 from attncheck.findings import Check
@@ -175,6 +179,9 @@ def plan(binding: Binding, index: int, seed: int) -> Plan:
     for name, mode in (("eval-a", "eval"), ("eval-b", "eval"), ("train-a", "train"), ("train-b", "train")):
         if is_class or mode == "eval":
             planner.add(name, plain, instance=instance, mode=mode)
+    gqa_probes.plan(planner.add, plain, binding)
+    masks = {k.split("/mask/", 1)[1]: k for k in planner.tensors if "/mask/" in k}
+    lowprec_probes.plan(planner.add, plain, lowprec_probes.masks_to_plan(masks))
     unit = {
         "name": binding.target.name,
         "is_class": is_class,
@@ -223,13 +230,21 @@ class Fit:
     assignment: Assignment | None
     causal: reference.Causal
     error: float
+    rope: RopeSpec | None = None
 
 
 class Judge:
     """Compares one target's replies with the reference and the properties of attention."""
 
-    def __init__(self, plan: Plan, facts: dict[str, Any], tensors: dict[str, torch.Tensor]):
+    def __init__(
+        self,
+        plan: Plan,
+        facts: dict[str, Any],
+        tensors: dict[str, torch.Tensor],
+        static_codes: Collection[str] = (),
+    ):
         self.plan, self.facts, self.out = plan, facts, tensors
+        self.static_codes = static_codes  # codes the static pass found on this target
         self.binding = plan.binding
         self.style = plan.style
         self.inputs = {name: torch.from_numpy(value) for name, value in plan.tensors.items()}
@@ -271,6 +286,7 @@ class Judge:
             num_kv_heads=fit.assignment.kv_heads,
             keep=keep,
             causal=fit.causal,
+            rope=explain.rope_for(fit.rope, query, key),
         )
 
     def expected_shape(self) -> tuple[int, ...]:
@@ -281,7 +297,32 @@ class Judge:
 
     # -- the checks
 
-    def verdicts(self) -> Iterator[Verdict]:
+    def verdicts(self) -> list[Verdict]:
+        """Every check; an unexplained mismatch (ATT903) lists the properties that held and failed,
+        and gives way to a specific mistake another check named."""
+        found = list(self._verdicts())
+        if self.binding.target.is_class and self.fit is not None:
+            query, key, _ = self.role_inputs("plain")
+            outcomes = structure.projections(self.fit.assignment, self.fit.error, self.tol, self.facts.get("grads"))
+            found.extend(Verdict(*outcome) for outcome in outcomes)
+            found.append(Verdict(*structure.softmax_axis(self.facts.get("softmax"), query.shape[1], key.shape[1])))
+        found.extend(Verdict(*outcome) for outcome in lowprec_probes.verdicts(self))
+        grouping = gqa_probes.verdict(self)
+        if grouping is not None:
+            found.append(Verdict(*grouping))
+        if self.ran("plain"):
+            found.append(Verdict(*structure.nan_rows(self.output("plain"))))
+        named = any(v.code and v.code.startswith(structure.MISTAKE_PREFIXES) for v in found)
+        for i, verdict in enumerate(found):
+            if verdict.code == "ATT903":
+                if named:
+                    found[i] = Verdict(verdict.check)
+                else:
+                    properties = [v.check for v in found if v is not verdict]
+                    found[i] = replace(verdict, message=structure.unexplained_message(verdict.message, properties))
+        return found
+
+    def _verdicts(self) -> Iterator[Verdict]:
         yield Verdict(Check("forward", "passed", f"bound with {self.facts.get('binding')}"))
         shape_ok = tuple(self.facts["experiments"]["plain"]["shape"]) == self.expected_shape()
         yield self.shape(shape_ok)
@@ -326,6 +367,11 @@ class Judge:
             for c in options
         ]
         matching = [fit for fit in fits if fit.error <= self.tol]
+        if not matching and "rope" in self.binding.target.kinds and self.style != "function":
+            specs = explain.rope_candidates(self.binding.dims.d_model // self.binding.dims.heads)
+            rotary = [Fit(f.assignment, f.causal, 0.0, spec) for f in fits for spec in specs]
+            rotary = [replace(f, error=max_error(output, self.reference("plain", None, f))) for f in rotary]
+            matching = [fit for fit in rotary if fit.error <= self.tol]
         if matching:
             return matching[0]
         # Nothing matches: describe the layers in their natural order rather than the least-bad shuffle.
@@ -334,7 +380,8 @@ class Judge:
     def describe_fit(self) -> str:
         assert self.fit is not None
         mapping = self.fit.assignment.description if self.fit.assignment else "bare function"
-        return f"{mapping}; causal: {self.fit.causal}"
+        rope = f"; rotary: {explain.rope_text(self.fit.rope)}" if self.fit.rope else ""
+        return f"{mapping}; causal: {self.fit.causal}{rope}"
 
     def reference_check(self) -> Verdict:
         assert self.fit is not None
@@ -353,6 +400,9 @@ class Judge:
         detail += self.describe_fit()
         if worst <= self.tol:
             return Verdict(Check("reference", "passed", detail))
+        found = explain.diagnose_judge(self, ["plain", "self"])
+        if found is not None:
+            return Verdict(Check("reference", "failed", f"{detail}; {found.detail}"), found.code, found.message)
         return Verdict(
             Check("reference", "failed", detail),
             "ATT903",
@@ -388,15 +438,27 @@ class Judge:
                 f"with every mask convention the output differs from the reference "
                 f"(best {errors[best_combo]:.3g} with {_combo_text(best_combo)}, tolerance {self.tol:g})"
             )
-            explained = leak.code == "ATT301"
-            yield Verdict(
-                Check("reference-masked", "failed", text),
-                None if explained else "ATT903",
-                f"output differs from the reference with a key-padding mask: {text}",
-            )
+            combo = self.choose_combo(matches, documented, ran)
+            found = explain.diagnose_judge(self, ["plain", "self"], combo) if self.fit_ok() else None
+            if found is not None:
+                yield Verdict(Check("reference-masked", "failed", f"{text}; {found.detail}"), found.code, found.message)
+                if leak.code not in (None, found.code):
+                    leak = Verdict(leak.check)  # the diagnosis names the mistake behind the leak
+            else:
+                # with a wrong unmasked output, the reference check already names (or fails to name) it
+                explained = leak.code == "ATT301" or not self.fit_ok()
+                yield Verdict(
+                    Check("reference-masked", "failed", text),
+                    None if explained else "ATT903",
+                    f"output differs from the reference with a key-padding mask: {text}",
+                )
         yield self.convention_check(matches, documented)
         yield leak
         yield self.fully_masked(self.choose_combo(matches, documented, ran))
+
+    def fit_ok(self) -> bool:
+        """The unmasked output matches the reference: a mask failure is the mask's alone."""
+        return self.fit is not None and self.fit.error <= self.tol
 
     def masked_error(self, combo: str) -> float:
         """Error against the reference with the keep mask this combination's shape expresses."""
@@ -479,7 +541,11 @@ class Judge:
     def unchanged(self, name: str, baseline: str, rows: Any) -> float | None:
         if not (self.ran(name) and self.ran(baseline)):
             return None
-        return max_error(self.output(name)[rows], self.output(baseline)[rows])
+        changed, base = self.output(name)[rows], self.output(baseline)[rows]
+        if changed.shape == base.shape:  # NaN in both is no change (a row with no visible key stays NaN)
+            both = changed.isnan() & base.isnan()
+            changed, base = changed.masked_fill(both, 0.0), base.masked_fill(both, 0.0)
+        return max_error(changed, base)
 
     def batch_independence(self) -> Verdict:
         change = self.unchanged("batch", "plain", (slice(0, 1),))
@@ -530,6 +596,8 @@ class Judge:
         name = "permutation-equivariance"
         if self.is_causal()[0]:
             return Verdict(Check(name, "skipped", "causal attention is not permutation-equivariant"))
+        if "rope" in self.binding.target.kinds:
+            return Verdict(Check(name, "skipped", "rotary attention depends on positions by design"))
         if not (self.ran("permuted") and self.ran("plain")):
             return Verdict(Check(name, "skipped", "the permuted experiment raised"))
         permutation = torch.from_numpy(self.plan.keep["permutation"])

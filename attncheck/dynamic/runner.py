@@ -17,6 +17,8 @@ import numpy as np
 import torch
 
 from attncheck.catalogue import CODES
+from attncheck.dynamic import crashes as crashes_module
+from attncheck.dynamic import rope_targets
 from attncheck.dynamic.binding import Binding, bind
 from attncheck.dynamic.probes import Judge, Plan, plan
 from attncheck.findings import Check, Finding, Target, TargetResult
@@ -82,6 +84,9 @@ def check_file(
     outcomes: dict[int, TargetResult] = {}
     pending: list[tuple[int, Plan]] = []
     for index, target in enumerate(result.targets):
+        if rope_targets.applies(target) and target.name not in declarations:
+            pending.append((index, rope_targets.plan(target, index)))  # type: ignore[arg-type]
+            continue
         binding = bind(target, declarations.get(target.name))
         if binding.ok:
             pending.append((index, plan(binding, index, SEED)))
@@ -135,11 +140,17 @@ def judge(
     """The TargetResult and findings for one answered target."""
     target = target_plan.binding.target
     device = facts.get("device")
+    if isinstance(target_plan, rope_targets.RopePlan):
+        checks, code, message = rope_targets.judge(target_plan, facts, tensors, result.source.text)
+        findings = [_finding(code, message, target, result, [checks[0].detail])] if code else []
+        status = "failed" if code else ("passed" if checks[0].status == "passed" else "skipped")
+        return TargetResult(target, status, "" if code else checks[0].detail, checks, device), findings
     if not facts.get("binding"):
         return _unbound(target_plan.binding, facts, result, device)
     checks: list[Check] = []
     findings: list[Finding] = []
-    for verdict in Judge(target_plan, facts, tensors).verdicts():
+    static_codes = {f.code for f in result.findings if f.target == target.name}
+    for verdict in Judge(target_plan, facts, tensors, static_codes).verdicts():
         checks.append(verdict.check)
         if verdict.code and not any(f.code == verdict.code for f in findings):
             findings.append(_finding(verdict.code, verdict.message, target, result, [verdict.check.detail]))
@@ -158,12 +169,22 @@ def _unbound(
         error = crashes[0]["error"]
         message = f"forward raises {error['type']}: {error['message']} (line {error['line']})"
         check = Check("forward", "failed", message)
-        finding = _finding("ATT901", message, target, result, [f"bound with {crashes[0]['label']}"])
+        line_text = _source_line(result, error["line"])
+        head_dim = binding.dims.d_model // binding.dims.heads
+        named = crashes_module.classify(error["type"], error["message"], line_text, head_dim)
+        code, text = (named.code, named.message) if named else ("ATT901", message)
+        finding = _finding(code, text, target, result, [f"bound with {crashes[0]['label']}"])
         return TargetResult(target, "failed", message, [check], device), [finding]
     tried = "; ".join(
         f"{a['label']}: {a['stage']} raised {a['error']['type']}: {a['error']['message']}" for a in attempts
     )
     return TargetResult(target, "skipped", f"no binding worked ({tried}); {binding.hint}", device=device), []
+
+
+def _source_line(result: FileResult, line: int | None) -> str:
+    """The text of a line of the checked file ('' when unknown)."""
+    lines = result.source.text.splitlines()
+    return lines[line - 1] if line and 0 < line <= len(lines) else ""
 
 
 def _finding(code: str, message: str, target: Target, result: FileResult, evidence: list[str]) -> Finding:

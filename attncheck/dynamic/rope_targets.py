@@ -1,0 +1,169 @@
+"""Standalone rotary functions (``apply_rotary_pos_emb(q, k, cos, sin, position_ids=None)``) as targets.
+
+Such a function has no hidden states to bind, so it gets its own plan: the
+parent builds the basis-vector probe (``rope.basis_inputs``: e_0..e_{dh-1} at
+positions 0..P) and cos/sin tables in every layout a caller might pass (half-split
+``cat(freqs, freqs)``, interleaved ``repeat_interleave(freqs, 2)``, half-width
+tables that the function expands itself; 2-D or batched; q/k laid out as
+(b, h, s, d) or (b, s, h, d)). The child calls the function once per variant,
+each free to fail. The parent reads the rotation back with ``rope.fingerprint``:
+a variant that is a correct rotation passes and names the convention; otherwise
+the fingerprint names the defect (ATT402), and a function that raises on every
+variant with a broadcast error is ATT403, with the shapes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from attncheck.dynamic import crashes
+from attncheck.dynamic.binding import Binding
+from attncheck.dynamic.rope import Fingerprint, basis_inputs, fingerprint, inv_freq, relative_shift_error
+from attncheck.findings import Check, Target
+
+HEAD_DIM = 8
+MAX_POSITION = 4  # positions 0..4: five, which differs from HEAD_DIM, so no axis is ambiguous
+_COS = re.compile(r"^(cos|cos_\w*|\w*_cos)$", re.IGNORECASE)
+_SIN = re.compile(r"^(sin|sin_\w*|\w*_sin)$", re.IGNORECASE)
+_POSITIONS = re.compile(r"position_ids|positions|pos_ids", re.IGNORECASE)
+TABLES = {
+    "half": "cos/sin as cat(freqs, freqs) (half-split)",
+    "interleaved": "cos/sin as repeat_interleave(freqs, 2) (interleaved)",
+    "narrow": "cos/sin of width head_dim/2 (the function expands them)",
+}
+
+
+@dataclass
+class RopePlan:
+    """The request unit of a rotary function and the parent's record of its variants."""
+
+    binding: Binding
+    unit: dict[str, Any]
+    tensors: dict[str, np.ndarray]
+    variants: dict[str, dict[str, str]] = field(default_factory=dict)  # name -> {table, layout}
+
+
+def _params(target: Target) -> list[str]:
+    return [p.name for p in target.forward_params if p.kind in ("positional", "keyword")]
+
+
+def applies(target: Target) -> bool:
+    """A bare function that rotates one or two tensors with cos and sin tables."""
+    if target.is_class or "rope" not in target.kinds:
+        return False
+    names = _params(target)
+    return any(_COS.match(n) for n in names) and any(_SIN.match(n) for n in names) and len(names) >= 3
+
+
+def _tables(table: str, batched: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(P+1, w) cos and sin (or (1, P+1, w) when batched) for one layout."""
+    positions = torch.arange(MAX_POSITION + 1, dtype=torch.float64)
+    freqs = positions[:, None] * inv_freq(HEAD_DIM, 10000.0)
+    if table == "half":
+        freqs = torch.cat([freqs, freqs], dim=-1)
+    elif table == "interleaved":
+        freqs = freqs.repeat_interleave(2, dim=-1)
+    cos, sin = freqs.cos(), freqs.sin()
+    return (cos[None], sin[None]) if batched else (cos, sin)
+
+
+def plan(target: Target, index: int) -> RopePlan:
+    """Every variant of calling the function on the basis-vector probe."""
+    prefix = str(index)
+    names = _params(target)
+    required = [p.name for p in target.forward_params if p.default is None and p.kind == "positional"]
+    tensor_params = [n for n in required if not (_COS.match(n) or _SIN.match(n) or _POSITIONS.search(n))]
+    position_param = next((n for n in names if _POSITIONS.search(n)), None)
+    x, _ = basis_inputs(HEAD_DIM, MAX_POSITION)  # (1, dh, P+1, dh): (b, h, s, d)
+    tensors: dict[str, np.ndarray] = {
+        f"{prefix}/x/bhsd": x.numpy(),
+        f"{prefix}/x/bshd": x.transpose(1, 2).contiguous().numpy(),
+        f"{prefix}/positions": np.arange(MAX_POSITION + 1)[None],
+    }
+    ordered = [n for n in names if n in tensor_params[:2] or _COS.match(n) or _SIN.match(n)]
+    tensor_roles = dict(zip(tensor_params[:2], ("query", "key") if len(tensor_params) > 1 else ("x",), strict=False))
+    roles = [[n, tensor_roles.get(n, n)] for n in ordered]
+    experiments, variants = [], {}
+    for table in TABLES:
+        for batched in (False, True):
+            cos, sin = _tables(table, batched)
+            key = f"{table}/{'b' if batched else '2d'}"
+            tensors[f"{prefix}/cos/{key}"], tensors[f"{prefix}/sin/{key}"] = cos.numpy(), sin.numpy()
+            for layout in ("bhsd", "bshd"):
+                for use_positions in (False, True) if position_param else (False,):
+                    name = f"rope/{key}/{layout}{'/ids' if use_positions else ''}"
+                    inputs = {}
+                    for param, role in roles:
+                        if role in ("query", "key", "x"):
+                            inputs[role] = f"{prefix}/x/{layout}"
+                        else:
+                            inputs[role] = f"{prefix}/{'cos' if _COS.match(param) else 'sin'}/{key}"
+                    keywords = {position_param: f"{prefix}/positions"} if use_positions else {}
+                    experiments.append({"name": name, "inputs": inputs, "mask": None, "keywords": keywords})
+                    variants[name] = {"table": table, "layout": layout}
+    unit = {
+        "name": target.name,
+        "is_class": False,
+        "independent": True,
+        "candidates": [],
+        "forward": {"roles": roles, "mask_name": None, "mask_required": False, "extra": {}},
+        "experiments": experiments,
+    }
+    return RopePlan(Binding(target), unit, tensors, variants)
+
+
+def _images(output: torch.Tensor, layout: str) -> torch.Tensor | None:
+    """(P+1, dh, dh) images of the basis vectors, or None when the output has another shape."""
+    positions = MAX_POSITION + 1
+    expected = (1, HEAD_DIM, positions, HEAD_DIM) if layout == "bhsd" else (1, positions, HEAD_DIM, HEAD_DIM)
+    if tuple(output.shape) != expected:
+        return None
+    return output[0].transpose(0, 1) if layout == "bhsd" else output[0]
+
+
+def judge(
+    rope_plan: RopePlan, facts: dict[str, Any], tensors: dict[str, torch.Tensor], source_text: str
+) -> tuple[list[Check], str | None, str]:
+    """The checks of a rotary function, and the code and message of its finding (None: passed)."""
+    experiments = facts.get("experiments", {})
+    prints: list[tuple[str, Fingerprint, float]] = []
+    for name, variant in rope_plan.variants.items():
+        if not experiments.get(name, {}).get("ok"):
+            continue
+        images = _images(tensors[f"{name}/out"], variant["layout"])
+        if images is None:
+            continue
+        try:
+            found = fingerprint(images)
+        except ValueError:
+            continue
+        prints.append((name, found, relative_shift_error(images)))
+    good = [(n, f, s) for n, f, s in prints if f.code is None]
+    if good:
+        name, found, shift = good[0]
+        detail = (
+            f"{found.message}; called with {TABLES[rope_plan.variants[name]['table']]}; "
+            f"relative-position error {shift:.3g}"
+        )
+        return [Check("rope-fingerprint", "passed", detail)], None, ""
+    if prints:
+        same_layout = [(n, f, s) for n, f, s in prints if f.convention == rope_plan.variants[n]["table"]]
+        name, found, shift = (same_layout or prints)[0]
+        detail = f"{found.message}; relative-position error {shift:.3g}"
+        message = f"the rotary embedding is wrong with every cos/sin layout: {found.message}"
+        return [Check("rope-fingerprint", "failed", detail)], "ATT402", message
+    errors = [e["error"] for e in experiments.values() if not e.get("ok")]
+    lines = source_text.splitlines()
+    for error in errors:
+        line = lines[error["line"] - 1] if error.get("line") and 0 < error["line"] <= len(lines) else ""
+        named = crashes.classify(error["type"], error["message"], line, HEAD_DIM)
+        if named is not None and named.code == "ATT403":
+            return [Check("rope-fingerprint", "failed", error["message"])], named.code, named.message
+    first = errors[0] if errors else {"type": "Error", "message": "no output"}
+    reason = f"no way of calling it worked: {first['type']}: {first['message']}"
+    return [Check("rope-fingerprint", "skipped", reason)], None, ""

@@ -62,7 +62,7 @@ def test_crash_inside_forward_is_att901_with_the_line(tmp_path):
     )
     findings, results = check_file(file_result(path), Options(), in_process_child)
     assert results[0].status == "failed"
-    assert [f.code for f in findings] == ["ATT901"]
+    assert [f.code for f in findings] == ["ATT901", "ATT204"]  # the crash, and the mistake it shows
     assert "TypeError" in findings[0].message and "(line 11)" in findings[0].message
     assert findings[0].span.line == 5
 

@@ -145,7 +145,7 @@ def plan(binding: Binding, index: int, seed: int) -> Plan:
     q, k, v = (planner.tensor(n, t) for n, t in (("q", q_base), ("k", k_base), ("v", v_base)))
     plain = planner.inputs(q, k, v)
     grad = None
-    if is_class:
+    if is_class and binding.style != "function":
         grad = planner.tensor("cotangent", planner.rng.standard_normal((BATCH, q_len, binding.dims.d_model)))
     planner.add("plain", plain, record=True, cotangent=grad)
     batch = [
@@ -516,7 +516,8 @@ class Judge:
         target = self.binding.target
         if self.binding.declared_causal is not None:
             return self.binding.declared_causal, "declared in pyproject.toml"
-        if "causal" in target.kinds:
+        built_non_causal = self.facts.get("flags", {}).get("is_causal") is False
+        if "causal" in target.kinds and not built_non_causal:
             return True, "the static pass marked it causal"
         if self.facts.get("causal_buffer"):
             return True, "it holds a triangular mask buffer"
@@ -530,6 +531,8 @@ class Judge:
         name = "permutation-equivariance"
         if self.is_causal()[0]:
             return Verdict(Check(name, "skipped", "causal attention is not permutation-equivariant"))
+        if "rope" in self.binding.target.kinds:
+            return Verdict(Check(name, "skipped", "rotary position embedding depends on positions"))
         if not (self.ran("permuted") and self.ran("plain")):
             return Verdict(Check(name, "skipped", "the permuted experiment raised"))
         permutation = torch.from_numpy(self.plan.keep["permutation"])
@@ -592,6 +595,8 @@ class Judge:
         grads = self.facts.get("grads")
         if grads is None:
             return Verdict(Check("gradients", "skipped", "backward did not run"))
+        if not grads:
+            return Verdict(Check("gradients", "skipped", "no parameters"))
         unused = [name for name, norm in grads.items() if norm is None]
         detail = ", ".join(f"{n}: {'none' if g is None else f'{g:.3g}'}" for n, g in grads.items())
         if not unused:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -18,7 +19,8 @@ import torch
 
 from attncheck.catalogue import CODES
 from attncheck.dynamic.binding import Binding, bind
-from attncheck.dynamic.probes import Judge, Plan, plan
+from attncheck.dynamic.crashes import diagnose
+from attncheck.dynamic.probes import Judge, Plan, Verdict, plan
 from attncheck.findings import Check, Finding, Target, TargetResult
 from attncheck.static.engine import FileResult
 
@@ -63,9 +65,7 @@ def run_dynamic(
             child = sandbox_child(options)
         except ImportError as exc:
             return [], [
-                TargetResult(t, "error", f"the sandbox is not available: {exc}")
-                for r in runnable
-                for t in r.targets
+                TargetResult(t, "error", f"the sandbox is not available: {exc}") for r in runnable for t in r.targets
             ]
     with ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
         per_file = list(pool.map(lambda r: check_file(r, options, child), runnable))
@@ -74,9 +74,7 @@ def run_dynamic(
     return findings, target_results
 
 
-def check_file(
-    result: FileResult, options: DynamicOptions, child: Child
-) -> tuple[list[Finding], list[TargetResult]]:
+def check_file(result: FileResult, options: DynamicOptions, child: Child) -> tuple[list[Finding], list[TargetResult]]:
     """All targets of one file through as few children as the file's crashes allow."""
     declarations = getattr(options, "targets", {}) or {}
     outcomes: dict[int, TargetResult] = {}
@@ -121,11 +119,7 @@ def check_file(
 def _import_reason(facts: Mapping[str, Any]) -> str:
     error = facts.get("error") or {}
     if isinstance(error, Mapping):
-        return (
-            f"importing the module failed: {error.get('type', 'Error')}: {error.get('message', '')}".rstrip(
-                ": "
-            )
-        )
+        return f"importing the module failed: {error.get('type', 'Error')}: {error.get('message', '')}".rstrip(": ")
     return f"importing the module failed: {error}"
 
 
@@ -137,14 +131,35 @@ def judge(
     device = facts.get("device")
     if not facts.get("binding"):
         return _unbound(target_plan.binding, facts, result, device)
+    target_plan = replace(target_plan, binding=target_plan.binding.chosen(facts["binding"]))
     checks: list[Check] = []
     findings: list[Finding] = []
-    for verdict in Judge(target_plan, facts, tensors).verdicts():
+    verdicts = [*Judge(target_plan, facts, tensors).verdicts(), _nan_free(tensors)]
+    for verdict in verdicts:
         checks.append(verdict.check)
         if verdict.code and not any(f.code == verdict.code for f in findings):
             findings.append(_finding(verdict.code, verdict.message, target, result, [verdict.check.detail]))
     status = "failed" if any(c.status == "failed" for c in checks) else "passed"
     return TargetResult(target, status, checks=checks, device=device), findings
+
+
+def _nan_free(tensors: Mapping[str, torch.Tensor]) -> Verdict:
+    """Without any mask every query sees some key, so a NaN there is a mask that hides a whole row."""
+    output = tensors.get("plain/out")
+    if output is None:
+        return Verdict(Check("nan-free", "skipped", "no plain output"))
+    rows = torch.isnan(output).flatten(2).any(-1) if output.ndim > 2 else torch.isnan(output)
+    if not bool(rows.any()):
+        return Verdict(Check("nan-free", "passed", "no NaN in the output without a mask"))
+    first = rows.nonzero()[0].tolist()
+    detail = (
+        f"{int(rows.sum())} output rows are NaN without any padding mask (first: batch {first[0]}, row {first[-1]})"
+    )
+    return Verdict(
+        Check("nan-free", "failed", detail),
+        "ATT303",
+        f"{detail}: the module's own mask leaves a query with no visible key",
+    )
 
 
 def _unbound(
@@ -158,8 +173,14 @@ def _unbound(
         error = crashes[0]["error"]
         message = f"forward raises {error['type']}: {error['message']} (line {error['line']})"
         check = Check("forward", "failed", message)
-        finding = _finding("ATT901", message, target, result, [f"bound with {crashes[0]['label']}"])
-        return TargetResult(target, "failed", message, [check], device), [finding]
+        evidence = [f"bound with {crashes[0]['label']}", f"raised at line {error['line']}"]
+        findings = [_finding("ATT901", message, target, result, evidence)]
+        lines = result.source.text.splitlines()
+        source_line = lines[error["line"] - 1] if 0 < error["line"] <= len(lines) else ""
+        for diagnosis in diagnose(error, source_line):
+            text = f"{diagnosis.message} (line {error['line']}: {error['type']}: {error['message']})"
+            findings.append(_finding(diagnosis.code, text, target, result, evidence))
+        return TargetResult(target, "failed", message, [check], device), findings
     tried = "; ".join(
         f"{a['label']}: {a['stage']} raised {a['error']['type']}: {a['error']['message']}" for a in attempts
     )

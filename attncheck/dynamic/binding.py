@@ -214,6 +214,11 @@ class Dims:
 
     d_model: int = D_MODEL
     heads: int = HEADS
+    inner: int | None = None  # width of q, k, v and the output when it is not d_model (one head of head_size)
+
+    @property
+    def width(self) -> int:
+        return self.inner or self.d_model
 
 
 @dataclass(frozen=True)
@@ -296,7 +301,7 @@ class Binding:
         candidate = next((c for c in self.candidates if c.label == label), None)
         if candidate is None or candidate.heads == self.dims.heads:
             return self
-        return replace(self, dims=Dims(self.dims.d_model, candidate.heads))
+        return replace(self, dims=replace(self.dims, heads=candidate.heads))
 
 
 def declaration_hint(target: Target) -> str:
@@ -343,10 +348,21 @@ def bind(target: Target, declaration: Mapping[str, Any] | None = None) -> Bindin
         dims = _declared_dims(init)
     else:
         candidates = _infer_candidates(target)
-        dims = Dims()
+        dims = _single_head_dims(target) or Dims()
     if isinstance(candidates, str):
         return _skip(target, candidates)
     return Binding(target, candidates, forward, dims, mask, causal)
+
+
+def _single_head_dims(target: Target) -> Dims | None:
+    """One head of ``head_size`` and no head count (the lecture's ``Head(n_embd, head_size)``).
+
+    Its q, k, v and output are head_size wide, not d_model.
+    """
+    names = {p.name.lower() for p in target.init_params}
+    if names & HEAD_NAMES or names & CONFIG_NAMES or not names & HEAD_DIM_NAMES:
+        return None
+    return Dims(D_MODEL, 1, inner=D_MODEL // HEADS)
 
 
 def _is_per_head_class(target: Target, forward: ForwardPlan) -> bool:
@@ -397,7 +413,8 @@ def _infer_candidates(target: Target) -> tuple[InitCandidate, ...] | str:
     if unknown:
         hint_names = ", ".join(unknown)
         return f"cannot tell what to pass for constructor argument(s) {hint_names}"
-    candidates = [_candidate(kwargs, config, tuple(dropout), HEADS)]
+    heads = 1 if _single_head_dims(target) else HEADS
+    candidates = [_candidate(kwargs, config, tuple(dropout), heads)]
     if config is not None and config["class"] is not None:
         candidates.append(_candidate(kwargs, {"param": config["param"], "class": None}, tuple(dropout), HEADS))
     defaults = {p.name: p.default for p in params if p.default is not None and p.name.lower() in _COUNT_NAMES}

@@ -139,8 +139,9 @@ def test_fixture_dynamic_behaviour(path: Path):
         for target_result in results:
             if target_result.status == "skipped":
                 continue
-            failed = [(c.name, c.detail) for c in target_result.checks if c.status != "passed"
-                      and c.status != "skipped"]
+            failed = [
+                (c.name, c.detail) for c in target_result.checks if c.status != "passed" and c.status != "skipped"
+            ]
             assert target_result.status == "passed", (target_result.target.name, failed)
         assert findings == [], [(f.code, f.message) for f in findings]
         return

@@ -57,6 +57,10 @@ class ReplyWriter:
         self._atomic(channel.reply_name(index), lambda path: Path(path).write_text(text, encoding="utf-8"))
         self.count += 1
 
+    def ready(self) -> None:
+        """Tell the parent that start-up is over: from now on the time limit runs."""
+        self._atomic(channel.READY, lambda path: Path(path).write_text("{}"))
+
     def done(self) -> None:
         """Mark the end, first removing reply files past our count (planted by user code)."""
         for path in self.workdir.glob("reply-*.json"):
@@ -138,6 +142,7 @@ def main(workdir: Path) -> None:
     writer = ReplyWriter(workdir)
     confinement = install_filter()
     print(f"attncheck child: {confinement}", file=sys.stderr, flush=True)
+    writer.ready()
     try:
         module = import_user_module(user_file)
     except BaseException as error:

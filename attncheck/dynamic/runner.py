@@ -51,8 +51,12 @@ def sandbox_child(options: DynamicOptions) -> Child:
     """The real isolated child process, with the time limit from the options."""
     from attncheck.dynamic.sandbox import Limits, run_child
 
-    limits = Limits(timeout_s=options.timeout)
-    return lambda path, request, tensors: run_child(path, request, tensors, limits)
+    def child(path: Path, request: dict, tensors: dict[str, np.ndarray]) -> Outcome:
+        # --timeout is per target; the child runs all of a file's targets, so its limit is their sum.
+        limits = Limits(timeout_s=options.timeout * max(1, len(request.get("targets", []))))
+        return run_child(path, request, tensors, limits)
+
+    return child
 
 
 def run_dynamic(
@@ -95,25 +99,34 @@ def check_file(result: FileResult, options: DynamicOptions, child: Child) -> tup
         }
         tensors = {name: array for _, p in pending for name, array in p.tensors.items()}
         outcome = child(path, request, tensors)
+        where = {"device": _device(request["device"]), "isolation": getattr(outcome, "isolation", None)}
         replies = {str(r.facts.get("unit")): r for r in outcome.replies}
         if "import" in replies:
             reason = _import_reason(replies["import"].facts)
-            outcomes.update({i: TargetResult(p.binding.target, "error", reason) for i, p in pending})
+            outcomes.update({i: TargetResult(p.binding.target, "error", reason, **where) for i, p in pending})
             break
         for index, target_plan in pending:
             reply = replies.get(str(index))
             if reply is not None:
                 tensors_back = {k: torch.from_numpy(np.asarray(v)) for k, v in reply.tensors.items()}
                 outcomes[index], findings[index] = judge(target_plan, reply.facts, tensors_back, result)
+                outcomes[index].isolation = where["isolation"]
         remaining = [(i, p) for i, p in pending if str(i) not in replies]
         if not remaining:
             break
         culprit_index, culprit = remaining[0]
         reason = outcome.reason or f"the child ended ({outcome.status}) before answering"
-        outcomes[culprit_index] = TargetResult(culprit.binding.target, "error", f"{outcome.status}: {reason}")
+        outcomes[culprit_index] = TargetResult(culprit.binding.target, "error", f"{outcome.status}: {reason}", **where)
         pending = remaining[1:]
     ordered = sorted(outcomes)
     return ([f for i in ordered for f in findings.get(i, [])], [outcomes[i] for i in ordered])
+
+
+def _device(wanted: str) -> str:
+    """The device a child asked for ``wanted`` uses (the child decides the same way)."""
+    if wanted == "cpu":
+        return "cpu"
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _import_reason(facts: Mapping[str, Any]) -> str:

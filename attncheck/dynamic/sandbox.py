@@ -48,6 +48,7 @@ SANDBOX_UID = 65534
 PRIVATE_TMP_BYTES = 64 * 1024 * 1024
 NPROC_HEADROOM = 64
 POLL_S = 0.02
+START_CPU_S = 5  # CPU seconds allowed for start-up (interpreter, torch, safetensors) on top of the limit
 KILL_MARGIN_S = 0.5
 
 Status = Literal["ok", "timeout", "crashed", "error"]
@@ -65,9 +66,14 @@ _SIGNAL_MEANINGS = {
 
 @dataclass(frozen=True)
 class Limits:
-    """What the child may use. ``cpu_s`` None means the wall-clock timeout, rounded up."""
+    """What the child may use. ``cpu_s`` None means the wall-clock timeout, rounded up, plus start-up.
+
+    ``timeout_s`` counts from the moment the child is ready (torch imported, user code not yet):
+    a loaded machine's slow start never eats the user's time. ``start_s`` bounds the start itself.
+    """
 
     timeout_s: float = 20.0
+    start_s: float = 60.0
     memory_mb: int = 4096
     cpu_s: int | None = None
     output_bytes: int = 64_000
@@ -76,7 +82,7 @@ class Limits:
 
     @property
     def cpu_seconds(self) -> int:
-        return self.cpu_s if self.cpu_s is not None else math.ceil(self.timeout_s) + 1
+        return self.cpu_s if self.cpu_s is not None else math.ceil(self.timeout_s) + 1 + START_CPU_S
 
 
 @dataclass
@@ -89,6 +95,7 @@ class ChildOutcome:
     stdout: str
     stderr: str
     isolation: str
+    start_s: float | None = None  # seconds from launch until the child was ready (torch imported)
 
 
 def run_child(
@@ -238,6 +245,7 @@ class _Ending:
     timed_out: bool = False
     over_disk: bool = False
     cpu_s: float = 0.0
+    start_s: float | None = None  # launch to ready; None when the child never got ready
 
 
 def _run(run_dir: Path, workdir: Path, module_path: Path, limits: Limits, isolation: str) -> ChildOutcome:
@@ -264,18 +272,28 @@ def _run(run_dir: Path, workdir: Path, module_path: Path, limits: Limits, isolat
     err_text = _kept(stderr_path, limits.output_bytes)
     if isolation == BUBBLEWRAP and ending.returncode == 1 and err_text.startswith("bwrap:"):
         status, reason = "error", f"the bubblewrap jail failed: {err_text.splitlines()[0]}"
-    return ChildOutcome(status, reason, replies, _kept(stdout_path, limits.output_bytes), err_text, isolation)
+    out_text = _kept(stdout_path, limits.output_bytes)
+    return ChildOutcome(status, reason, replies, out_text, err_text, isolation, ending.start_s)
 
 
 def _watch(process: subprocess.Popen, workdir: Path, limits: Limits) -> _Ending:
-    """Wait for the child, killing its process group on timeout or a too-large work dir."""
-    deadline = time.monotonic() + limits.timeout_s
+    """Wait for the child, killing its process group on timeout or a too-large work dir.
+
+    The deadline is ``start_s`` after launch until the child says it is ready, then ``timeout_s``
+    after that moment.
+    """
+    started = time.monotonic()
+    deadline = started + limits.start_s
+    ready_at: float | None = None
     cap = limits.workdir_mb * 1024 * 1024
     timed_out = over_disk = False
     while True:
         pid, status, usage = os.wait4(process.pid, os.WNOHANG)
         if pid:
             break
+        if ready_at is None and (workdir / channel.READY).exists():
+            ready_at = time.monotonic()
+            deadline = ready_at + limits.timeout_s
         if time.monotonic() >= deadline:
             timed_out = True
         elif _tree_bytes(workdir) > cap:
@@ -287,7 +305,8 @@ def _watch(process: subprocess.Popen, workdir: Path, limits: Limits) -> _Ending:
         time.sleep(POLL_S)
     process.returncode = os.waitstatus_to_exitcode(status)
     _kill_group(process.pid)  # anything left behind in the group
-    return _Ending(process.returncode, timed_out, over_disk, usage.ru_utime + usage.ru_stime)
+    start_s = (ready_at - started) if ready_at is not None else None
+    return _Ending(process.returncode, timed_out, over_disk, usage.ru_utime + usage.ru_stime, start_s)
 
 
 def _kill_group(pgid: int) -> None:
@@ -309,6 +328,8 @@ def _judge(
     ending: _Ending, replies: list[Reply], refused: str | None, finished: bool, limits: Limits, isolation: str
 ) -> tuple[Status, str]:
     """The status and the one line that explains it to the user."""
+    if ending.timed_out and ending.start_s is None:
+        return "timeout", f"did not start within {limits.start_s:g} s (interpreter and torch import)"
     if ending.timed_out:
         return "timeout", f"timed out after {limits.timeout_s:g} s"
     if ending.over_disk:

@@ -158,6 +158,10 @@ MASK_NAMES = (
 # Required forward arguments that are not tensors of hidden states: positions, rotary tables, caches.
 NOT_HIDDEN = re.compile(r"pos|freq|cos|sin|cache|rope|rotary|index|ids|offset|step", re.IGNORECASE)
 
+# [tool.attncheck.targets.NAME]: constructor arguments, forward roles in parameter order, the mask
+# convention and causality; d_model and heads give the sizes when init's names do not say them.
+DECLARATION_KEYS = ("init", "forward", "mask", "causal", "d_model", "heads")
+
 Role = Literal["x", "query", "key", "value", "kv", "mask"]
 Style = Literal["self", "cross", "function"]
 MaskConvention = Literal["keep", "blocked", "additive"]
@@ -329,6 +333,9 @@ def _skip(target: Target, reason: str) -> Binding:
 def bind(target: Target, declaration: Mapping[str, Any] | None = None) -> Binding:
     """Candidate constructions and the forward plan for ``target``; a skip reason when none fits."""
     declaration = declaration or {}
+    unknown = sorted(set(declaration) - set(DECLARATION_KEYS))
+    if unknown:
+        return _skip(target, f"unknown key {unknown[0]!r} in its declaration (known: {', '.join(DECLARATION_KEYS)})")
     mask = declaration.get("mask")
     if mask is not None and mask not in ("keep", "blocked", "additive"):
         return _skip(target, f'mask = "{mask}" is not one of "keep", "blocked", "additive"')
@@ -344,8 +351,8 @@ def bind(target: Target, declaration: Mapping[str, Any] | None = None) -> Bindin
         init = declaration["init"]
         if not isinstance(init, Mapping):
             return _skip(target, "init must be a table of constructor arguments")
-        candidates: tuple[InitCandidate, ...] | str = (_declared_candidate(init),)
-        dims = _declared_dims(init)
+        candidates: tuple[InitCandidate, ...] | str = (_declared_candidate(init, declaration),)
+        dims = _declared_dims(init, declaration)
     else:
         candidates = _infer_candidates(target)
         dims = _single_head_dims(target) or Dims()
@@ -377,16 +384,18 @@ def _is_per_head_class(target: Target, forward: ForwardPlan) -> bool:
     return not any(param.name.lower() in sized for param in target.init_params)
 
 
-def _declared_candidate(init: Mapping[str, Any]) -> InitCandidate:
+def _declared_candidate(init: Mapping[str, Any], declaration: Mapping[str, Any]) -> InitCandidate:
     dropout = tuple(name for name in init if size_for(name) == 0.0 and isinstance(init[name], float))
     kwargs = {name: (0.0 if name in dropout else value) for name, value in init.items()}
-    return InitCandidate("declared in pyproject.toml", kwargs, dropout_names=dropout)
+    heads = _declared_dims(init, declaration).heads
+    return InitCandidate("declared in pyproject.toml", kwargs, dropout_names=dropout, heads=heads)
 
 
-def _declared_dims(init: Mapping[str, Any]) -> Dims:
+def _declared_dims(init: Mapping[str, Any], declaration: Mapping[str, Any]) -> Dims:
+    """Sizes from ``d_model`` / ``heads`` keys of the declaration, else from known names in ``init``."""
     d_model = next((v for k, v in init.items() if k.lower() in MODEL_DIM_NAMES and isinstance(v, int)), D_MODEL)
     heads = next((v for k, v in init.items() if k.lower() in HEAD_NAMES and isinstance(v, int)), HEADS)
-    return Dims(d_model, heads)
+    return Dims(int(declaration.get("d_model", d_model)), int(declaration.get("heads", heads)))
 
 
 def _infer_candidates(target: Target) -> tuple[InitCandidate, ...] | str:

@@ -142,7 +142,7 @@ def _run_dynamic(
     results: list[FileResult], settings: Settings, jobs: int, warn: Callable[[str], None]
 ) -> tuple[list[Finding], list[TargetResult]]:
     try:
-        from attncheck.dynamic.runner import run_dynamic
+        from attncheck.dynamic.launch import run_dynamic
     except ImportError as error:
         reason = f"dynamic checks skipped: {error} ({INSTALL_HINT})"
         warn(reason)

@@ -18,7 +18,7 @@ import pytest
 from attncheck import pipeline
 from attncheck.config import Settings
 from attncheck.discovery import Candidate
-from attncheck.dynamic import runner
+from attncheck.dynamic import launch, runner
 from attncheck.findings import Severity
 from attncheck.merge import PASSED_REASON
 from tests.dynamic_support import FIXTURES, in_process_child
@@ -28,7 +28,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture
 def in_process(monkeypatch):
-    monkeypatch.setattr(runner, "sandbox_child", lambda options: in_process_child)
+    monkeypatch.setattr(
+        launch, "run_dynamic", lambda results, options: runner.run_dynamic(results, options, in_process_child)
+    )
 
 
 def _run(*paths: Path) -> pipeline.Outcome:

@@ -66,9 +66,13 @@ def write_request(workdir: Path, request: dict, tensors: dict[str, numpy.ndarray
     for name, array in tensors.items():
         if not isinstance(array, numpy.ndarray):
             raise TypeError(f"input {name!r} is a {type(array).__name__}, not a numpy array")
-    (workdir / REQUEST).write_text(json.dumps(request), encoding="utf-8")
+    text = json.dumps(request)
     contiguous = {name: numpy.ascontiguousarray(array) for name, array in tensors.items()}
     safetensors.numpy.save_file(contiguous, str(workdir / INPUTS))
+    # The request goes last, by rename: a child started early waits for it, and never reads half of it.
+    partial = workdir / f".{REQUEST}.partial"
+    partial.write_text(text, encoding="utf-8")
+    partial.replace(workdir / REQUEST)
 
 
 def read_replies(workdir: Path) -> tuple[list[Reply], str | None]:

@@ -20,6 +20,7 @@ import importlib.util  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import signal  # noqa: E402
+import time  # noqa: E402
 import traceback  # noqa: E402
 from collections.abc import Callable, Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -33,6 +34,7 @@ from attncheck.dynamic.confine import install_filter  # noqa: E402
 
 DEFAULT_ENTRY = "attncheck.dynamic.executor:run"
 TRACEBACK_FRAMES = 8
+REQUEST_POLL_S = 0.005
 
 # Bound now, before user code runs and can monkeypatch the modules they come from.
 _replace = os.replace
@@ -135,6 +137,8 @@ def main(workdir: Path) -> None:
     os.chdir(workdir)
     # A write past RLIMIT_FSIZE becomes an OSError in user code rather than a kill.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    while not (workdir / channel.REQUEST).exists():  # started early: torch is imported, wait for the work
+        time.sleep(REQUEST_POLL_S)
     request = json.loads((workdir / channel.REQUEST).read_text(encoding="utf-8"))
     user_file = Path(request["module_path"])
     inputs = safetensors.torch.load_file(str(workdir / channel.INPUTS))

@@ -8,6 +8,7 @@ child for the targets not yet answered.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -47,13 +48,24 @@ class Outcome(Protocol):
 Child = Callable[[Path, dict, dict[str, np.ndarray]], Outcome]
 
 
-def sandbox_child(options: DynamicOptions) -> Child:
-    """The real isolated child process, with the time limit from the options."""
-    from attncheck.dynamic.sandbox import Limits, run_child
+def sandbox_child(options: DynamicOptions, early: dict[str, Any] | None = None) -> Child:
+    """The real isolated child process, with the time limit from the options.
+
+    ``early`` maps a file (``launch.key``) to a child already started for it; each is used once,
+    and removed from the mapping, so the caller can cancel the ones never used.
+    """
+    from attncheck.dynamic.launch import key, limits_for
+    from attncheck.dynamic.sandbox import run_child
+
+    waiting = early if early is not None else {}
+    lock = threading.Lock()
 
     def child(path: Path, request: dict, tensors: dict[str, np.ndarray]) -> Outcome:
-        # --timeout is per target; the child runs all of a file's targets, so its limit is their sum.
-        limits = Limits(timeout_s=options.timeout * max(1, len(request.get("targets", []))))
+        limits = limits_for(options, len(request.get("targets", [])))
+        with lock:
+            started = waiting.pop(key(path), None)
+        if started is not None:
+            return started.run(request, tensors, limits)
         return run_child(path, request, tensors, limits)
 
     return child

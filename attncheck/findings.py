@@ -131,3 +131,4 @@ class TargetResult:
     reason: str = ""
     checks: list[Check] = field(default_factory=list)
     device: str | None = None
+    isolation: str | None = None  # how the child was jailed: "bubblewrap", "rlimits only", "in-process"

@@ -96,8 +96,9 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr)
 
 
-def run(items: Iterable[Item], settings: Settings, *, static_only: bool, jobs: int,
-        warn: Callable[[str], None] = _stderr) -> tuple[Outcome, list[FileResult]]:
+def run(
+    items: Iterable[Item], settings: Settings, *, static_only: bool, jobs: int, warn: Callable[[str], None] = _stderr
+) -> tuple[Outcome, list[FileResult]]:
     """The whole pass. Returns the outcome and the static results (for fixes)."""
     codes = enabled_codes(settings)
     outcome = Outcome()
@@ -137,10 +138,11 @@ def _skipped(results: Sequence[FileResult], reason: str) -> list[TargetResult]:
     return [TargetResult(target, "skipped", reason) for r in results for target in r.targets]
 
 
-def _run_dynamic(results: list[FileResult], settings: Settings, jobs: int,
-                 warn: Callable[[str], None]) -> tuple[list[Finding], list[TargetResult]]:
+def _run_dynamic(
+    results: list[FileResult], settings: Settings, jobs: int, warn: Callable[[str], None]
+) -> tuple[list[Finding], list[TargetResult]]:
     try:
-        from attncheck.dynamic.runner import run_dynamic
+        from attncheck.dynamic.launch import run_dynamic
     except ImportError as error:
         reason = f"dynamic checks skipped: {error} ({INSTALL_HINT})"
         warn(reason)
@@ -162,8 +164,10 @@ def _order(finding: Finding) -> tuple:
 
 
 def has_problems(outcome: Outcome) -> bool:
-    """Whether the run should fail: a finding at warning or above, or a file that could not be checked."""
-    return any(f.severity >= Severity.WARNING for f in outcome.findings) or any(
-        e.level == "error" for e in outcome.errors
+    """Whether the run should fail: a finding at warning or above, a file that could not be checked,
+    or a target whose dynamic check ended in an error (a hang, a crash, an import failure)."""
+    return (
+        any(f.severity >= Severity.WARNING for f in outcome.findings)
+        or any(e.level == "error" for e in outcome.errors)
+        or any(t.status == "error" for t in outcome.targets)
     )
-

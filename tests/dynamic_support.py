@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import re
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,8 +54,20 @@ def import_path(path: Path):
     return _MODULES[path]
 
 
+_ONE_CHILD_AT_A_TIME = threading.Lock()
+
+
 def in_process_child(path: Path, request: dict, tensors: dict[str, np.ndarray]) -> Outcome:
-    """The sandbox protocol without the process: import, run the executor, convert to numpy."""
+    """The sandbox protocol without the process: import, run the executor, convert to numpy.
+
+    Real children are processes; here they share this one, and the executor sets
+    process-wide torch state (the default dtype), so runs from parallel jobs take turns.
+    """
+    with _ONE_CHILD_AT_A_TIME:
+        return _run_in_process(path, request, tensors)
+
+
+def _run_in_process(path: Path, request: dict, tensors: dict[str, np.ndarray]) -> Outcome:
     try:
         module = import_path(path)
     except Exception as exc:

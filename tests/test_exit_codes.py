@@ -78,9 +78,9 @@ def test_internal_error_is_one_line_and_asks_for_a_report(files, monkeypatch, ca
 
 
 def fake_runner(monkeypatch, run_dynamic) -> None:
-    module = types.ModuleType("attncheck.dynamic.runner")
+    module = types.ModuleType("attncheck.dynamic.launch")
     module.run_dynamic = run_dynamic
-    monkeypatch.setitem(sys.modules, "attncheck.dynamic.runner", module)
+    monkeypatch.setitem(sys.modules, "attncheck.dynamic.launch", module)
 
 
 def test_dynamic_stage_is_called_with_options_and_its_results_merged(files, monkeypatch, capsys):
@@ -105,7 +105,7 @@ def test_dynamic_stage_is_called_with_options_and_its_results_merged(files, monk
 
 
 def test_missing_dynamic_stage_is_said_once_and_targets_skipped(files, monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "attncheck.dynamic.runner", None)  # import fails like a missing torch
+    monkeypatch.setitem(sys.modules, "attncheck.dynamic.launch", None)  # import fails like a missing torch
     status, _, err = run_main(monkeypatch, capsys, "bug.py", "ok.py")
     assert status == 1
     assert err.count("dynamic checks skipped") == 1 and "pip install 'attncheck[dynamic]'" in err

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from attncheck.findings import Parameter, Target
@@ -70,6 +70,14 @@ HEAD_NAMES = frozenset(
         "num_q_heads",
         "attention_heads",
         "nheads",
+        "num_query_heads",
+        "n_q_heads",
+        "n_query_heads",
+        "num_heads_q",
+        "q_heads",
+        "n_q_head",
+        "num_q_head",
+        "query_heads",
     }
 )
 KV_HEAD_NAMES = frozenset(
@@ -82,11 +90,19 @@ KV_HEAD_NAMES = frozenset(
         "num_kv_head",
         "n_head_kv",
         "num_key_value_groups_heads",
+        "n_kv_groups",
+        "num_kv_groups",
+        "num_groups",
+        "n_groups",
+        "kv_groups",
+        "num_heads_kv",
+        "n_heads_kv",
+        "key_value_heads",
+        "num_kv",
     }
 )
-HEAD_DIM_NAMES = frozenset(
-    {"head_dim", "d_k", "d_head", "dim_head", "head_size", "d_kv", "dk", "d_v", "kv_channels"}
-)
+# With HEADS = 4 and KV_HEADS = 2, "groups" means 2 whether a file counts KV heads or queries per KV head.
+HEAD_DIM_NAMES = frozenset({"head_dim", "d_k", "d_head", "dim_head", "head_size", "d_kv", "dk", "d_v", "kv_channels"})
 DROPOUT_NAMES = frozenset(
     {
         "dropout",
@@ -142,6 +158,10 @@ MASK_NAMES = (
 # Required forward arguments that are not tensors of hidden states: positions, rotary tables, caches.
 NOT_HIDDEN = re.compile(r"pos|freq|cos|sin|cache|rope|rotary|index|ids|offset|step", re.IGNORECASE)
 
+# [tool.attncheck.targets.NAME]: constructor arguments, forward roles in parameter order, the mask
+# convention and causality; d_model and heads give the sizes when init's names do not say them.
+DECLARATION_KEYS = ("init", "forward", "mask", "causal", "d_model", "heads")
+
 Role = Literal["x", "query", "key", "value", "kv", "mask"]
 Style = Literal["self", "cross", "function"]
 MaskConvention = Literal["keep", "blocked", "additive"]
@@ -186,15 +206,7 @@ def size_for(name: str, dropout: float = 0.0) -> Any:
 
 def all_sizes(dropout: float = 0.0) -> dict[str, Any]:
     """Every known size name with its test value: the fallback config namespace."""
-    names = (
-        MODEL_DIM_NAMES
-        | HEAD_NAMES
-        | KV_HEAD_NAMES
-        | HEAD_DIM_NAMES
-        | DROPOUT_NAMES
-        | POSITION_NAMES
-        | VOCAB_NAMES
-    )
+    names = MODEL_DIM_NAMES | HEAD_NAMES | KV_HEAD_NAMES | HEAD_DIM_NAMES | DROPOUT_NAMES | POSITION_NAMES | VOCAB_NAMES
     values = {name: size_for(name, dropout) for name in names}
     values.update(bias=True, is_causal=False, layer_norm_epsilon=1e-5, rms_norm_eps=1e-6, rope_theta=10000.0)
     return values
@@ -206,6 +218,11 @@ class Dims:
 
     d_model: int = D_MODEL
     heads: int = HEADS
+    inner: int | None = None  # width of q, k, v and the output when it is not d_model (one head of head_size)
+
+    @property
+    def width(self) -> int:
+        return self.inner or self.d_model
 
 
 @dataclass(frozen=True)
@@ -221,6 +238,7 @@ class InitCandidate:
     args: tuple[Any, ...] = ()
     config: Mapping[str, Any] | None = None
     dropout_names: tuple[str, ...] = ()
+    heads: int = HEADS  # query heads this construction gives, for the reference
 
     def to_request(self) -> dict[str, Any]:
         return {
@@ -240,9 +258,12 @@ class ForwardPlan:
     mask_name: str | None = None  # passed by keyword
     mask_required: bool = False
     extra: Mapping[str, Any] = field(default_factory=dict)  # keyword overrides (dropout_p=0.0)
+    per_head: bool = False  # inputs are (batch, heads, seq, head_dim), as for a bare function
 
     @property
     def style(self) -> Style:
+        if self.per_head:
+            return "function"
         roles = {role for _, role in self.roles}
         return "self" if roles == {"x"} else "cross"
 
@@ -279,6 +300,13 @@ class Binding:
         assert self.forward is not None
         return self.forward.style
 
+    def chosen(self, label: str | None) -> Binding:
+        """This binding with the sizes of the candidate the child kept (found by its label)."""
+        candidate = next((c for c in self.candidates if c.label == label), None)
+        if candidate is None or candidate.heads == self.dims.heads:
+            return self
+        return replace(self, dims=replace(self.dims, heads=candidate.heads))
+
 
 def declaration_hint(target: Target) -> str:
     """A one-line ``pyproject.toml`` declaration the user can fill in for this target."""
@@ -305,48 +333,77 @@ def _skip(target: Target, reason: str) -> Binding:
 def bind(target: Target, declaration: Mapping[str, Any] | None = None) -> Binding:
     """Candidate constructions and the forward plan for ``target``; a skip reason when none fits."""
     declaration = declaration or {}
+    unknown = sorted(set(declaration) - set(DECLARATION_KEYS))
+    if unknown:
+        return _skip(target, f"unknown key {unknown[0]!r} in its declaration (known: {', '.join(DECLARATION_KEYS)})")
     mask = declaration.get("mask")
     if mask is not None and mask not in ("keep", "blocked", "additive"):
         return _skip(target, f'mask = "{mask}" is not one of "keep", "blocked", "additive"')
     causal = declaration.get("causal")
-    forward = (
-        _declared_forward(target, declaration["forward"])
-        if "forward" in declaration
-        else _infer_forward(target)
-    )
+    forward = _declared_forward(target, declaration["forward"]) if "forward" in declaration else _infer_forward(target)
     if isinstance(forward, str):
         return _skip(target, forward)
+    if "forward" not in declaration and _is_per_head_class(target, forward):
+        forward = replace(forward, per_head=True)
     if not target.is_class:
         return Binding(target, forward=forward, declared_mask=mask, declared_causal=causal)
     if "init" in declaration:
         init = declaration["init"]
         if not isinstance(init, Mapping):
             return _skip(target, "init must be a table of constructor arguments")
-        candidates: tuple[InitCandidate, ...] | str = (_declared_candidate(init),)
-        dims = _declared_dims(init)
+        candidates: tuple[InitCandidate, ...] | str = (_declared_candidate(init, declaration),)
+        dims = _declared_dims(init, declaration)
     else:
         candidates = _infer_candidates(target)
-        dims = Dims()
+        dims = _single_head_dims(target) or Dims()
     if isinstance(candidates, str):
         return _skip(target, candidates)
     return Binding(target, candidates, forward, dims, mask, causal)
 
 
-def _declared_candidate(init: Mapping[str, Any]) -> InitCandidate:
+def _single_head_dims(target: Target) -> Dims | None:
+    """One head of ``head_size`` and no head count (the lecture's ``Head(n_embd, head_size)``).
+
+    Its q, k, v and output are head_size wide, not d_model.
+    """
+    names = {p.name.lower() for p in target.init_params}
+    if names & HEAD_NAMES or names & CONFIG_NAMES or not names & HEAD_DIM_NAMES:
+        return None
+    return Dims(D_MODEL, 1, inner=D_MODEL // HEADS)
+
+
+def _is_per_head_class(target: Target, forward: ForwardPlan) -> bool:
+    """A class with no size to build projections from, called on q, k, v: a scaled-dot-product core.
+
+    Such a class (``ScaledDotProductAttention(dropout)``) is the bare function in a
+    module, so it gets per-head (batch, heads, seq, head_dim) inputs.
+    """
+    if not target.is_class or [role for _, role in forward.roles] != ["query", "key", "value"]:
+        return False
+    sized = MODEL_DIM_NAMES | HEAD_NAMES | HEAD_DIM_NAMES | CONFIG_NAMES
+    return not any(param.name.lower() in sized for param in target.init_params)
+
+
+def _declared_candidate(init: Mapping[str, Any], declaration: Mapping[str, Any]) -> InitCandidate:
     dropout = tuple(name for name in init if size_for(name) == 0.0 and isinstance(init[name], float))
     kwargs = {name: (0.0 if name in dropout else value) for name, value in init.items()}
-    return InitCandidate("declared in pyproject.toml", kwargs, dropout_names=dropout)
+    heads = _declared_dims(init, declaration).heads
+    return InitCandidate("declared in pyproject.toml", kwargs, dropout_names=dropout, heads=heads)
 
 
-def _declared_dims(init: Mapping[str, Any]) -> Dims:
-    d_model = next(
-        (v for k, v in init.items() if k.lower() in MODEL_DIM_NAMES and isinstance(v, int)), D_MODEL
-    )
+def _declared_dims(init: Mapping[str, Any], declaration: Mapping[str, Any]) -> Dims:
+    """Sizes from ``d_model`` / ``heads`` keys of the declaration, else from known names in ``init``."""
+    d_model = next((v for k, v in init.items() if k.lower() in MODEL_DIM_NAMES and isinstance(v, int)), D_MODEL)
     heads = next((v for k, v in init.items() if k.lower() in HEAD_NAMES and isinstance(v, int)), HEADS)
-    return Dims(d_model, heads)
+    return Dims(int(declaration.get("d_model", d_model)), int(declaration.get("heads", heads)))
 
 
 def _infer_candidates(target: Target) -> tuple[InitCandidate, ...] | str:
+    """Every known size at its test value; then head counts left at their defaults.
+
+    The second try covers classes that insist on their default (``assert num_heads == 1``
+    for a single head, ``assert num_kv_heads == 1`` for multi-query attention).
+    """
     params = [p for p in target.init_params if p.name != "self" and p.kind in ("positional", "keyword")]
     kwargs: dict[str, Any] = {}
     dropout: list[str] = []
@@ -365,24 +422,35 @@ def _infer_candidates(target: Target) -> tuple[InitCandidate, ...] | str:
     if unknown:
         hint_names = ", ".join(unknown)
         return f"cannot tell what to pass for constructor argument(s) {hint_names}"
+    heads = 1 if _single_head_dims(target) else HEADS
+    candidates = [_candidate(kwargs, config, tuple(dropout), heads)]
+    if config is not None and config["class"] is not None:
+        candidates.append(_candidate(kwargs, {"param": config["param"], "class": None}, tuple(dropout), HEADS))
+    defaults = {p.name: p.default for p in params if p.default is not None and p.name.lower() in _COUNT_NAMES}
+    if defaults:
+        kept = {name: value for name, value in kwargs.items() if name not in defaults}
+        heads = next((int(v) for k, v in defaults.items() if k.lower() in HEAD_NAMES and v.isdigit()), HEADS)
+        candidates.append(_candidate(kept, config, tuple(dropout), heads, note="head counts at defaults"))
+    return tuple(candidates)
+
+
+_COUNT_NAMES = HEAD_NAMES | KV_HEAD_NAMES
+
+
+def _candidate(
+    kwargs: Mapping[str, Any],
+    config: Mapping[str, Any] | None,
+    dropout: tuple[str, ...],
+    heads: int,
+    note: str = "",
+) -> InitCandidate:
     label = ", ".join(f"{k}={v}" for k, v in kwargs.items()) or "no arguments"
     if config is not None:
-        label = f"{config['param']}={config['class'] or 'namespace'}(small sizes)" + (
-            f", {label}" if kwargs else ""
-        )
-    first = InitCandidate(label, kwargs, config=config, dropout_names=tuple(dropout))
-    candidates = [first]
-    if config is not None and config["class"] is not None:
-        fallback = {"param": config["param"], "class": None}
-        candidates.append(
-            InitCandidate(
-                f"{config['param']}=namespace(small sizes)",
-                kwargs,
-                config=fallback,
-                dropout_names=tuple(dropout),
-            )
-        )
-    return tuple(candidates)
+        built = f"{config['param']}={config['class'] or 'namespace'}(small sizes)"
+        label = built + (f", {label}" if kwargs else "")
+    if note:
+        label += f" ({note})"
+    return InitCandidate(label, dict(kwargs), config=config, dropout_names=dropout, heads=heads)
 
 
 def _is_config(param: Parameter, target: Target) -> bool:
@@ -431,19 +499,13 @@ def _infer_forward(target: Target) -> ForwardPlan | str:
     elif len(required) == 3:
         roles = ("query", "key", "value")
     else:
-        what = (
-            "no tensor argument"
-            if not required
-            else f"{len(required)} required arguments ({', '.join(names)})"
-        )
+        what = "no tensor argument" if not required else f"{len(required)} required arguments ({', '.join(names)})"
         return f"forward takes {what}: cannot tell which are query, key and value"
     if not target.is_class and roles == ("x",):
         return "a function of one tensor is not an attention function on (q, k, v)"
     extra = _dropout_extras(params) if not target.is_class else {}
     mask_name = mask.name if mask else None
-    return ForwardPlan(
-        tuple(zip(names, roles, strict=True)), mask_name, bool(mask and mask.default is None), extra
-    )
+    return ForwardPlan(tuple(zip(names, roles, strict=True)), mask_name, bool(mask and mask.default is None), extra)
 
 
 def _declared_forward(target: Target, forward: Any) -> ForwardPlan | str:

@@ -4,7 +4,8 @@ In: ``request.json`` (the request, plus ``module_path``) and ``inputs.safetensor
 Out: for each unit the child finishes, ``tensors-NNNN.safetensors`` then
 ``reply-NNNN.json``, each written to a temporary name and renamed, so a reply file
 that exists is complete (the JSON is written last: it is the commit marker). When the
-entry has run to its end the child writes ``done.json``.
+entry has run to its end the child writes ``done.json``. ``ready.json`` marks the moment the
+child has imported torch and is about to import the user's file: the time limit counts from it.
 
 Only JSON and safetensors cross the boundary: no pickle, and the parent never reads
 the child's stdout. Everything the parent reads is bounded and validated here;
@@ -25,6 +26,7 @@ import safetensors.numpy
 REQUEST = "request.json"
 INPUTS = "inputs.safetensors"
 DONE = "done.json"
+READY = "ready.json"  # written by the child once torch is imported, just before it imports user code
 
 MAX_REPLIES = 4096
 MAX_REPLY_JSON_BYTES = 1_000_000
@@ -64,9 +66,13 @@ def write_request(workdir: Path, request: dict, tensors: dict[str, numpy.ndarray
     for name, array in tensors.items():
         if not isinstance(array, numpy.ndarray):
             raise TypeError(f"input {name!r} is a {type(array).__name__}, not a numpy array")
-    (workdir / REQUEST).write_text(json.dumps(request), encoding="utf-8")
+    text = json.dumps(request)
     contiguous = {name: numpy.ascontiguousarray(array) for name, array in tensors.items()}
     safetensors.numpy.save_file(contiguous, str(workdir / INPUTS))
+    # The request goes last, by rename: a child started early waits for it, and never reads half of it.
+    partial = workdir / f".{REQUEST}.partial"
+    partial.write_text(text, encoding="utf-8")
+    partial.replace(workdir / REQUEST)
 
 
 def read_replies(workdir: Path) -> tuple[list[Reply], str | None]:

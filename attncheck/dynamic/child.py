@@ -20,6 +20,7 @@ import importlib.util  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import signal  # noqa: E402
+import time  # noqa: E402
 import traceback  # noqa: E402
 from collections.abc import Callable, Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -33,6 +34,7 @@ from attncheck.dynamic.confine import install_filter  # noqa: E402
 
 DEFAULT_ENTRY = "attncheck.dynamic.executor:run"
 TRACEBACK_FRAMES = 8
+REQUEST_POLL_S = 0.005
 
 # Bound now, before user code runs and can monkeypatch the modules they come from.
 _replace = os.replace
@@ -56,6 +58,10 @@ class ReplyWriter:
         text = _dumps(channel.json_safe(facts))
         self._atomic(channel.reply_name(index), lambda path: Path(path).write_text(text, encoding="utf-8"))
         self.count += 1
+
+    def ready(self) -> None:
+        """Tell the parent that start-up is over: from now on the time limit runs."""
+        self._atomic(channel.READY, lambda path: Path(path).write_text("{}"))
 
     def done(self) -> None:
         """Mark the end, first removing reply files past our count (planted by user code)."""
@@ -131,6 +137,8 @@ def main(workdir: Path) -> None:
     os.chdir(workdir)
     # A write past RLIMIT_FSIZE becomes an OSError in user code rather than a kill.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    while not (workdir / channel.REQUEST).exists():  # started early: torch is imported, wait for the work
+        time.sleep(REQUEST_POLL_S)
     request = json.loads((workdir / channel.REQUEST).read_text(encoding="utf-8"))
     user_file = Path(request["module_path"])
     inputs = safetensors.torch.load_file(str(workdir / channel.INPUTS))
@@ -138,6 +146,7 @@ def main(workdir: Path) -> None:
     writer = ReplyWriter(workdir)
     confinement = install_filter()
     print(f"attncheck child: {confinement}", file=sys.stderr, flush=True)
+    writer.ready()
     try:
         module = import_user_module(user_file)
     except BaseException as error:

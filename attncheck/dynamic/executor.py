@@ -44,7 +44,21 @@ def run(module: types.ModuleType, request: dict, tensors: Tensors) -> Iterator[t
     device = _device(request.get("device", "auto"))
     inputs = {name: t.to(device) for name, t in tensors.items()}
     for unit in request["targets"]:
-        yield _run_target(module, unit, inputs, device, int(request.get("seed", 0)))
+        with _default_dtype(torch.float64):
+            result = _run_target(module, unit, inputs, device, int(request.get("seed", 0)))
+        yield result
+
+
+@contextlib.contextmanager
+def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    """User code runs in float64: its Python-scalar tensors (``torch.where(m, 0.0, finfo.min)``,
+    ``torch.zeros(...)``) must be float64 too, or they overflow or mix dtypes."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
 
 
 def _device(wanted: str) -> torch.device:
@@ -55,20 +69,18 @@ def _device(wanted: str) -> torch.device:
 
 def error_facts(exc: BaseException, module_file: str | None) -> dict[str, Any]:
     """Type, message and the innermost line of the user's file in the traceback."""
-    line = None
+    line = function = None
     for frame in traceback.extract_tb(exc.__traceback__):
         if module_file and frame.filename == module_file:
-            line = frame.lineno
+            line, function = frame.lineno, frame.name
     message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return {"type": type(exc).__name__, "message": message[:500], "line": line}
+    return {"type": type(exc).__name__, "message": message[:500], "line": line, "function": function}
 
 
 class _Target:
     """One target being exercised: its instances and how to call them."""
 
-    def __init__(
-        self, module: types.ModuleType, unit: dict, tensors: Tensors, device: torch.device, seed: int
-    ):
+    def __init__(self, module: types.ModuleType, unit: dict, tensors: Tensors, device: torch.device, seed: int):
         self.module, self.unit, self.tensors, self.device, self.seed = module, unit, tensors, device, seed
         self.obj = getattr(module, unit["name"])
         self.file = getattr(module, "__file__", None)
@@ -81,9 +93,7 @@ class _Target:
         for name in candidate["dropout_names"]:
             kwargs[name] = rate
         if candidate["config"]:
-            kwargs[candidate["config"]["param"]] = _build_config(
-                self.module, candidate["config"]["class"], rate
-            )
+            kwargs[candidate["config"]["param"]] = _build_config(self.module, candidate["config"]["class"], rate)
         torch.manual_seed(self.seed)
         instance = self.obj(*candidate["args"], **kwargs)
         if not isinstance(instance, nn.Module):
@@ -101,6 +111,8 @@ class _Target:
             made = self.construct(self.candidate, DROPOUT_RATE)
             for sub in made.modules():
                 if isinstance(sub, nn.modules.dropout._DropoutNd):
+                    # A nested module built with its own default p=0 (BERT's SelfAttention) still gets 0.5.
+                    sub.p = DROPOUT_RATE
                     sub.register_forward_hook(self._count_dropout)
             self.instances[kind] = made
         return self.instances[kind]
@@ -176,13 +188,10 @@ def _run_target(
     facts["docs"] = _docs(target.obj)
     if unit["is_class"]:
         facts["causal_buffer"] = _has_causal_buffer(instance)
-        facts["attrs"] = {
-            k: v for k, v in vars(instance).items() if isinstance(v, int) and not isinstance(v, bool)
-        }
+        facts["attrs"] = {k: v for k, v in vars(instance).items() if isinstance(v, int) and not isinstance(v, bool)}
+        facts["flags"] = {k: v for k, v in vars(instance).items() if isinstance(v, bool)}
         facts["dropout"] = {
-            "configured": bool(
-                target.candidate and (target.candidate["dropout_names"] or target.candidate["config"])
-            ),
+            "configured": bool(target.candidate and (target.candidate["dropout_names"] or target.candidate["config"])),
             "modules": sum(isinstance(m, nn.modules.dropout._DropoutNd) for m in instance.modules()),
             "calls": target.dropout_calls,
         }
@@ -199,9 +208,7 @@ def _choose_binding(target: _Target, first: dict, facts: dict, out: Tensors) -> 
                 target.candidate = candidate
                 target.instances = {"exact": target.construct(candidate, 0.0)}
         except Exception as exc:  # any failure of user code is a fact, never a crash of the child
-            facts["attempts"].append(
-                {"label": label, "stage": "construct", "error": error_facts(exc, target.file)}
-            )
+            facts["attempts"].append({"label": label, "stage": "construct", "error": error_facts(exc, target.file)})
             continue
         if _run_experiment(target, first, facts, out):
             facts["binding"] = label
@@ -263,9 +270,7 @@ def _split_output(result: Any, target: _Target, experiment: dict) -> tuple[torch
     else:
         items = list(result) if isinstance(result, (tuple, list)) else [result]
     if not items or not isinstance(items[0], torch.Tensor):
-        raise TypeError(
-            f"forward returned {type(result).__name__}, not a tensor or a tuple starting with one"
-        )
+        raise TypeError(f"forward returned {type(result).__name__}, not a tensor or a tuple starting with one")
     roles = dict(experiment["inputs"])
     query = target.tensors[roles.get("query", roles.get("x"))]
     key = target.tensors[roles.get("key", roles.get("kv", roles.get("x")))]
@@ -309,12 +314,8 @@ def _is_projection(layer: nn.Module) -> bool:
     if isinstance(layer, nn.Conv1d):
         return layer.kernel_size == (1,) and layer.groups == 1
     weight = getattr(layer, "weight", None)
-    return (
-        isinstance(weight, torch.Tensor)
-        and weight.ndim == 2
-        and hasattr(layer, "nf")
-        and hasattr(layer, "nx")
-    )
+    # GPT-2's Conv1D: a 2-D (in, out) weight and ``nf`` (out features); ``nx`` is not always stored.
+    return isinstance(weight, torch.Tensor) and weight.ndim == 2 and getattr(layer, "nf", None) == weight.shape[1]
 
 
 def _weight(layer: nn.Module) -> torch.Tensor:

@@ -147,11 +147,16 @@ def _rope_args(spec: RopeSpec, knob: Rope) -> dict[str, Any]:
     return _ROPE_ARGS[knob]
 
 
-def scale_factor(knob: Scale, head_dim: int, heads: int, q_len: int, k_len: int) -> float:
-    """The number the raw scores are multiplied by under a scale knob."""
+def scale_factor(knob: Scale, head_dim: int, d_model: int, q_len: int, k_len: int) -> float:
+    """The number the raw scores are multiplied by under a scale knob.
+
+    ``d_model`` is the width of the module's input: heads * head_dim in a usual
+    multi-head module, wider than the one head of a single-head class (a
+    lecture's ``C ** -0.5`` with C = n_embd).
+    """
     return {
         "head_dim": 1 / math.sqrt(head_dim),
-        "d_model": 1 / math.sqrt(head_dim * heads),
+        "d_model": 1 / math.sqrt(d_model),
         "q_len": 1 / math.sqrt(q_len),
         "k_len": 1 / math.sqrt(k_len),
         "one": 1.0,
@@ -286,7 +291,7 @@ class Stages:
     def _weights(self, knobs: Knobs) -> torch.Tensor:
         raw = self.raw_scores(knobs)
         b, h, q_len, k_len = raw.shape
-        factor = scale_factor(knobs.scale, self.qkv(knobs)[0].shape[-1], h, q_len, k_len)
+        factor = scale_factor(knobs.scale, self.qkv(knobs)[0].shape[-1], self.case.query.shape[-1], q_len, k_len)
         keep = self._keep(knobs)
         mask = "fill" if knobs.mask == "inverted" else knobs.mask
         if keep is not None:
@@ -337,9 +342,13 @@ class Stages:
                     results[i] = merged
                 else:
                     to_project.append((i, merged))
-        if to_project:
-            projected = _project(self.setting.proj.o, torch.stack([merged for _, merged in to_project]))
-            for (i, _), out in zip(to_project, projected, strict=True):
+        # Mutants that skip the input projection merge to another width: project each width apart.
+        by_shape: dict[tuple[int, ...], list[tuple[int, torch.Tensor]]] = {}
+        for i, merged in to_project:
+            by_shape.setdefault(tuple(merged.shape), []).append((i, merged))
+        for group in by_shape.values():
+            projected = _project(self.setting.proj.o, torch.stack([merged for _, merged in group]))
+            for (i, _), out in zip(group, projected, strict=True):
                 results[i] = out
         return results
 
@@ -383,8 +392,9 @@ class Mutant:
 def _numbers(case: Case, setting: Setting) -> dict[str, Any]:
     heads = setting.num_heads
     kv_heads = setting.num_kv_heads or heads
-    d_model = setting.proj.q.weight.shape[0] if setting.proj.q is not None else case.query.shape[-1]
-    dh = d_model // heads
+    d_model = case.query.shape[-1]
+    width = setting.proj.q.weight.shape[0] if setting.proj.q is not None else d_model
+    dh = width // heads
     q_len, k_len = case.query.shape[1], case.key.shape[1]
     other = {"top-left": "bottom-right", "bottom-right": "top-left"}.get(case.causal, "none")
     style = setting.rope.style if setting.rope is not None else "half"

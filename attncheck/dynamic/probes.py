@@ -149,8 +149,8 @@ def plan(binding: Binding, index: int, seed: int) -> Plan:
     q, k, v = (planner.tensor(n, t) for n, t in (("q", q_base), ("k", k_base), ("v", v_base)))
     plain = planner.inputs(q, k, v)
     grad = None
-    if is_class:
-        grad = planner.tensor("cotangent", planner.rng.standard_normal((BATCH, q_len, binding.dims.d_model)))
+    if is_class and binding.style != "function":
+        grad = planner.tensor("cotangent", planner.rng.standard_normal((BATCH, q_len, binding.dims.width)))
     planner.add("plain", plain, record=True, cotangent=grad)
     batch = [
         planner.tensor(f"{n}_batch", planner.perturbed(t, (1,)))
@@ -293,7 +293,7 @@ class Judge:
         query = self.role_inputs("plain")[0]
         if self.style == "function":
             return tuple(query.shape)
-        return (query.shape[0], query.shape[1], self.binding.dims.d_model)
+        return (query.shape[0], query.shape[1], self.binding.dims.width)
 
     # -- the checks
 
@@ -359,7 +359,7 @@ class Judge:
             candidates: list[Assignment | None] = [None]
         else:
             layers = layers_from(self.facts.get("layers", []), self.out)
-            candidates = list(assignments(layers, self.binding.dims.d_model, self.binding.dims.heads))
+            candidates = list(assignments(layers, self.binding.dims.width, self.binding.dims.heads))
         output = self.output("plain")
         fits = [
             Fit(a, c, max_error(output, self.reference("plain", None, Fit(a, c, 0.0))))
@@ -392,9 +392,7 @@ class Judge:
         }[self.style]
         errors = [(kind, self.fit.error)]
         if self.style != "self" and self.ran("self"):
-            errors.append(
-                ("self-attention", max_error(self.output("self"), self.reference("self", None, self.fit)))
-            )
+            errors.append(("self-attention", max_error(self.output("self"), self.reference("self", None, self.fit))))
         worst_kind, worst = max(errors, key=lambda pair: pair[1])
         detail = "; ".join(f"{k}: max error {e:.3g}" for k, e in errors) + f" (tolerance {self.tol:g}); "
         detail += self.describe_fit()
@@ -429,9 +427,7 @@ class Judge:
         leak = self.masked_keys(self.choose_combo(matches, documented, ran))
         if matches:
             best = min(errors.values())
-            yield Verdict(
-                Check("reference-masked", "passed", f"max error {best:.3g} (tolerance {self.tol:g})")
-            )
+            yield Verdict(Check("reference-masked", "passed", f"max error {best:.3g} (tolerance {self.tol:g})"))
         else:
             best_combo = min(ran, key=errors.__getitem__)
             text = (
@@ -505,9 +501,7 @@ class Judge:
     def masked_keys(self, combo: str) -> Verdict:
         name = "masked-keys"
         if not (self.ran(f"mask/{combo}") and self.ran(f"masked/{combo}")):
-            return Verdict(
-                Check(name, "skipped", f"the mask experiment with {_combo_text(combo)} did not run")
-            )
+            return Verdict(Check(name, "skipped", f"the mask experiment with {_combo_text(combo)} did not run"))
         skip = torch.from_numpy(self.plan.keep["padded"].copy()) if self.style == "self" else None
         change = max_error(self.output(f"masked/{combo}"), self.output(f"mask/{combo}"), skip)
         detail = f"changing masked keys/values moves the output by {change:.3g} ({_combo_text(combo)})"
@@ -525,9 +519,7 @@ class Judge:
     def fully_masked(self, combo: str) -> Verdict:
         name = "fully-masked-rows"
         if not self.ran(f"full/{combo}"):
-            return Verdict(
-                Check(name, "skipped", f"the fully masked experiment with {_combo_text(combo)} raised")
-            )
+            return Verdict(Check(name, "skipped", f"the fully masked experiment with {_combo_text(combo)} raised"))
         rows = self.output(f"full/{combo}")[1]
         if torch.isnan(rows).any():
             return Verdict(
@@ -582,7 +574,8 @@ class Judge:
         target = self.binding.target
         if self.binding.declared_causal is not None:
             return self.binding.declared_causal, "declared in pyproject.toml"
-        if "causal" in target.kinds:
+        built_non_causal = self.facts.get("flags", {}).get("is_causal") is False
+        if "causal" in target.kinds and not built_non_causal:
             return True, "the static pass marked it causal"
         if self.facts.get("causal_buffer"):
             return True, "it holds a triangular mask buffer"
@@ -660,6 +653,8 @@ class Judge:
         grads = self.facts.get("grads")
         if grads is None:
             return Verdict(Check("gradients", "skipped", "backward did not run"))
+        if not grads:
+            return Verdict(Check("gradients", "skipped", "no parameters"))
         unused = [name for name, norm in grads.items() if norm is None]
         detail = ", ".join(f"{n}: {'none' if g is None else f'{g:.3g}'}" for n, g in grads.items())
         if not unused:
@@ -681,8 +676,7 @@ class Judge:
         return Verdict(
             Check("eval-deterministic", "failed", detail),
             "ATT908",
-            f"output differs by {change:.3g} between two eval-mode calls (dropout or randomness "
-            "active in eval mode)",
+            f"output differs by {change:.3g} between two eval-mode calls (dropout or randomness active in eval mode)",
         )
 
     def dropout_active(self) -> Verdict:

@@ -8,8 +8,10 @@ child for the targets not yet answered.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -47,12 +49,27 @@ class Outcome(Protocol):
 Child = Callable[[Path, dict, dict[str, np.ndarray]], Outcome]
 
 
-def sandbox_child(options: DynamicOptions) -> Child:
-    """The real isolated child process, with the time limit from the options."""
-    from attncheck.dynamic.sandbox import Limits, run_child
+def sandbox_child(options: DynamicOptions, early: dict[str, Any] | None = None) -> Child:
+    """The real isolated child process, with the time limit from the options.
 
-    limits = Limits(timeout_s=options.timeout)
-    return lambda path, request, tensors: run_child(path, request, tensors, limits)
+    ``early`` maps a file (``launch.key``) to a child already started for it; each is used once,
+    and removed from the mapping, so the caller can cancel the ones never used.
+    """
+    from attncheck.dynamic.launch import key, limits_for
+    from attncheck.dynamic.sandbox import run_child
+
+    waiting = early if early is not None else {}
+    lock = threading.Lock()
+
+    def child(path: Path, request: dict, tensors: dict[str, np.ndarray]) -> Outcome:
+        limits = limits_for(options, len(request.get("targets", [])))
+        with lock:
+            started = waiting.pop(key(path), None)
+        if started is not None:
+            return started.run(request, tensors, limits)
+        return run_child(path, request, tensors, limits)
+
+    return child
 
 
 def run_dynamic(
@@ -65,9 +82,7 @@ def run_dynamic(
             child = sandbox_child(options)
         except ImportError as exc:
             return [], [
-                TargetResult(t, "error", f"the sandbox is not available: {exc}")
-                for r in runnable
-                for t in r.targets
+                TargetResult(t, "error", f"the sandbox is not available: {exc}") for r in runnable for t in r.targets
             ]
     with ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
         per_file = list(pool.map(lambda r: check_file(r, options, child), runnable))
@@ -76,9 +91,7 @@ def run_dynamic(
     return findings, target_results
 
 
-def check_file(
-    result: FileResult, options: DynamicOptions, child: Child
-) -> tuple[list[Finding], list[TargetResult]]:
+def check_file(result: FileResult, options: DynamicOptions, child: Child) -> tuple[list[Finding], list[TargetResult]]:
     """All targets of one file through as few children as the file's crashes allow."""
     declarations = getattr(options, "targets", {}) or {}
     outcomes: dict[int, TargetResult] = {}
@@ -102,35 +115,40 @@ def check_file(
         }
         tensors = {name: array for _, p in pending for name, array in p.tensors.items()}
         outcome = child(path, request, tensors)
+        where = {"device": _device(request["device"]), "isolation": getattr(outcome, "isolation", None)}
         replies = {str(r.facts.get("unit")): r for r in outcome.replies}
         if "import" in replies:
             reason = _import_reason(replies["import"].facts)
-            outcomes.update({i: TargetResult(p.binding.target, "error", reason) for i, p in pending})
+            outcomes.update({i: TargetResult(p.binding.target, "error", reason, **where) for i, p in pending})
             break
         for index, target_plan in pending:
             reply = replies.get(str(index))
             if reply is not None:
                 tensors_back = {k: torch.from_numpy(np.asarray(v)) for k, v in reply.tensors.items()}
                 outcomes[index], findings[index] = judge(target_plan, reply.facts, tensors_back, result)
+                outcomes[index].isolation = where["isolation"]
         remaining = [(i, p) for i, p in pending if str(i) not in replies]
         if not remaining:
             break
         culprit_index, culprit = remaining[0]
         reason = outcome.reason or f"the child ended ({outcome.status}) before answering"
-        outcomes[culprit_index] = TargetResult(culprit.binding.target, "error", f"{outcome.status}: {reason}")
+        outcomes[culprit_index] = TargetResult(culprit.binding.target, "error", f"{outcome.status}: {reason}", **where)
         pending = remaining[1:]
     ordered = sorted(outcomes)
     return ([f for i in ordered for f in findings.get(i, [])], [outcomes[i] for i in ordered])
 
 
+def _device(wanted: str) -> str:
+    """The device a child asked for ``wanted`` uses (the child decides the same way)."""
+    if wanted == "cpu":
+        return "cpu"
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def _import_reason(facts: Mapping[str, Any]) -> str:
     error = facts.get("error") or {}
     if isinstance(error, Mapping):
-        return (
-            f"importing the module failed: {error.get('type', 'Error')}: {error.get('message', '')}".rstrip(
-                ": "
-            )
-        )
+        return f"importing the module failed: {error.get('type', 'Error')}: {error.get('message', '')}".rstrip(": ")
     return f"importing the module failed: {error}"
 
 
@@ -147,6 +165,7 @@ def judge(
         return TargetResult(target, status, "" if code else checks[0].detail, checks, device), findings
     if not facts.get("binding"):
         return _unbound(target_plan.binding, facts, result, device)
+    target_plan = replace(target_plan, binding=target_plan.binding.chosen(facts["binding"]))
     checks: list[Check] = []
     findings: list[Finding] = []
     static_codes = {f.code for f in result.findings if f.target == target.name}
@@ -172,8 +191,9 @@ def _unbound(
         line_text = _source_line(result, error["line"])
         head_dim = binding.dims.d_model // binding.dims.heads
         named = crashes_module.classify(error["type"], error["message"], line_text, head_dim)
-        code, text = (named.code, named.message) if named else ("ATT901", message)
-        finding = _finding(code, text, target, result, [f"bound with {crashes[0]['label']}"])
+        code, text = (named.code, f"{named.message} (line {error['line']})") if named else ("ATT901", message)
+        evidence = [f"bound with {crashes[0]['label']}", f"raised at line {error['line']}"]
+        finding = _finding(code, text, target, result, evidence)
         return TargetResult(target, "failed", message, [check], device), [finding]
     tried = "; ".join(
         f"{a['label']}: {a['stage']} raised {a['error']['type']}: {a['error']['message']}" for a in attempts

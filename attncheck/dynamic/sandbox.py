@@ -48,6 +48,7 @@ SANDBOX_UID = 65534
 PRIVATE_TMP_BYTES = 64 * 1024 * 1024
 NPROC_HEADROOM = 64
 POLL_S = 0.02
+START_CPU_S = 5  # CPU seconds allowed for start-up (interpreter, torch, safetensors) on top of the limit
 KILL_MARGIN_S = 0.5
 
 Status = Literal["ok", "timeout", "crashed", "error"]
@@ -65,9 +66,14 @@ _SIGNAL_MEANINGS = {
 
 @dataclass(frozen=True)
 class Limits:
-    """What the child may use. ``cpu_s`` None means the wall-clock timeout, rounded up."""
+    """What the child may use. ``cpu_s`` None means the wall-clock timeout, rounded up, plus start-up.
+
+    ``timeout_s`` counts from the moment the child is ready (torch imported, user code not yet):
+    a loaded machine's slow start never eats the user's time. ``start_s`` bounds the start itself.
+    """
 
     timeout_s: float = 20.0
+    start_s: float = 60.0
     memory_mb: int = 4096
     cpu_s: int | None = None
     output_bytes: int = 64_000
@@ -76,7 +82,7 @@ class Limits:
 
     @property
     def cpu_seconds(self) -> int:
-        return self.cpu_s if self.cpu_s is not None else math.ceil(self.timeout_s) + 1
+        return self.cpu_s if self.cpu_s is not None else math.ceil(self.timeout_s) + 1 + START_CPU_S
 
 
 @dataclass
@@ -89,27 +95,83 @@ class ChildOutcome:
     stdout: str
     stderr: str
     isolation: str
+    start_s: float | None = None  # seconds from launch until the child was ready (torch imported)
 
 
 def run_child(
     module_path: Path, request: dict, tensors: dict[str, numpy.ndarray], limits: Limits = Limits()
 ) -> ChildOutcome:
     """Import ``module_path`` in a jailed child, run the request's entry, collect its replies."""
+    started = start_child(module_path, limits)
+    if isinstance(started, ChildOutcome):
+        return started
+    return started.run(request, tensors, limits)
+
+
+def start_child(module_path: Path, limits: Limits = Limits()) -> StartedChild | ChildOutcome:
+    """Launch a child before its request exists: it starts Python and imports torch meanwhile.
+
+    The parent plans its experiments (and imports torch itself) while the child starts,
+    then hands the work over with ``StartedChild.run``. An error outcome when it cannot start.
+    """
     isolation = isolation_available()
     module_path = Path(module_path).resolve()
     if not module_path.is_file():
         return ChildOutcome("error", f"no such file: {module_path}", [], "", "", isolation)
-    run_dir = Path(tempfile.mkdtemp(prefix="attncheck-run-"))
-    try:
-        workdir = run_dir / "work"
-        workdir.mkdir(mode=0o700)
+    return StartedChild(module_path, limits, isolation)
+
+
+class StartedChild:
+    """A running child waiting for its request; ``run`` or ``cancel`` it exactly once."""
+
+    def __init__(self, module_path: Path, limits: Limits, isolation: str) -> None:
+        self.module_path, self.isolation = module_path, isolation
+        self.run_dir = Path(tempfile.mkdtemp(prefix="attncheck-run-"))
+        self.workdir = self.run_dir / "work"
+        self.workdir.mkdir(mode=0o700)
+        self.started = time.monotonic()
+        self.process: subprocess.Popen | None = None
+        self.failure: str | None = None
+        with open(self.run_dir / "stdout", "wb") as stdout, open(self.run_dir / "stderr", "wb") as stderr:
+            try:
+                self.process = subprocess.Popen(
+                    _command(self.workdir, module_path, isolation),
+                    stdin=subprocess.DEVNULL,
+                    stdout=stdout,
+                    stderr=stderr,
+                    cwd=self.workdir,
+                    env=_environment(self.workdir),
+                    start_new_session=True,
+                    preexec_fn=_preexec(limits, _nproc_limit()),
+                )
+            except OSError as error:
+                self.failure = f"could not start the child: {error}"
+
+    def run(self, request: dict, tensors: dict[str, numpy.ndarray], limits: Limits) -> ChildOutcome:
+        """Send the request, wait for the end (``limits`` gives the time), judge it, clean up."""
         try:
-            channel.write_request(workdir, {**request, "module_path": str(module_path)}, tensors)
-        except (TypeError, ValueError, AttributeError) as error:
-            return ChildOutcome("error", f"cannot send the request: {error}", [], "", "", isolation)
-        return _run(run_dir, workdir, module_path, limits, isolation)
-    finally:
-        shutil.rmtree(run_dir, ignore_errors=True)
+            if self.process is None:
+                return ChildOutcome("error", self.failure or "the child did not start", [], "", "", self.isolation)
+            try:
+                request = {**request, "module_path": str(self.module_path)}
+                channel.write_request(self.workdir, request, tensors)
+            except (TypeError, ValueError, AttributeError) as error:
+                self._stop()
+                return ChildOutcome("error", f"cannot send the request: {error}", [], "", "", self.isolation)
+            ending = _watch(self.process, self.workdir, limits, self.started)
+            return _outcome(self.run_dir, self.workdir, self.module_path, limits, self.isolation, ending)
+        finally:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    def cancel(self) -> None:
+        """No work for it after all: end it and remove its folder."""
+        self._stop()
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    def _stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            _kill_group(self.process.pid)
+            self.process.wait()
 
 
 @functools.cache
@@ -238,44 +300,40 @@ class _Ending:
     timed_out: bool = False
     over_disk: bool = False
     cpu_s: float = 0.0
+    start_s: float | None = None  # launch to ready; None when the child never got ready
 
 
-def _run(run_dir: Path, workdir: Path, module_path: Path, limits: Limits, isolation: str) -> ChildOutcome:
-    stdout_path, stderr_path = run_dir / "stdout", run_dir / "stderr"
-    with open(stdout_path, "wb") as stdout, open(stderr_path, "wb") as stderr:
-        try:
-            process = subprocess.Popen(
-                _command(workdir, module_path, isolation),
-                stdin=subprocess.DEVNULL,
-                stdout=stdout,
-                stderr=stderr,
-                cwd=workdir,
-                env=_environment(workdir),
-                start_new_session=True,
-                preexec_fn=_preexec(limits, _nproc_limit()),
-            )
-        except OSError as error:
-            return ChildOutcome("error", f"could not start the child: {error}", [], "", "", isolation)
-        ending = _watch(process, workdir, limits)
+def _outcome(
+    run_dir: Path, workdir: Path, module_path: Path, limits: Limits, isolation: str, ending: _Ending
+) -> ChildOutcome:
     replies, refused = channel.read_replies(workdir)
     status, reason = _judge(ending, replies, refused, channel.finished(workdir), limits, isolation)
     if status == "ok":
         reason = _completed_reason(replies, limits, module_path.name)
-    err_text = _kept(stderr_path, limits.output_bytes)
+    err_text = _kept(run_dir / "stderr", limits.output_bytes)
     if isolation == BUBBLEWRAP and ending.returncode == 1 and err_text.startswith("bwrap:"):
         status, reason = "error", f"the bubblewrap jail failed: {err_text.splitlines()[0]}"
-    return ChildOutcome(status, reason, replies, _kept(stdout_path, limits.output_bytes), err_text, isolation)
+    out_text = _kept(run_dir / "stdout", limits.output_bytes)
+    return ChildOutcome(status, reason, replies, out_text, err_text, isolation, ending.start_s)
 
 
-def _watch(process: subprocess.Popen, workdir: Path, limits: Limits) -> _Ending:
-    """Wait for the child, killing its process group on timeout or a too-large work dir."""
-    deadline = time.monotonic() + limits.timeout_s
+def _watch(process: subprocess.Popen, workdir: Path, limits: Limits, started: float) -> _Ending:
+    """Wait for the child, killing its process group on timeout or a too-large work dir.
+
+    The deadline is ``start_s`` after launch until the child says it is ready, then ``timeout_s``
+    after that moment.
+    """
+    deadline = started + limits.start_s
+    ready_at: float | None = None
     cap = limits.workdir_mb * 1024 * 1024
     timed_out = over_disk = False
     while True:
         pid, status, usage = os.wait4(process.pid, os.WNOHANG)
         if pid:
             break
+        if ready_at is None and (workdir / channel.READY).exists():
+            ready_at = time.monotonic()
+            deadline = ready_at + limits.timeout_s
         if time.monotonic() >= deadline:
             timed_out = True
         elif _tree_bytes(workdir) > cap:
@@ -287,7 +345,8 @@ def _watch(process: subprocess.Popen, workdir: Path, limits: Limits) -> _Ending:
         time.sleep(POLL_S)
     process.returncode = os.waitstatus_to_exitcode(status)
     _kill_group(process.pid)  # anything left behind in the group
-    return _Ending(process.returncode, timed_out, over_disk, usage.ru_utime + usage.ru_stime)
+    start_s = (ready_at - started) if ready_at is not None else None
+    return _Ending(process.returncode, timed_out, over_disk, usage.ru_utime + usage.ru_stime, start_s)
 
 
 def _kill_group(pgid: int) -> None:
@@ -309,6 +368,8 @@ def _judge(
     ending: _Ending, replies: list[Reply], refused: str | None, finished: bool, limits: Limits, isolation: str
 ) -> tuple[Status, str]:
     """The status and the one line that explains it to the user."""
+    if ending.timed_out and ending.start_s is None:
+        return "timeout", f"did not start within {limits.start_s:g} s (interpreter and torch import)"
     if ending.timed_out:
         return "timeout", f"timed out after {limits.timeout_s:g} s"
     if ending.over_disk:

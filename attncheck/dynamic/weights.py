@@ -11,7 +11,8 @@ reference matches.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,10 +79,7 @@ def assignments(layers: Sequence[Layer], d_model: int, heads: int) -> list[Assig
     o = out_layer.linear if out_layer else None
     o_text = f"O={out_layer.name}" if out_layer else "no output projection"
     head_dim = d_model // heads
-    readers = {
-        role: [layer for layer in layers if layer.read == role]
-        for role in ("query", "key", "value", "kv", "x")
-    }
+    readers = {role: [layer for layer in layers if layer.read == role] for role in ("query", "key", "value", "kv", "x")}
     found: list[Assignment] = []
 
     def add(q: Linear | None, k: Linear | None, v: Linear | None, text: str) -> None:
@@ -90,16 +88,12 @@ def assignments(layers: Sequence[Layer], d_model: int, heads: int) -> list[Assig
 
     if readers["query"] or readers["key"] or readers["value"] or readers["kv"]:
         q = readers["query"][0] if readers["query"] else None
-        kv_layers = (
-            readers["key"] + readers["value"] if (readers["key"] or readers["value"]) else readers["kv"]
-        )
+        kv_layers = readers["key"] + readers["value"] if (readers["key"] or readers["value"]) else readers["kv"]
         _cross(q, kv_layers, readers, add)
     else:
         _self(readers["x"], d_model, heads, add)
     if not found:
-        found.append(
-            Assignment(Projections(None, None, None, o), heads, f"no Q/K/V projection found, {o_text}")
-        )
+        found.append(Assignment(Projections(None, None, None, o), heads, f"no Q/K/V projection found, {o_text}"))
     return found
 
 
@@ -130,9 +124,27 @@ def _cross(q: Layer | None, kv_layers: list[Layer], readers: Mapping[str, list[L
         )
 
 
+_ROLE_NAMES = {"q": re.compile(r"(^|[._])(w_?)?q(uery)?(_proj)?$|query", re.IGNORECASE),
+               "k": re.compile(r"(^|[._])(w_?)?k(ey)?(_proj)?$|key", re.IGNORECASE),
+               "v": re.compile(r"(^|[._])(w_?)?v(alue)?(_proj)?$|value", re.IGNORECASE)}
+
+
+def _by_names(orders: Iterable[tuple[Layer, Layer, Layer]]) -> list[tuple[Layer, Layer, Layer]]:
+    """Orders whose layer names agree with their roles first.
+
+    The reference decides which assignment is right; names only break the tie when
+    none matches (a module with a mistake), so that its diagnosis uses the likely one.
+    """
+
+    def agreement(order: tuple[Layer, Layer, Layer]) -> int:
+        return -sum(bool(_ROLE_NAMES[role].search(layer.name)) for role, layer in zip("qkv", order, strict=True))
+
+    return sorted(orders, key=agreement)
+
+
 def _self(readers: list[Layer], d_model: int, heads: int, add) -> None:
     if len(readers) >= 3:
-        for q, k, v in itertools.permutations(readers[:3]):
+        for q, k, v in _by_names(itertools.permutations(readers[:3])):
             if q.out_features == d_model and k.out_features == v.out_features:
                 add(q.linear, k.linear, v.linear, f"Q={q.name}, K={k.name}, V={v.name}")
     elif len(readers) == 2:
@@ -151,3 +163,17 @@ def _self(readers: list[Layer], d_model: int, heads: int, add) -> None:
             if fused.out_features == d_model + 2 * d_kv:
                 q, k, v = _split(fused, d_model, d_kv)
                 add(q, k, v, f"QKV={fused.name} (fused, split {d_model}/{d_kv}/{d_kv})")
+        if fused.out_features == 3 * d_model:
+            q, k, v = _per_head(fused, heads)
+            add(q, k, v, f"QKV={fused.name} (fused per head: q, k, v of each head in turn, as GPT-NeoX)")
+
+
+def _per_head(layer: Layer, heads: int) -> tuple[Linear, Linear, Linear]:
+    """A fused layer whose rows run head by head, each head's q, k, v together (GPT-NeoX, Bloom)."""
+    weight = layer.linear.weight
+    rows = weight.reshape(heads, 3, -1, weight.shape[1])
+    bias = layer.linear.bias.reshape(heads, 3, -1) if layer.linear.bias is not None else None
+    return tuple(  # type: ignore[return-value]
+        Linear(rows[:, part].reshape(-1, weight.shape[1]), None if bias is None else bias[:, part].reshape(-1))
+        for part in range(3)
+    )

@@ -63,5 +63,6 @@ def _target(result: TargetResult) -> dict[str, Any]:
         "status": result.status,
         "reason": result.reason,
         "device": result.device,
+        "isolation": result.isolation,
         "checks": [{"name": c.name, "status": c.status, "detail": c.detail} for c in result.checks],
     }

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from attncheck.findings import Finding, Severity, TargetResult
-from attncheck.pipeline import Outcome
+from attncheck.pipeline import STATIC_ONLY_REASON, Outcome
 from attncheck.report import location, summary
 from attncheck.sources import Source
 
@@ -25,8 +24,15 @@ CONTEXT = 1  # lines shown above the finding's line
 
 
 def console_for(stream: TextIO, *, color: bool) -> Console:
-    return Console(file=stream, color_system="auto" if color else None, no_color=not color,
-                   force_terminal=color or None, highlight=False, soft_wrap=True, emoji=False)
+    return Console(
+        file=stream,
+        color_system="auto" if color else None,
+        no_color=not color,
+        force_terminal=color or None,
+        highlight=False,
+        soft_wrap=True,
+        emoji=False,
+    )
 
 
 def write(outcome: Outcome, stream: TextIO, *, color: bool = False) -> None:
@@ -37,18 +43,21 @@ def write(outcome: Outcome, stream: TextIO, *, color: bool = False) -> None:
         console.print(Text.assemble((error.path, "bold"), ": ", (label, style), f": {error.message}"))
     for finding in outcome.findings:
         _finding(console, finding, outcome.sources.get(finding.path))
-    for result in outcome.targets:
-        if result.checks:
-            _target(console, result)
-    if outcome.findings or outcome.errors or any(r.checks for r in outcome.targets):
+    shown = [r for r in outcome.targets if r.checks or r.status == "error" or _skipped_dynamically(r)]
+    for result in shown:
+        _target(console, result)
+    if outcome.findings or outcome.errors or shown:
         console.print()
     console.print(summary_line(outcome))
 
 
 def _finding(console: Console, finding: Finding, source: Source | None) -> None:
     head = Text.assemble(
-        (location(finding), "bold"), ": ", (finding.code, _STYLE[finding.severity]),
-        f" [{finding.severity}] ", finding.message,
+        (location(finding), "bold"),
+        ": ",
+        (finding.code, _STYLE[finding.severity]),
+        f" [{finding.severity}] ",
+        finding.message,
     )
     if finding.source != "static":
         head.append(f" ({finding.source})", style="dim")
@@ -60,6 +69,11 @@ def _finding(console: Console, finding: Finding, source: Source | None) -> None:
         console.print(Text(f"  evidence: {item}", style="dim"))
     if finding.hint:
         console.print(Text.assemble(("  hint: ", "green"), finding.hint))
+
+
+def _skipped_dynamically(result: TargetResult) -> bool:
+    """A target the dynamic stage could not bind (its reason holds the declaration hint)."""
+    return result.status == "skipped" and result.reason not in ("", STATIC_ONLY_REASON)
 
 
 def frame(source: Source, finding: Finding) -> list[str]:
@@ -83,16 +97,33 @@ def frame(source: Source, finding: Finding) -> list[str]:
 
 
 def _target(console: Console, result: TargetResult) -> None:
+    """``path:line: Name: failed (cpu, bubblewrap)`` and one row per check.
+
+    Failed checks show their whole detail (folded); the others keep to one line, cut with an
+    ellipsis, so the table stays compact at 80 columns.
+    """
     target = result.target
-    status = Text(result.status, style=_STATUS_STYLE.get(result.status, ""))
-    console.print(Text.assemble((f"{target.path}:{target.line}: ", "bold"), f"{target.name}: "), status,
-                  Text(f" ({result.reason})" if result.reason else ""))
-    table = Table(box=box.SIMPLE, show_header=True, pad_edge=False, padding=(0, 2, 0, 0))
-    table.add_column("check")
-    table.add_column("status")
+    status = (result.status, _STATUS_STYLE.get(result.status, ""))
+    where = ", ".join(part for part in (result.device, result.isolation) if part)
+    console.print(
+        Text.assemble(
+            (f"{target.path}:{target.line}: ", "bold"),
+            f"{target.name}: ",
+            status,
+            (f" ({where})" if where else "", "dim"),
+            f": {result.reason}" if result.reason else "",
+        )
+    )
+    if not result.checks:
+        return
+    table = Table(box=None, show_header=False, pad_edge=False, padding=(0, 2, 0, 0))
+    table.add_column("check", no_wrap=True)
+    table.add_column("status", no_wrap=True)
     table.add_column("detail", overflow="fold")
     for check in result.checks:
-        table.add_row(check.name, Text(check.status, style=_STATUS_STYLE.get(check.status, "")), check.detail)
+        wrap = check.status in ("failed", "error")
+        detail = Text(check.detail, no_wrap=not wrap, overflow="fold" if wrap else "ellipsis")
+        table.add_row(check.name, Text(check.status, style=_STATUS_STYLE.get(check.status, "")), detail)
     console.print(table)
 
 
@@ -101,8 +132,9 @@ def summary_line(outcome: Outcome) -> str:
     counts = summary(outcome)
     files = _plural(counts["files"], "file")
     if counts["problems"]:
-        kinds = [_plural(counts[key], word) for key, word in (("errors", "error"), ("warnings", "warning"))
-                 if counts[key]]
+        kinds = [
+            _plural(counts[key], word) for key, word in (("errors", "error"), ("warnings", "warning")) if counts[key]
+        ]
         line = f"Found {_plural(counts['problems'], 'problem')} ({', '.join(kinds)}) in {files}"
     else:
         line = f"No problems found in {files}"

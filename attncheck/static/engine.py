@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper
+from libcst.metadata import MetadataWrapper, PositionProvider
 
 from attncheck.findings import Edit, Finding, Severity, Span, Target
 from attncheck.sources import Source
@@ -130,13 +130,18 @@ class LazyMetadata(Mapping[type, Mapping[cst.CSTNode, object]]):
         self.module = module
         self.providers = frozenset(providers)
         self._wrapper: MetadataWrapper | None = None
+        self._resolved: dict[type, Mapping[cst.CSTNode, object]] = {}
 
     def __getitem__(self, provider: type) -> Mapping[cst.CSTNode, object]:
         if provider not in self.providers:
             raise KeyError(provider)
         if self._wrapper is None:
             self._wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
-        return self._wrapper.resolve(provider)
+        if provider is PositionProvider and provider not in self._resolved:
+            # What wrapper.resolve does for it, less the empty batched pass over
+            # the whole tree that resolve runs for batchable providers.
+            self._resolved[provider] = PositionProvider()._gen(self._wrapper)
+        return self._resolved.get(provider) or self._wrapper.resolve(provider)
 
     def __contains__(self, provider: object) -> bool:
         return provider in self.providers

@@ -10,17 +10,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from functools import cached_property
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from attncheck.findings import Edit, Finding, Severity, Span, Target
+from attncheck.findings import Edit, Finding, Severity, Span
 from attncheck.sources import Source
 from attncheck.static import walk
 from attncheck.static.facts import ClassFacts, FileFacts, FunctionFacts
 from attncheck.static.regions import Reduced, attention_regions
+from attncheck.static.result import FileResult
 from attncheck.static.rule import Rule, visitor_methods
 from attncheck.static.targets import find_targets
 
@@ -30,16 +30,6 @@ _SUPPRESSION = re.compile(
     r"#\s*(?:attncheck:\s*ignore(?:\[(?P<codes>[^\]]*)\])?|noqa:\s*(?P<noqa>ATT\d+(?:\s*,\s*ATT\d+)*))",
     re.IGNORECASE,
 )
-
-
-@dataclass
-class FileResult:
-    """What the static pass learned about one file."""
-
-    source: Source
-    findings: list[Finding] = field(default_factory=list)
-    targets: list[Target] = field(default_factory=list)
-    error: str | None = None  # a file that could not be linted, said plainly
 
 
 class FileContext:

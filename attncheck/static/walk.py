@@ -132,7 +132,9 @@ class _Walker:
         self.prune = prune  # a visit callback returning False skips the children
         self.every = every
         asked = {name.split("_", 1)[1] for name in table}
-        self.skip = frozenset() if trivia else frozenset(c for c in TRIVIA if c.__name__ not in asked)
+        # Trivia nest (a comment sits in an EmptyLine): asking for any walks them all.
+        walks_trivia = trivia or any(c.__name__ in asked for c in TRIVIA)
+        self.skip = frozenset() if walks_trivia else TRIVIA
         self.plans: dict[type, Plan] = {}
 
     def plan(self, cls: type) -> Plan:

@@ -72,10 +72,13 @@ def cli() -> None:
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the report here.")
 @click.option("--stdin-filename", metavar="NAME", help="The name to show for '-' (standard input).")
+@click.option("--no-cache", is_flag=True,
+              help="Lint every file again instead of reusing the static results of unchanged files "
+                   "(kept in ATTNCHECK_CACHE_DIR, else $XDG_CACHE_HOME/attncheck or ~/.cache/attncheck).")
 def check(paths: tuple[str, ...], static_only: bool, output_format: str, select: tuple[str, ...],
           ignore: tuple[str, ...], exit_zero: bool, config_file: Path | None, timeout: float | None,
           device: str | None, jobs: int | None, fix: bool, diff: bool, no_color: bool,
-          output: Path | None, stdin_filename: str | None) -> None:
+          output: Path | None, stdin_filename: str | None, no_cache: bool) -> None:
     """Check files, directories, notebooks, or '-' (standard input)."""
     from attncheck import pipeline
     from attncheck.discovery import Excluder, discover
@@ -96,7 +99,7 @@ def check(paths: tuple[str, ...], static_only: bool, output_format: str, select:
             items.append(_stdin(stdin_filename or STDIN))
         else:
             items.extend(discover([path], excluder))
-    outcome, results = pipeline.run(items, settings, static_only=static_only, jobs=jobs)
+    outcome, results = pipeline.run(items, settings, static_only=static_only, jobs=jobs, use_cache=not no_cache)
 
     if diff or fix:
         from attncheck.fixes import apply_fixes

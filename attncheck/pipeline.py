@@ -2,9 +2,11 @@
 
 The static pass streams: files are read and linted one at a time (in worker
 processes when there are many), so memory holds results, not a queue of
-texts, and the rules are imported once per process, not once per file. The
-dynamic stage is imported only when it will run, so a static-only run never
-imports torch.
+texts, and the rules are imported once per process, not once per file. With a
+cache (``attncheck.cache``) the files are read here first and only those whose
+content has no entry are linted; the parser, the rules and the worker pool
+are loaded only when there is such a file. The dynamic stage is imported only
+when it will run, so a static-only run never imports torch.
 """
 
 from __future__ import annotations
@@ -12,17 +14,20 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
-from functools import cache
+from functools import cache as memoized
+from typing import TYPE_CHECKING
 
+from attncheck.cache import Cache, default_dir
 from attncheck.config import Settings
 from attncheck.discovery import Candidate
-from attncheck.findings import Finding, Severity, TargetResult
+from attncheck.findings import Finding, Severity, Target, TargetResult
 from attncheck.merge import merge
-from attncheck.sources import FileError, Source, read_path
-from attncheck.static.engine import FileResult, lint
-from attncheck.static.rule import Rule
+from attncheck.sources import FileError, Source, from_bytes, read_path
+from attncheck.static.result import FileResult
+
+if TYPE_CHECKING:
+    from attncheck.static.rule import Rule
 
 POOL_THRESHOLD = 64  # fewer files than this are linted in-process: a pool costs more than it saves
 STATIC_ONLY_REASON = "static-only run"
@@ -44,7 +49,7 @@ class Outcome:
         return len(self.paths)
 
 
-@cache
+@memoized
 def _rules(codes: tuple[str, ...]) -> tuple[type[Rule], ...]:
     from attncheck.static.rules import all_rules
 
@@ -74,22 +79,82 @@ def lint_one(item: Item, codes: tuple[str, ...]) -> FileResult | FileError:
         if explicit:
             return FileError(source.path, "empty file: nothing to check", level="note")
         return FileResult(source)
+    return _as_result(source, *lint_source(source, codes))
+
+
+Answer = tuple[list[Finding], list[Target], "str | None"]  # findings, targets, error: what a worker sends back
+
+
+def lint_source(source: Source, codes: tuple[str, ...]) -> Answer:
+    """Lint text already read; the answer leaves the text out, so a worker sends back little."""
+    from attncheck.static.engine import lint
+
     result = lint(source, _rules(codes))
-    if result.error is not None:
-        return FileError(source.path, result.error)
-    return result
+    return result.findings, result.targets, result.error
 
 
-def lint_all(items: Iterable[Item], codes: tuple[str, ...], jobs: int) -> Iterator[FileResult | FileError]:
-    """Lint every item, in order; in a process pool when there are many and ``jobs`` > 1."""
-    items = list(items)
+def _as_result(source: Source, findings: list[Finding], targets: list[Target], error: str | None
+               ) -> FileResult | FileError:
+    return FileError(source.path, error) if error is not None else FileResult(source, findings, targets)
+
+
+def _in_order(function: Callable, items: list, codes: tuple[str, ...], jobs: int) -> Iterator:
+    """``function(item, codes)`` for every item, in order; in a process pool when there
+    are many and ``jobs`` > 1."""
     if jobs <= 1 or len(items) < POOL_THRESHOLD:
         for item in items:
-            yield lint_one(item, codes)
+            yield function(item, codes)
         return
+    from concurrent.futures import ProcessPoolExecutor
+
     chunk = max(1, min(64, len(items) // (jobs * 8)))
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        yield from pool.map(lint_one, items, [codes] * len(items), chunksize=chunk)
+        yield from pool.map(function, items, [codes] * len(items), chunksize=chunk)
+
+
+def lint_all(items: Iterable[Item], codes: tuple[str, ...], jobs: int,
+             cache: Cache | None = None) -> Iterator[FileResult | FileError]:
+    """Lint every item, in order. With a cache, answer from it where the content is
+    known, lint the rest, and remember their answers."""
+    items = list(items)
+    if cache is None:
+        yield from _in_order(lint_one, items, codes, jobs)
+        return
+    looked_up = [_look_up(item, cache) for item in items]
+    misses = [source for _, source, _ in looked_up if source is not None]
+    answers = _in_order(lint_source, misses, codes, jobs)
+    for item, (key, source, entry) in zip(items, looked_up, strict=True):
+        if source is None:
+            yield entry if entry is not None else lint_one(item, codes)
+            continue
+        findings, targets, error = next(answers)
+        cache.put(key, findings, targets, error)
+        yield _as_result(source, findings, targets, error)
+
+
+def _look_up(item: Item, cache: Cache) -> tuple[str, Source | None, FileResult | FileError | None]:
+    """(key, source to lint, None) for a miss; ("", None, result) for a hit;
+    ("", None, None) for an item linted as usual (stdin, unreadable, empty)."""
+    if not isinstance(item, Candidate):
+        return "", None, None
+    try:
+        data = item.path.read_bytes()
+    except OSError:
+        return "", None, None
+    notebook = item.path.suffix == ".ipynb"
+    source = from_bytes(data, item.shown, notebook=notebook)
+    if isinstance(source, FileError) or not source.text or source.text.isspace():  # isspace: no copy
+        return "", None, None
+    key = Cache.key(data, notebook)
+    entry = cache.get(key, source)
+    if entry is None:
+        return key, source, None
+    return "", None, _as_result(source, entry.findings, entry.targets, entry.error)
+
+
+def open_cache(codes: tuple[str, ...]) -> Cache:
+    """The cache of this attncheck and rule selection, in its default place."""
+    return Cache(default_dir(), codes)
 
 
 def _stderr(message: str) -> None:
@@ -97,13 +162,20 @@ def _stderr(message: str) -> None:
 
 
 def run(
-    items: Iterable[Item], settings: Settings, *, static_only: bool, jobs: int, warn: Callable[[str], None] = _stderr
+    items: Iterable[Item],
+    settings: Settings,
+    *,
+    static_only: bool,
+    jobs: int,
+    warn: Callable[[str], None] = _stderr,
+    use_cache: bool = False,
 ) -> tuple[Outcome, list[FileResult]]:
     """The whole pass. Returns the outcome and the static results (for fixes)."""
     codes = enabled_codes(settings)
     outcome = Outcome()
     results: list[FileResult] = []
-    for result in lint_all(items, codes, jobs):
+    cache = open_cache(codes) if use_cache else None
+    for result in lint_all(items, codes, jobs, cache):
         outcome.paths.append(result.path if isinstance(result, FileError) else result.source.path)
         if isinstance(result, FileError):
             outcome.errors.append(result)

@@ -20,6 +20,12 @@ def lint_text(text: str, rules: Sequence[type[Rule]] | None = None, path: str = 
     return result.findings
 
 
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory, monkeypatch):
+    """Every test gets its own empty static-result cache, never the user's."""
+    monkeypatch.setenv("ATTNCHECK_CACHE_DIR", str(tmp_path_factory.mktemp("attncheck-cache")))
+
+
 @pytest.fixture
 def lint_snippet():
     return lint_text

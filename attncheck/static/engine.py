@@ -9,17 +9,18 @@ comments, and translating positions into the user's coordinates.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import cached_property
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper
+from libcst.metadata import MetadataWrapper, PositionProvider
 
-from attncheck.findings import Edit, Finding, Severity, Span, Target
+from attncheck.findings import Edit, Finding, Severity, Span
 from attncheck.sources import Source
+from attncheck.static import walk
 from attncheck.static.facts import ClassFacts, FileFacts, FunctionFacts
 from attncheck.static.regions import Reduced, attention_regions
+from attncheck.static.result import FileResult
 from attncheck.static.rule import Rule, visitor_methods
 from attncheck.static.targets import find_targets
 
@@ -29,16 +30,6 @@ _SUPPRESSION = re.compile(
     r"#\s*(?:attncheck:\s*ignore(?:\[(?P<codes>[^\]]*)\])?|noqa:\s*(?P<noqa>ATT\d+(?:\s*,\s*ATT\d+)*))",
     re.IGNORECASE,
 )
-
-
-@dataclass
-class FileResult:
-    """What the static pass learned about one file."""
-
-    source: Source
-    findings: list[Finding] = field(default_factory=list)
-    targets: list[Target] = field(default_factory=list)
-    error: str | None = None  # a file that could not be linted, said plainly
 
 
 class FileContext:
@@ -118,6 +109,40 @@ class FileContext:
         )
 
 
+class LazyMetadata(Mapping[type, Mapping[cst.CSTNode, object]]):
+    """The metadata the rules declare, resolved on first use.
+
+    Positions take a full code generation of the module, and most files
+    produce no finding and never ask for one.
+    """
+
+    def __init__(self, module: cst.Module, providers: Iterable[type]) -> None:
+        self.module = module
+        self.providers = frozenset(providers)
+        self._wrapper: MetadataWrapper | None = None
+        self._resolved: dict[type, Mapping[cst.CSTNode, object]] = {}
+
+    def __getitem__(self, provider: type) -> Mapping[cst.CSTNode, object]:
+        if provider not in self.providers:
+            raise KeyError(provider)
+        if self._wrapper is None:
+            self._wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
+        if provider is PositionProvider and provider not in self._resolved:
+            # What wrapper.resolve does for it, less the empty batched pass over
+            # the whole tree that resolve runs for batchable providers.
+            self._resolved[provider] = PositionProvider()._gen(self._wrapper)
+        return self._resolved.get(provider) or self._wrapper.resolve(provider)
+
+    def __contains__(self, provider: object) -> bool:
+        return provider in self.providers
+
+    def __iter__(self) -> Iterator[type]:
+        return iter(self.providers)
+
+    def __len__(self) -> int:
+        return len(self.providers)
+
+
 class _ScopeTracker(cst.BatchableCSTVisitor):
     """Runs first in every batch and keeps FileContext's current scope."""
 
@@ -178,10 +203,10 @@ def lint(source: Source, rules: Sequence[type[Rule]]) -> FileResult:
     wanted = [rule for rule in rules if rule.wants(source.text)]
     context = FileContext(source, module, reduced)
     if wanted:
-        wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
         visitors: list[cst.BatchableCSTVisitor] = [_ScopeTracker(context)]
         visitors += [rule(context) for rule in wanted]
-        wrapper.visit_batched(visitors)
+        providers = {p for rule in wanted for p in rule.get_inherited_dependencies()}
+        walk.visit_batched(module, visitors, LazyMetadata(module, providers))
     result.findings = _unsuppressed(context.findings, source)
     result.targets = find_targets(context)
     return result

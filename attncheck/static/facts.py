@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from attncheck.static import walk
+
 # Module aliases people import attention code with, mapped to the canonical
 # module, so that ``F.softmax``, ``nn.functional.softmax`` and
 # ``torch.nn.functional.softmax`` are recognised as one function.
@@ -95,7 +97,7 @@ class FileFacts:
         self.classes: dict[str, ClassFacts] = {}
         self.functions: list[FunctionFacts] = []
         self._by_node: dict[int, FunctionFacts] = {}
-        module.visit(_Indexer(self))
+        walk.visit(module, _Indexer(self))
 
     # -- lookups -------------------------------------------------------------
 

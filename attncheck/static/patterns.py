@@ -19,6 +19,7 @@ from typing import Literal
 
 import libcst as cst
 
+from attncheck.static import walk
 from attncheck.static.facts import FileFacts, FunctionFacts, dotted_name, self_attribute
 
 FLOAT16_MIN = -65504.0
@@ -122,7 +123,7 @@ class LocalFlow:
     def __init__(self, function: cst.FunctionDef) -> None:
         self.order: dict[int, int] = {}
         self.writes: dict[str, list[tuple[int, cst.BaseExpression]]] = {}
-        function.body.visit(_FlowRecorder(self))
+        walk.visit(function.body, _FlowRecorder(self), trivia=False)
 
     def contains(self, node: cst.CSTNode) -> bool:
         return id(node) in self.order
@@ -422,7 +423,7 @@ def mentions_heads(node: cst.BaseExpression) -> bool:
             nonlocal found
             found = found or bool(_HEADS.match(name.value))
 
-    node.visit(_Finder())
+    walk.visit(node, _Finder())
     return found
 
 

@@ -24,6 +24,7 @@ from functools import lru_cache
 
 import libcst as cst
 
+from attncheck.static import walk
 from attncheck.static.facts import FileFacts, FunctionFacts
 
 HALF = "half"
@@ -384,7 +385,7 @@ def first_call(node: cst.CSTNode, facts: FileFacts, canonical: str) -> cst.Call 
         current = stack.pop()
         if isinstance(current, cst.Call) and facts.canonical(current.func) == canonical:
             return current
-        stack.extend(reversed(current.children))
+        stack.extend(reversed(walk.children(current)))
     return None
 
 
@@ -419,7 +420,7 @@ def rope_index(facts: FileFacts) -> RopeIndex:
     """Rotations, applications, cos/sin widenings and parent links of one file."""
     index = RopeIndex()
     collector = _Collector(facts)
-    facts.module.visit(collector)
+    walk.visit(facts.module, collector, trivia=False)
     index.nodes, index.parents = collector.nodes, collector.parents
     index.scope_of = {id(node): fn for fn, node in index.nodes}
     for fn in facts.functions:

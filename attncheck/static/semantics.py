@@ -20,6 +20,7 @@ from weakref import WeakKeyDictionary
 
 import libcst as cst
 
+from attncheck.static import walk
 from attncheck.static.facts import ClassFacts, FileFacts, FunctionFacts, dotted_name, self_attribute
 
 # -- names people give to attention quantities ---------------------------------
@@ -364,7 +365,7 @@ class Semantics:
         self.module = module
         self.facts = facts
         self.index = _Index()
-        module.visit(_IndexBuilder(facts, self.index))
+        walk.visit(module, _IndexBuilder(facts, self.index))
         self._reaches: dict[int, bool] = {}
         self._pipelines: dict[int, Pipeline | None] = {}
 
@@ -1278,7 +1279,7 @@ def _walk_expression(expr: cst.CSTNode) -> Iterator[cst.CSTNode]:
             if self_attribute(node) is None:
                 stack.append(node.value)
             continue
-        stack.extend(child for child in node.children if isinstance(child, cst.CSTNode))
+        stack.extend(child for child in walk.children(node) if isinstance(child, cst.CSTNode))
 
 
 def _is_tf_style_mask_term(other: cst.BaseExpression, sem: Semantics) -> bool:

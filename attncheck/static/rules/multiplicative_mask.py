@@ -64,10 +64,9 @@ class MultiplicativeMask(Rule):
             return
         for use in pipeline.masks:
             shown = sem.code(use.mask)
-            anchor = semantics.located(self, use.node, node)
             if use.how == "multiplied":
                 self.report(
-                    anchor,
+                    semantics.located(self, use.node, node),
                     f"mask {shown} is multiplied into the scores: blocked keys get score 0, "
                     "and exp(0) still gives them weight after the softmax",
                     hint=_HINT,
@@ -75,7 +74,7 @@ class MultiplicativeMask(Rule):
                 )
             elif use.binary and not use.additive:
                 self.report(
-                    anchor,
+                    semantics.located(self, use.node, node),
                     f"a 0/1 mask is added to the scores ({use.binary}): adding 1 to kept keys "
                     "blocks nothing; convert it to an additive mask (0 / -inf) first",
                     hint=_HINT,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import libcst as cst
 
 from attncheck.static import rope_patterns as rp
+from attncheck.static import walk
 from attncheck.static.rule import Invalid, Rule
 
 _HF = """
@@ -232,7 +233,7 @@ def _subtree(node: cst.CSTNode) -> list[cst.CSTNode]:
     while stack:
         current = stack.pop()
         found.append(current)
-        stack.extend(current.children)
+        stack.extend(walk.children(current))
     return found
 
 

@@ -1,0 +1,116 @@
+"""The fast walker visits what libcst's own traversal visits, in the same order,
+and the rules find the same things with either."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import libcst as cst
+import pytest
+from libcst.metadata import MetadataWrapper
+
+from attncheck.sources import Source
+from attncheck.static import cst_fields, walk
+from attncheck.static.engine import lint
+from attncheck.static.rules import all_rules
+
+ROOT = Path(__file__).resolve().parent.parent
+# The fixtures, and a large file with most of Python's syntax.
+FILES = [*sorted((ROOT / "fixtures").rglob("*.py")), ROOT / "attncheck" / "static" / "semantics.py"]
+
+
+@cache
+def modules() -> tuple[cst.Module, ...]:
+    return tuple(cst.parse_module(path.read_text(encoding="utf-8")) for path in FILES)
+
+
+def test_the_field_table_matches_the_installed_libcst():
+    assert walk.libcst_version == cst_fields.LIBCST_VERSION
+    assert {cls.__name__: walk.derive_fields(cls) for cls in walk.node_classes()} == cst_fields.FIELDS
+
+
+def test_children_are_libcsts_children_for_every_node():
+    checked = 0
+    stack: list[cst.CSTNode] = list(modules())
+    while stack:
+        node = stack.pop()
+        expected = list(node.children)
+        found = walk.children(node)
+        assert len(found) == len(expected), type(node).__name__
+        assert all(a is b for a, b in zip(found, expected, strict=True)), type(node).__name__
+        stack.extend(expected)
+        checked += 1
+    assert checked > 10_000
+
+
+class Recorder(cst.CSTVisitor):
+    """Every visit and leave, by node identity; skips the children of calls when asked."""
+
+    def __init__(self, prune_calls: bool = False) -> None:
+        super().__init__()
+        self.events: list[tuple[str, int]] = []
+        self.prune_calls = prune_calls
+
+    def visit_Call(self, node: cst.Call) -> bool:
+        self.events.append(("visit", id(node)))
+        return not self.prune_calls
+
+    def leave_Call(self, original_node: cst.Call) -> None:
+        self.events.append(("leave", id(original_node)))
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.events.append(("name", id(node)))
+
+    def visit_Comment(self, node: cst.Comment) -> None:
+        self.events.append(("comment", id(node)))
+
+
+class EveryNode(cst.CSTVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: list[tuple[str, int]] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        self.events.append(("visit", id(node)))
+        return not isinstance(node, cst.Lambda)
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        self.events.append(("leave", id(original_node)))
+
+
+@pytest.mark.parametrize("make", [Recorder, lambda: Recorder(prune_calls=True), EveryNode])
+def test_visit_calls_what_libcst_calls_in_the_same_order(make):
+    for module in modules():
+        ours, theirs = make(), make()
+        walk.visit(module, ours)
+        module.visit(theirs)
+        assert ours.events == theirs.events
+
+
+def test_skipping_trivia_keeps_the_order_of_everything_else():
+    for module in modules():
+        ours, theirs = EveryNode(), EveryNode()
+        walk.visit(module, ours, trivia=False)
+        module.visit(theirs)
+        kept = {node_id for _, node_id in ours.events}
+        assert len(kept) < len({node_id for _, node_id in theirs.events})
+        assert ours.events == [event for event in theirs.events if event[1] in kept]
+
+
+def libcst_visit_batched(module, visitors, metadata) -> None:
+    MetadataWrapper(module, unsafe_skip_copy=True).visit_batched(list(visitors))
+
+
+def test_rules_find_the_same_with_libcsts_traversal(monkeypatch):
+    """The buggy and seed fixtures, linted with the fast walker and with libcst's own traversal."""
+    paths = sorted((ROOT / "fixtures" / "buggy").rglob("*.py")) + sorted((ROOT / "fixtures" / "seeds").rglob("*.py"))
+    sources = [Source(str(path), path.read_text(encoding="utf-8")) for path in paths]
+    fast = [lint(source, all_rules()) for source in sources]
+    monkeypatch.setattr(walk, "visit", lambda node, visitor, trivia=True: node.visit(visitor))
+    monkeypatch.setattr(walk, "children", lambda node: list(node.children))
+    monkeypatch.setattr(walk, "visit_batched", libcst_visit_batched)
+    slow = [lint(source, all_rules()) for source in sources]
+    assert sum(len(result.findings) for result in fast) > 50
+    for a, b in zip(fast, slow, strict=True):
+        assert (a.findings, a.targets, a.error) == (b.findings, b.targets, b.error), a.source.path

@@ -145,16 +145,11 @@ class RopeShape(Rule):
     def _check_slices(self, index: rp.RopeIndex) -> None:
         """A full-width cache sliced back to d/2 before ``q * cos + rot(q) * sin``."""
         facts = self.context.facts
+        undone = {id(w.undone) for w in index.widenings if w.undone is not None}
         for fn, node in index.nodes:
             if not isinstance(node, cst.Subscript) or not _TRIG.search(rp.code(facts, node.value)):
                 continue
-            last = node.slice[-1].slice
-            if (
-                isinstance(last, cst.Slice)
-                and last.upper is not None
-                and (last.lower is None or rp.integer(last.lower) == 0)
-                and rp.is_half_of(facts, last.upper, fn)
-            ):
+            if id(node) not in undone and rp.first_half(facts, node, fn):
                 self.report(
                     node,
                     f"{rp.code(facts, node)} slices the cos/sin cache to half the head width, "

@@ -769,6 +769,10 @@ class Semantics:
     ) -> None:
         left = self.reaches_product(expr.left, fn)
         right = self.reaches_product(expr.right, fn)
+        if left and right and isinstance(expr.operator, (cst.Multiply, cst.Divide)):
+            # ``q @ k * q.size(-1) ** -0.5``: a Python scalar is a factor, never the scores, even
+            # when its tensor's name is rebound to an attention output later in the function.
+            left, right = not self.is_scalar(expr.left, fn), not self.is_scalar(expr.right, fn)
         if left == right:
             if left:
                 self._walk_scores(expr.left, fn, out, seen)

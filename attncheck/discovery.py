@@ -4,6 +4,9 @@ Directories are walked recursively, skipping what is never user code
 (version control, virtual environments, build output, caches, installed
 packages) and what the repository's ``.gitignore`` files ignore. Files named
 explicitly are always checked, whatever their name: the user asked for them.
+So are directories named explicitly, even an ignored one (like ruff): the
+``.gitignore`` patterns that ignore the named directory itself are set aside,
+the others still apply beneath it.
 ``exclude`` patterns from the configuration apply to walked paths only.
 """
 
@@ -103,6 +106,8 @@ class _GitIgnores:
         if root is not None:
             for folder in reversed(top.relative_to(root).parents):
                 self._load(root / folder)
+        self.specs = [(base, _sparing(spec, top.relative_to(base).as_posix() + "/"))
+                      for base, spec in self.specs]
 
     def enter(self, folder: Path) -> None:
         self._load(folder.resolve())
@@ -127,3 +132,11 @@ class _GitIgnores:
             if spec.match_file(relative + ("/" if is_dir else "")):
                 return True
         return False
+
+
+def _sparing(spec: pathspec.GitIgnoreSpec, top: str) -> pathspec.GitIgnoreSpec:
+    """``spec`` without the patterns that match ``top`` (relative to the spec's folder):
+    the user named that directory, so what ignores it must not ignore all it holds."""
+    if top == "./" or not spec.match_file(top):
+        return spec
+    return pathspec.GitIgnoreSpec([pattern for pattern in spec.patterns if pattern.match_file(top) is None])

@@ -151,6 +151,18 @@ def test_directory_walk_skips_gitignored_venvs_and_build_dirs(tmp_path):
     assert [f[0] for f in findings(named)] == ["ATT204"]
 
 
+def test_an_ignored_directory_named_explicitly_is_checked_with_the_other_patterns(tmp_path):
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".gitignore").write_text("cache/\n*_ignored.py\n")
+    for relative in ("cache/wheel/model.py", "cache/wheel/x_ignored.py"):
+        path = tmp_path / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(BUG)
+    result = invoke("--format", "json", "cache/wheel", cwd=tmp_path)
+    assert findings(result) == [("ATT204", os.path.join("cache", "wheel", "model.py"), 4)]
+    assert findings(invoke("--format", "json", ".", cwd=tmp_path)) == []
+
+
 def test_stdin_with_and_without_a_filename():
     plain = invoke("--format", "json", "-", stdin=BUG)
     assert findings(plain) == [("ATT204", "-", 4)]

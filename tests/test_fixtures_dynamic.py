@@ -1,6 +1,7 @@
 """Every fixture with targets, checked dynamically (in process): the dynamic twin of test_fixtures_static.
 
-- ``correct/``: every target passes every check, or is in LEGITIMATE_SKIPS (skipped, for the reason given).
+- ``correct/``: every target passes every check, or is in LEGITIMATE_SKIPS (skipped, for the reason given);
+  a ``# dynamic: none`` header marks a static-only fragment (real-world snippets kept as regressions).
 - ``buggy/`` and ``seeds/`` with a ``# dynamic: CODES`` header: those codes are reported (each buggy
   fixture is named by its catalogue code, not only ATT903); ``# dynamic: none`` files are not run.
 
@@ -65,8 +66,8 @@ def _collect() -> list[object]:
     for folder in ("correct", "buggy", "seeds"):
         for path in sorted((FIXTURES / folder).glob("*.py")):
             text = path.read_text(encoding="utf-8")
-            if folder != "correct" and _header(text) is None:
-                continue
+            if _header(text) is None and (folder != "correct" or _HEADER.search(text)):
+                continue  # `# dynamic: none`: a static-only fragment (and buggy files need a header)
             if not _static(path).targets:
                 continue
             reason = NEEDS_PROBE.get(_name(path))

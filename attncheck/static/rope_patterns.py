@@ -36,7 +36,7 @@ _KNOWN_ROTATIONS = {"rotate_half": HALF, "rotate_every_two": PAIR}
 _COS = re.compile(r"cos", re.IGNORECASE)
 _SIN = re.compile(r"sin", re.IGNORECASE)
 _FREQ_LIKE = re.compile(r"freq|cos|sin|theta|angle|sinus|phase", re.IGNORECASE)
-_ROPE_WORDS = re.compile(r"rotary|\brope|rotate", re.IGNORECASE)
+ROPE_WORDS = re.compile(r"rotary|\brope|rotate", re.IGNORECASE)
 _CONCAT = {"torch.cat", "torch.concat", "torch.concatenate"}
 
 
@@ -70,6 +70,9 @@ class Widening:
 
     node: cst.Call
     layout: str
+    # ``cos[..., : cos.shape[-1] // 2].repeat_interleave(2, -1)`` (GLM, Helium, Moonshine): the
+    # first half of a half-split cache re-widened interleaved; ``undone`` is that half slice.
+    undone: cst.Subscript | None = None
 
 
 @dataclass(frozen=True)
@@ -118,7 +121,7 @@ class RopeIndex:
     def is_rope_file(self, text: str) -> bool:
         """The file implements RoPE (so sinusoidal absolute encodings are not judged)."""
         found = self.applications or self.rotations or self.inline_rotations or self.complex_form
-        return bool(found) or bool(_ROPE_WORDS.search(text))
+        return bool(found) or bool(ROPE_WORDS.search(text))
 
 
 # -- walking ------------------------------------------------------------------
@@ -268,9 +271,13 @@ def _returned_rotation(facts: FileFacts, index: RopeIndex, fn: FunctionFacts) ->
                 if not isinstance(value.func, cst.Attribute):
                     break
                 value = facts.resolve(value.func.value, fn)
-            found = rotation(facts, value, fn)
-            if found is not None:
-                return found
+            # ``x = x.reshape(..., -1, 2); ...; x = torch.stack((-x2, x1), -1); return x.flatten(-2)``:
+            # a name rebound several times returns the rotation when one of its values is one.
+            candidates = fn.assignments.get(value.value, []) if isinstance(value, cst.Name) else [value]
+            for candidate in candidates:
+                found = rotation(facts, candidate, fn)
+                if found is not None:
+                    return found
     return None
 
 
@@ -367,7 +374,22 @@ def _widening(facts: FileFacts, call: cst.Call, fn: FunctionFacts | None) -> Wid
         return None
     if receiver is None or integer(count) != 2:
         return None
-    return Widening(call, PAIR) if _FREQ_LIKE.search(code(facts, receiver)) else None
+    if not _FREQ_LIKE.search(code(facts, receiver)):
+        return None
+    return Widening(call, PAIR, receiver if first_half(facts, receiver, fn) else None)
+
+
+def first_half(facts: FileFacts, node: cst.BaseExpression, fn: FunctionFacts | None) -> bool:
+    """``x[..., : x.shape[-1] // 2]``: the first half of the last axis."""
+    if not isinstance(node, cst.Subscript) or not node.slice:
+        return False
+    last = node.slice[-1].slice
+    return (
+        isinstance(last, cst.Slice)
+        and last.upper is not None
+        and (last.lower is None or integer(last.lower) == 0)
+        and is_half_of(facts, last.upper, fn)
+    )
 
 
 def is_base(facts: FileFacts, node: cst.BaseExpression) -> bool:

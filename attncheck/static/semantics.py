@@ -14,6 +14,7 @@ built and stays quiet when any of them is legitimate.
 from __future__ import annotations
 
 import re
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from weakref import WeakKeyDictionary
@@ -368,6 +369,7 @@ class Semantics:
         walk.visit(module, _IndexBuilder(facts, self.index))
         self._reaches: dict[int, bool] = {}
         self._pipelines: dict[int, Pipeline | None] = {}
+        self._orders: dict[int, dict[int, int]] = {}
 
     def code(self, node: cst.CSTNode) -> str:
         text = self.module.code_for_node(node).strip()
@@ -571,8 +573,8 @@ class Semantics:
                 return _count_axes(pattern.split("->")[1])
         if func == "torch.einsum" and args:
             spec = string_value(args[0])
-            if spec and "->" in spec:
-                return len(spec.split("->")[1].replace("...", "").strip())
+            if spec and "->" in spec and "..." not in spec.split("->")[1]:  # ``...`` hides the rank
+                return len(spec.split("->")[1].replace(" ", ""))
         if func == "torch.bmm" or func == "torch.baddbmm":
             return 3
         if method in {"unsqueeze"} and isinstance(call.func, cst.Attribute):
@@ -702,7 +704,7 @@ class Semantics:
             return
         if isinstance(expr, cst.Name):
             for value, vfn in self.values(expr, fn):
-                if vfn is not None:
+                if vfn is not None and not self._after_and_from(value, vfn, out.softmax.call, fn):
                     self._walk_scores(value, vfn, out, seen)
         elif isinstance(expr, cst.Subscript):
             self._walk_scores(expr.value, fn, out, seen)
@@ -711,11 +713,68 @@ class Semantics:
         elif isinstance(expr, cst.Call):
             self._walk_call(expr, fn, out, seen)
 
+    def _after_and_from(
+        self, value: cst.BaseExpression, vfn: FunctionFacts, softmax: cst.Call, fn: FunctionFacts
+    ) -> bool:
+        """``value`` is written after ``softmax`` and computed from its result."""
+        if vfn is not fn:
+            return False
+        order = self._source_order(fn)
+        after = order.get(id(value), -1) > order.get(id(softmax), len(order))
+        return after and self._consumes(value, vfn, softmax)
+
+    def _source_order(self, fn: FunctionFacts) -> dict[int, int]:
+        """The position of every node of ``fn`` in source order (pre-order), built once."""
+        found = self._orders.get(id(fn))
+        if found is None:
+            found, stack = {}, [fn.node]
+            while stack:
+                node = stack.pop()
+                found[id(node)] = len(found)
+                stack.extend(reversed(node.children))
+            self._orders[id(fn)] = found
+        return found
+
+    def _consumes(self, expr: cst.BaseExpression, fn: FunctionFacts | None, target: cst.Call) -> bool:
+        """Whether ``expr`` is computed from ``target``'s result. A name rebound after the
+        softmax (``attn = attn.softmax(-1); attn = attn[:, 0] - lam * attn[:, 1]``) holds that
+        later value too, in this flow-insensitive view; it is not what the softmax reads.
+        Breadth first, so the nearest values are looked at before long lineages."""
+        queue, seen = deque([(expr, fn)]), {id(expr)}
+        while queue and len(seen) < 400:
+            current, where = queue.popleft()
+            nodes = list(_walk_expression(current))
+            local = {  # ``for lin, x in ...`` binds names of its own, not the function's
+                n.value for c in nodes if isinstance(c, cst.CompFor)
+                for n in _walk_expression(c.target) if isinstance(n, cst.Name)
+            }
+            for node in nodes:
+                if node is target:
+                    return True
+                if isinstance(node, cst.Name) and node.value not in local:
+                    for value, vfn in self.values(node, where):
+                        if id(value) not in seen:
+                            seen.add(id(value))
+                            queue.append((value, vfn))
+        return False
+        for node in _walk_expression(expr):
+            if node is target:
+                return True
+            if isinstance(node, cst.Name) and id(node) not in seen:
+                seen.add(id(node))
+                if any(self._consumes(value, vfn, target, seen) for value, vfn in self.values(node, fn)):
+                    return True
+        return False
+
     def _walk_binary(
         self, expr: cst.BinaryOperation, fn: FunctionFacts, out: Pipeline, seen: set[int]
     ) -> None:
         left = self.reaches_product(expr.left, fn)
         right = self.reaches_product(expr.right, fn)
+        if left and right and isinstance(expr.operator, (cst.Multiply, cst.Divide)):
+            # ``q @ k * q.size(-1) ** -0.5``: a Python scalar is a factor, never the scores, even
+            # when its tensor's name is rebound to an attention output later in the function.
+            left, right = not self.is_scalar(expr.left, fn), not self.is_scalar(expr.right, fn)
         if left == right:
             if left:
                 self._walk_scores(expr.left, fn, out, seen)
@@ -1258,6 +1317,27 @@ def of(context: object) -> Semantics:
 # -- helpers --------------------------------------------------------------------
 
 
+def einsum_key_axis(spec: str) -> tuple[int | None, int | None] | None:
+    """Where the key axis is in the output of a q·kᵀ einsum, as (index from the front,
+    index from the back): the one output letter that only the second operand (k) has.
+    ``'v b ... d, l b ... d -> v l b ...'`` gives (1, None). None when it is not clear."""
+    inputs, arrow, output = spec.replace(" ", "").partition("->")
+    operands = inputs.split(",")
+    if not arrow or len(operands) != 2:
+        return None
+    first, second = (set(o.replace("...", "")) for o in operands)
+    tokens = re.findall(r"\.\.\.|[A-Za-z]", output)
+    keys = [i for i, t in enumerate(tokens) if t in second and t not in first]
+    if len(keys) != 1:
+        return None
+    (position,) = keys
+    ellipsis = tokens.index("...") if "..." in tokens else None
+    front = position if ellipsis is None or position < ellipsis else None
+    back = position - len(tokens) if ellipsis is None or position > ellipsis else None
+    return front, back
+
+
+
 def _count_axes(side: str) -> int:
     return len(re.findall(r"\([^)]*\)|[A-Za-z_][A-Za-z0-9_]*|\.\.\.", side))
 
@@ -1268,7 +1348,10 @@ def _is_big_literal(node: cst.CSTNode) -> bool:
 
 
 def _walk_expression(expr: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    """``expr`` and its sub-expressions, without entering lambdas or nested scopes."""
+    """``expr`` and the sub-expressions its value is made of, without entering lambdas or
+    nested scopes. The condition of ``a if cond else b`` and the module or function called
+    (``self.pos_embed`` in ``self.pos_embed(q)``, whose constructor arguments are not its
+    output) are not part of the value."""
     stack = [expr]
     while stack:
         node = stack.pop()
@@ -1279,17 +1362,28 @@ def _walk_expression(expr: cst.CSTNode) -> Iterator[cst.CSTNode]:
             if self_attribute(node) is None:
                 stack.append(node.value)
             continue
+        if isinstance(node, cst.IfExp):
+            stack.extend((node.body, node.orelse))
+            continue
+        if isinstance(node, cst.Call) and (isinstance(node.func, cst.Name) or self_attribute(node.func)):
+            stack.extend(node.args)
+            continue
         stack.extend(child for child in walk.children(node) if isinstance(child, cst.CSTNode))
 
 
 def _is_tf_style_mask_term(other: cst.BaseExpression, sem: Semantics) -> bool:
     """``- 1e4 * (1 - mask)``: the additive half of the old TF multiplicative idiom."""
     code = sem.module.code_for_node(other)
+    nodes = list(_walk_expression(other))
+    complement = any(  # ``(1 - b)``: GPT-1's ``w * b + -1e4 * (1 - b)`` names its mask ``b``
+        isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Subtract) and number(n.left) == 1
+        for n in nodes
+    )
     return (
-        bool(_MASK_NAME.search(code))
+        (bool(_MASK_NAME.search(code)) or complement)
         and any(
             _is_big_literal(n) or is_infinite(n, sem.facts)  # type: ignore[arg-type]
-            for n in _walk_expression(other)
+            for n in nodes
         )
         and "(" in code
     )

@@ -9,11 +9,18 @@ inverse frequencies ``1 / base ** (arange(0, d, 2) / d)``.
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
+from attncheck.findings import Severity
 from attncheck.static import rope_patterns as rp
 from attncheck.static import walk
 from attncheck.static.rule import Invalid, Rule
+
+# NanoChat's rotate_half: "Rotates half the hidden dims of the input with flipped signs".
+_DOCUMENTED_FLIP = re.compile(r"flip|sign|negat|clockwise|opposite", re.I)
+_COUNTS_FREQUENCIES = re.compile(r"half|pair|freq", re.I)
 
 _HF = """
 import torch
@@ -105,11 +112,35 @@ class RopeRotation(Rule):
             div = base ** (torch.arange(0, dim, 2).float() / dim)
             return t[:, None] / div[None, :]
         """,
+        # PoPE (x-transformers' PolarEmbedding, next to its RoPE): one frequency per dim.
+        """
+        import torch
+        import torch.nn as nn
+
+        class PolarEmbedding(nn.Module):
+            def __init__(self, dim, base=10000):
+                super().__init__()
+                self.register_buffer("inv_freq", 1. / (base ** (torch.arange(0, dim).float() / dim)))
+
+        def apply_rotary_pos_emb(t, freqs):
+            return t * freqs.cos() + rotate_half(t) * freqs.sin()
+        """,
+        # the arange counts frequency pairs, not dims (ESMFold2's atom RoPE).
+        """
+        import torch
+
+        def rotary_inv_freq(base, num_pairs):
+            return 1.0 / (base ** (torch.arange(0, num_pairs).float() / num_pairs))
+        """,
         # sinusoidal absolute encodings are not RoPE and are not judged here.
         "div = 10000 ** (torch.arange(0, 64, 2) / 64)\n",
     )
     INVALID = (
-        Invalid(_FLIPPED, line=7, message="cat((x2, -x1))"),
+        Invalid(_FLIPPED, line=7, message="cat((x2, -x1))", severity=Severity.ERROR),
+        Invalid(_FLIPPED.replace('    x1 = x[..., : x.shape[-1] // 2]',
+                                 '    """Rotates half the hidden dims with flipped signs (NanoChat)."""\n'
+                                 '    x1 = x[..., : x.shape[-1] // 2]'),
+                line=8, message="documented as intended", severity=Severity.WARNING),
         Invalid(_HF.replace("q * cos + rotate_half(q) * sin", "q * cos - rotate_half(q) * sin"),
                 line=9, message="rotates by -θ"),
         Invalid(_HF.replace("torch.cat((freqs, freqs), dim=-1)", "freqs.repeat_interleave(2, dim=-1)"),
@@ -157,7 +188,7 @@ class RopeRotation(Rule):
             if rotation is not None and rotation.sign < 0:
                 if id(rotation.node) not in reported:
                     reported.add(id(rotation.node))
-                    self._report_flipped(rotation)
+                    self._report_flipped(index, rotation)
                 continue
             self.report(
                 application.node,
@@ -167,14 +198,19 @@ class RopeRotation(Rule):
             )
         for rotation in index.rotations.values():
             if rotation.sign < 0 and id(rotation.node) not in applied | reported:
-                self._report_flipped(rotation)
+                self._report_flipped(index, rotation)
 
-    def _report_flipped(self, rotation: rp.Rotation) -> None:
+    def _report_flipped(self, index: rp.RopeIndex, rotation: rp.Rotation) -> None:
         shown = "cat((x2, -x1))" if rotation.layout == rp.HALF else "stack((x2, -x1), -1)"
+        fn = index.scope_of.get(id(rotation.node))
+        documented = fn is not None and bool(_DOCUMENTED_FLIP.search(fn.node.get_docstring() or ""))
         self.report(
             rotation.node,
             f"the rotation returns {shown}, the negation of the standard (-x2, x1): "
-            "with x * cos + rot(x) * sin it rotates by -θ",
+            "with x * cos + rot(x) * sin it rotates by -θ"
+            + (" (documented as intended: consistent on q and k it keeps relative positions, "
+               "but it only matches checkpoints trained with the same convention)" if documented else ""),
+            severity=Severity.WARNING if documented else None,
             hint="return torch.cat((-x2, x1), dim=-1)" if rotation.layout == rp.HALF
             else "return torch.stack((-x2, x1), dim=-1).flatten(-2)",
         )
@@ -184,6 +220,8 @@ class RopeRotation(Rule):
         if len(layouts) != 1:
             return
         (layout,) = layouts
+        if any(w.undone is not None and w.layout == layout for w in index.widenings):
+            return  # the other layout's cache is re-widened to this one before the rotation
         for widening in index.widenings:
             if widening.layout == layout:
                 continue
@@ -219,7 +257,7 @@ class RopeRotation(Rule):
                 hint="base ** (torch.arange(0, d, 2).float() / d)",
             )
             return
-        if _step_missing(facts, power, fn):
+        if _step_missing(facts, power, fn) and _rotary_scope(index, power):
             self.report(
                 power.node,
                 "arange(0, d) without step 2 gives d frequencies instead of d/2, with exponents i/d "
@@ -252,13 +290,30 @@ def _reciprocal(index: rp.RopeIndex, power: rp.FrequencyPower) -> bool:
     return False
 
 
+def _rotary_scope(index: rp.RopeIndex, power: rp.FrequencyPower) -> bool:
+    """The top-level class or function computing the frequencies is a rotary embedding: it
+    says so (rotary, rope, rotate) or widens them to pairs. One frequency per dim is right
+    elsewhere: PoPE (x-transformers' PolarEmbedding) gives each dim its own angle."""
+    scope, node = None, power.node
+    while (node := index.parent(node)) is not None:
+        if isinstance(node, (cst.ClassDef, cst.FunctionDef)):
+            scope = node
+    if scope is None:
+        return True
+    if rp.ROPE_WORDS.search(scope.name.value) or rp.ROPE_WORDS.search(scope.get_docstring() or ""):
+        return True
+    inside = {id(n) for n in _subtree(scope)}
+    return any(id(w.node) in inside for w in index.widenings)
+
+
 def _step_missing(facts, power: rp.FrequencyPower, fn) -> bool:
     arange = power.arange
     positional = [a for a in arange.args if a.keyword is None]
     if len(positional) >= 3 or any(a.keyword and a.keyword.value == "step" for a in arange.args):
         return False
     end = positional[-1].value if positional else None
-    if end is None or rp.is_half_of(facts, end, fn) or "half" in (rp.last_name(end) or "").lower():
+    # ``arange(0, num_pairs) / num_pairs`` counts the frequencies, not the dims (ESMFold2).
+    if end is None or rp.is_half_of(facts, end, fn) or _COUNTS_FREQUENCIES.search(rp.last_name(end) or ""):
         return False
     # ``arange(d // 2) * 2 / d`` spells the step as a factor.
     return not any(

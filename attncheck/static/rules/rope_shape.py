@@ -23,6 +23,7 @@ _MODEL_WIDTHS = {
 _HEAD_WORDS = re.compile(r"num_heads|n_heads?\b|num_attention_heads|head_dim|\bd_k\b|d_head|head_size")
 _TRIG = re.compile(r"cos|sin")
 _HALF_WIDTH_SOURCES = {"torch.outer", "torch.ger", "torch.einsum"}
+_COMBINING = {"torch.cat", "torch.concat", "torch.concatenate", "torch.stack"}
 
 _SEED = """
 import torch
@@ -86,6 +87,35 @@ class RopeShape(Rule):
                 super().__init__()
                 self.register_buffer("inv_freq", 1.0 / (base ** (torch.arange(0, dim, 2).float() / dim)))
         """,
+        # Qwen2-VL's multimodal RoPE: the d/2-wide cos/sin go through a helper that
+        # rebinds them (and widens them, in a method the linter may not see).
+        """
+        import torch
+        import torch.nn as nn
+        from transformers.models.llama.modeling_llama import rotate_half
+
+        class VisionRotaryEmbedding(nn.Module):
+            def forward(self, x, position_ids):
+                freqs = position_ids[..., None].float() * self.inv_freq
+                cos = freqs.cos() * self.attention_scaling
+                cos = self.recomposition_frequencies(cos)
+                return cos
+
+        def apply_rotary_pos_emb(q, cos, sin):
+            return q * cos + rotate_half(q) * sin
+        """,
+        # a sinusoidal table next to the RoPE (Kimi-K2.5's time axis): cat([sin, cos]) is d wide.
+        """
+        import torch
+        from transformers.models.llama.modeling_llama import rotate_half
+
+        def time_table(n, dim):
+            freqs = torch.outer(torch.arange(n).float(), 1.0 / (10000 ** (torch.arange(0, dim, 2) / dim)))
+            return torch.cat([freqs.sin(), freqs.cos()], dim=1)
+
+        def apply_rotary_pos_emb(q, cos, sin):
+            return q * cos + rotate_half(q) * sin
+        """,
     )
     INVALID = (
         Invalid(_SEED.replace("self.cos_cached[:, :, :seq_len, :]",
@@ -115,16 +145,11 @@ class RopeShape(Rule):
     def _check_slices(self, index: rp.RopeIndex) -> None:
         """A full-width cache sliced back to d/2 before ``q * cos + rot(q) * sin``."""
         facts = self.context.facts
+        undone = {id(w.undone) for w in index.widenings if w.undone is not None}
         for fn, node in index.nodes:
             if not isinstance(node, cst.Subscript) or not _TRIG.search(rp.code(facts, node.value)):
                 continue
-            last = node.slice[-1].slice
-            if (
-                isinstance(last, cst.Slice)
-                and last.upper is not None
-                and (last.lower is None or rp.integer(last.lower) == 0)
-                and rp.is_half_of(facts, last.upper, fn)
-            ):
+            if id(node) not in undone and rp.first_half(facts, node, fn):
                 self.report(
                     node,
                     f"{rp.code(facts, node)} slices the cos/sin cache to half the head width, "
@@ -138,7 +163,9 @@ class RopeShape(Rule):
         facts = self.context.facts
         for fn, node in index.nodes:
             argument = _trig_argument(facts, node)
-            if argument is not None and _half_width(facts, facts.resolve(argument, fn)):
+            if argument is None or _combined_or_transformed(index, facts, node, fn):
+                continue
+            if _half_width(facts, facts.resolve(argument, fn)):
                 self.report(
                     node,
                     f"{rp.code(facts, node)} has d/2 columns (one per frequency) but multiplies "
@@ -176,6 +203,29 @@ def _trig_argument(facts, node: cst.CSTNode) -> cst.BaseExpression | None:
     if facts.canonical(node.func) in ("torch.cos", "torch.sin") and len(node.args) == 1:
         return node.args[0].value
     return None
+
+
+def _combined_or_transformed(index: rp.RopeIndex, facts, trig: cst.CSTNode, fn) -> bool:
+    """The d/2-wide cos/sin does not reach q/k as it is: it is concatenated with something
+    (``cat([freqs.sin(), freqs.cos()])``, a sinusoidal table of width d), or the name it is
+    bound to is passed through a helper that rebinds it (``cos = self.recompose(cos)``,
+    Qwen2-VL's multimodal RoPE), which may widen it."""
+    node = trig
+    while (parent := index.parent(node)) is not None and not isinstance(
+        parent, (cst.Assign, cst.BaseSmallStatement, cst.BaseCompoundStatement)
+    ):
+        if isinstance(parent, cst.Call) and facts.canonical(parent.func) in _COMBINING:
+            return True
+        node = parent
+    if not isinstance(parent, cst.Assign) or fn is None:
+        return False
+    targets = {t.target.value for t in parent.targets if isinstance(t.target, cst.Name)}
+    for name in targets:
+        for value in fn.assignments.get(name, []):
+            if isinstance(value, cst.Call) and not (facts.canonical(value.func) or "").startswith("torch.") \
+                    and any(isinstance(a.value, cst.Name) and a.value.value == name for a in value.args):
+                return True
+    return False
 
 
 def _half_width(facts, source: cst.BaseExpression) -> bool:

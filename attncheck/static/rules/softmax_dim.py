@@ -37,6 +37,14 @@ class SoftmaxDim(Rule):
         _heads("return nn.Softmax(dim=-1)(scores)"),
         "import torch\ndef f(q, k):\n    return torch.softmax(torch.bmm(q, k.transpose(1, 2)) / 8, dim=2)",
         "import torch\ndef f(logits):\n    return torch.softmax(logits, dim=1)",
+        # dual-softmax matching (LoFTR): both axes of a similarity matrix, on purpose.
+        "import torch.nn.functional as F\ndef match(f0, f1, temperature):\n"
+        "    sim = f0 @ f1.transpose(-1, -2) / temperature\n"
+        "    return F.softmax(sim, 1) * F.softmax(sim, 2)",
+        # the key axis l is second in the einsum's output (x-transformers' multi-view readout).
+        "from torch import einsum\ndef f(query, keys, scale):\n"
+        "    logits = einsum('v b ... d, l b ... d -> v l b ...', query, keys) * scale\n"
+        "    return logits.softmax(dim = 1)",
     )
     INVALID = (
         Invalid(_heads("return torch.softmax(scores, dim=(2, 3))"), line=8, message="tuple"),
@@ -78,9 +86,11 @@ class SoftmaxDim(Rule):
         pipeline = sem.pipeline(softmax, fn)
         if pipeline is None or not pipeline.products or _transposed_scores(pipeline):
             return
+        if _dual_softmax(sem, softmax, fn):
+            return
         if not softmax.has_dim:
             self._missing_dim(softmax, pipeline)
-        elif dim is not None and number(dim) is not None:
+        elif dim is not None and number(dim) is not None and not _einsum_key_axis(pipeline, int(number(dim) or 0)):
             self._wrong_dim(softmax, pipeline, int(number(dim) or 0))
 
     def _missing_dim(self, softmax: Softmax, pipeline: Pipeline) -> None:
@@ -157,6 +167,40 @@ class SoftmaxDim(Rule):
             return edits.complete(edits.replace(self, softmax.dim, "-1"))
         last_positional = all(a.keyword is not None for a in holder.args[index + 1 :])
         return edits.complete(edits.replace(self, arg, "dim=-1" if last_positional else "-1"))
+
+
+def _dual_softmax(sem: semantics.Semantics, softmax: Softmax, fn) -> bool:
+    """The same scores normalised over another dim and the two multiplied: the dual-softmax
+    of feature matching (LoFTR: ``softmax(sim, 1) * softmax(sim, 2)``), where both are meant."""
+    if fn is None or softmax.dim is None:
+        return False
+    stack: list[cst.CSTNode] = [fn.node.body]
+    while stack:
+        node = stack.pop()
+        stack.extend(node.children)
+        if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply)):
+            continue
+        sides = [node.left, node.right]
+        if softmax.call not in sides:
+            continue
+        other = sides[1] if sides[0] is softmax.call else sides[0]
+        found = sem.softmax(other, fn) if isinstance(other, cst.Call) else None
+        return (
+            found is not None and found.dim is not None
+            and sem.code(found.input) == sem.code(softmax.input) and sem.code(found.dim) != sem.code(softmax.dim)
+        )
+    return False
+
+
+def _einsum_key_axis(pipeline: Pipeline, dim: int) -> bool:
+    """Every product is an einsum whose output puts the key axis at ``dim`` (x-transformers'
+    ``einsum('v b ... d, l b ... d -> v l b ...')`` normalised over dim=1)."""
+    axes = []
+    for product in pipeline.products:
+        spec = semantics.string_value(product.args[0].value) if isinstance(product, cst.Call) and product.args \
+            else None
+        axes.append(semantics.einsum_key_axis(spec) if spec else None)
+    return bool(axes) and all(axis is not None and dim in axis for axis in axes)
 
 
 def _transposed_scores(pipeline: Pipeline) -> bool:

@@ -13,6 +13,7 @@ from attncheck.static.rule import Invalid, Rule
 
 _HINT = "apply it to the attention weights and keep the result: attn = self.dropout(attn)"
 _DROPOUT_NAME = re.compile(r"drop", re.I)
+_DROPOUT_KEYWORDS = {"dropout", "dropout_p", "dropout_rate", "attention_dropout"}
 _DROPOUT_CALLS = {
     "torch.nn.functional.dropout",
     "torch.dropout",
@@ -49,6 +50,13 @@ class UnusedDropout(Rule):
             "_ = F.scaled_dot_product_attention(q, k, v, dropout_p=self.drop.p if self.training else 0.0)",
         ),
         _cls("self.p = dropout", "_ = F.scaled_dot_product_attention(q, k, v, dropout_p=self.p)"),
+        # transformers: the rate goes to the attention function; no literal zero rate is a bug.
+        _cls("self.rate = dropout", "_ = attention_interface(q, k, v, dropout=0.0 if not self.training "
+             "else self.rate)"),
+        _cls("self.attention_dropout = 0.0", "pass"),
+        # not attention (diffusers' AutoGuidance hands its rate to a layer-skip config).
+        "class AutoGuidance:\n    def __init__(self, dropout):\n        self.dropout = dropout\n"
+        "    def forward(self, pred):\n        return pred",
     )
     INVALID = (
         Invalid(_cls("self.attn_drop = nn.Dropout(dropout)", "pass"), line=7, message="never applied"),
@@ -61,6 +69,10 @@ class UnusedDropout(Rule):
             message="discarded",
         ),
         Invalid(_cls("self.attn_dropout = dropout", "pass"), line=7, message="self.attn_dropout"),
+        # the nn.Dropout module is dead next to HF's ``dropout=`` argument: a warning.
+        Invalid(_cls("self.dropout = nn.Dropout(dropout)\n        self.attention_dropout = dropout",
+                     "_ = attention_interface(q, k, v, dropout=self.attention_dropout)"),
+                line=7, message="another dropout is", severity=Severity.WARNING),
     )
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
@@ -68,6 +80,8 @@ class UnusedDropout(Rule):
         if klass is None or "forward" not in klass.methods:
             return
         sem = semantics.of(self.context)
+        if not _computes_attention(sem, klass):
+            return  # a model head or a guider (VisualBERT, diffusers' AutoGuidance): not attention
         for attr, values in klass.attributes.items():
             if sem.is_dropout(klass, attr):
                 self._check_module(sem, klass, attr, values[0])
@@ -117,9 +131,16 @@ class UnusedDropout(Rule):
     def _check_rate(self, sem: semantics.Semantics, klass: ClassFacts, attr: str, value: cst.CSTNode) -> None:
         if sem.references_outside_init(klass, attr) or _applies_dropout(sem, klass):
             return
+        if semantics.number(value) == 0:
+            return  # ``self.attention_dropout = 0.0``: nothing to apply
+        # ``dropout=0.0`` given on purpose (DiffLlama), or the rate used as the output dropout
+        # (Qwen2.5-Omni's DiT: ``nn.Dropout(config.dropout)`` in ``to_out``).
+        decided = _dropout_keywords(sem, klass) or _rate_reused(sem, klass, attr, value)
         self.report(
             value,
-            f"self.{attr} = {sem.code(value)} is a dropout rate that no F.dropout or dropout_p= ever uses",
+            f"self.{attr} = {sem.code(value)} is a dropout rate that no F.dropout or dropout_p= ever uses"
+            + ("; the attention is called with an explicit dropout instead" if decided else ""),
+            severity=Severity.WARNING if decided else None,
             hint="attn = F.dropout(attn, p=self.dropout, training=self.training)",
         )
 
@@ -137,14 +158,57 @@ def _rate_passed_on(sem: semantics.Semantics, klass: ClassFacts, attr: str, valu
     )
 
 
+def _rate_reused(sem: semantics.Semantics, klass: ClassFacts, attr: str, value: cst.CSTNode) -> bool:
+    """Whether the rate stored in ``self.attr`` is also given to a module built in ``__init__``."""
+    rate = sem.code(value)
+    for other, values in klass.attributes.items():
+        stack: list[cst.CSTNode] = [v for v in values if other != attr]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, cst.Call) and any(sem.code(a.value) == rate for a in node.args):
+                return True
+            stack.extend(node.children)
+    return False
+
+
+def _computes_attention(sem: semantics.Semantics, klass: ClassFacts) -> bool:
+    """A method outside ``__init__`` takes a softmax or a q·kᵀ product, or calls an attention
+    function or submodule."""
+    for fn in klass.methods.values():
+        if fn.name == "__init__":
+            continue
+        for call in fn.calls:
+            func = sem.facts.canonical(call.func) or ""
+            if sem.softmax(call, fn) is not None or sem.product_operands(call) is not None:
+                return True
+            if func in semantics.SDPA or re.search(r"attention|attn", func.rsplit(".", 1)[-1], re.I):
+                return True  # an attention function or submodule (``self.attention(q, k, v)``)
+    return False
+
+
 def _is_rate(value: cst.BaseExpression) -> bool:
     return isinstance(value, (cst.Name, cst.Float)) or (
         isinstance(value, cst.Attribute) and "drop" in value.attr.value
     )
 
 
+def _dropout_keywords(sem: semantics.Semantics, klass: ClassFacts) -> list[cst.BaseExpression]:
+    """The values of ``dropout=``/``dropout_p=`` passed to any call outside ``__init__``
+    (HF's ``attention_interface(..., dropout=0.0 if not self.training else self.attention_dropout)``)."""
+    return [
+        arg.value
+        for fn in klass.methods.values() if fn.name != "__init__"
+        for call in fn.calls
+        for arg in call.args
+        if arg.keyword is not None and arg.keyword.value in _DROPOUT_KEYWORDS
+    ]
+
+
 def _applies_dropout(sem: semantics.Semantics, klass: ClassFacts) -> bool:
-    """Whether any method applies dropout some other way (a module, F.dropout, dropout_p=)."""
+    """Whether any method applies dropout some other way (a module, F.dropout, dropout_p=,
+    a non-zero ``dropout=`` handed to an attention function)."""
+    if any(semantics.number(value) != 0 for value in _dropout_keywords(sem, klass)):
+        return True
     for fn in klass.methods.values():
         if fn.name == "__init__":
             continue

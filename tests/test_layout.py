@@ -22,6 +22,8 @@ TRICKY = {
     "semicolons and a trailing comment": "x = 1; y = 2  # two\nz = (\n    3\n)\n# end\n",
     "no trailing newline": "import math\ndef g():\n    return math.pi",
     "windows newlines": "import torch\r\n\r\nclass B:\r\n    pass\r\n",
+    "tabs, one-line class, nested class": "class T:\n\tdef f(self):\n\t\treturn 1\nclass U: pass\n"
+    "class V:\n    class W:\n        y = 2\n    z = 3; w = 4\n",
     "python 3.12 syntax ast rejects": "type X = int\nclass C:\n    pass\n",
 }
 
@@ -37,13 +39,15 @@ def test_positions_and_statement_text_match_libcst(name: str, text: str):
     layout = Layout(module, text)
     positions = layout.positions()
     stack: list[cst.CSTNode] = list(module.body)
-    checked = 0
+    order = []
     while stack:
         node = stack.pop()
         stack.extend(walk.children(node))
+        order.append(node)
+    # Innermost first, so a class's members are generated one at a time before the class.
+    for node in reversed(order):
         assert positions[node] == expected[node], (name, type(node).__name__)
-        checked += 1
-    assert checked > 0
+    assert order
     for statement in module.body:
         assert layout.statement_text(statement) == module.code_for_node(statement)
 
@@ -61,7 +65,16 @@ def test_only_the_statements_asked_for_are_generated():
     module = cst.parse_module(text)
     positions = Layout(module, text).positions()
     assert positions[module.body[1]].start.line == 2
-    assert positions.done == {1}  # type: ignore[attr-defined]
+    assert positions.done == {(1, -1)}  # type: ignore[attr-defined]
+
+
+def test_a_method_is_generated_without_the_rest_of_its_class():
+    text = "class A:\n    x = 1\n\n    @staticmethod\n    def f():\n        return 2\n"
+    module = cst.parse_module(text)
+    positions = Layout(module, text).positions()
+    method = module.body[0].body.body[1]
+    assert positions[method.body.body[0]].start.line == 6
+    assert positions.done == {(0, 1)}  # type: ignore[attr-defined]
 
 
 def test_the_module_and_its_header_fall_back_to_the_whole_module():

@@ -19,6 +19,7 @@ from attncheck.findings import Edit, Finding, Severity, Span
 from attncheck.sources import Source
 from attncheck.static import walk
 from attncheck.static.facts import ClassFacts, FileFacts, FunctionFacts
+from attncheck.static.layout import Layout
 from attncheck.static.regions import Reduced, attention_regions
 from attncheck.static.result import FileResult
 from attncheck.static.rule import Rule, visitor_methods
@@ -50,6 +51,11 @@ class FileContext:
     @cached_property
     def facts(self) -> FileFacts:
         return FileFacts(self.module)
+
+    @cached_property
+    def layout(self) -> Layout:
+        """Where the module's top-level statements start in the text it was parsed from."""
+        return Layout(self.module, self.reduced.text if self.reduced is not None else self.source.text)
 
     @property
     def function(self) -> FunctionFacts | None:
@@ -112,12 +118,14 @@ class FileContext:
 class LazyMetadata(Mapping[type, Mapping[cst.CSTNode, object]]):
     """The metadata the rules declare, resolved on first use.
 
-    Positions take a full code generation of the module, and most files
-    produce no finding and never ask for one.
+    Positions take a code generation, and most files produce no finding and
+    never ask for one; those that do get them one top-level statement at a
+    time (``layout``).
     """
 
-    def __init__(self, module: cst.Module, providers: Iterable[type]) -> None:
+    def __init__(self, module: cst.Module, providers: Iterable[type], layout: Layout | None = None) -> None:
         self.module = module
+        self.layout = layout
         self.providers = frozenset(providers)
         self._wrapper: MetadataWrapper | None = None
         self._resolved: dict[type, Mapping[cst.CSTNode, object]] = {}
@@ -125,6 +133,10 @@ class LazyMetadata(Mapping[type, Mapping[cst.CSTNode, object]]):
     def __getitem__(self, provider: type) -> Mapping[cst.CSTNode, object]:
         if provider not in self.providers:
             raise KeyError(provider)
+        if provider is PositionProvider and self.layout is not None:
+            if provider not in self._resolved:
+                self._resolved[provider] = self.layout.positions()
+            return self._resolved[provider]
         if self._wrapper is None:
             self._wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
         if provider is PositionProvider and provider not in self._resolved:
@@ -206,7 +218,7 @@ def lint(source: Source, rules: Sequence[type[Rule]]) -> FileResult:
         visitors: list[cst.BatchableCSTVisitor] = [_ScopeTracker(context)]
         visitors += [rule(context) for rule in wanted]
         providers = {p for rule in wanted for p in rule.get_inherited_dependencies()}
-        walk.visit_batched(module, visitors, LazyMetadata(module, providers))
+        walk.visit_batched(module, visitors, LazyMetadata(module, providers, context.layout))
     result.findings = _unsuppressed(context.findings, source)
     result.targets = find_targets(context)
     return result

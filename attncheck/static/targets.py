@@ -96,7 +96,7 @@ def _class_target(context: FileContext, sem: semantics.Semantics, klass: ClassFa
     forward = klass.methods["forward"]
     init_params = _parameters(context.module, init.node)[1:] if init is not None else ()
     forward_params = _parameters(context.module, forward.node)[1:]
-    text = context.module.code_for_node(klass.node)
+    text = context.layout.statement_text(klass.node)
     kinds = ["mha"] if sem.has_heads(forward) else []
     kinds += _input_kinds(forward_params) + _text_kinds(text)
     return Target(
@@ -115,7 +115,7 @@ def _class_target(context: FileContext, sem: semantics.Semantics, klass: ClassFa
 
 def _function_target(context: FileContext, sem: semantics.Semantics, fn: FunctionFacts) -> Target:
     params = _parameters(context.module, fn.node)
-    text = context.module.code_for_node(fn.node)
+    text = context.layout.statement_text(fn.node)
     rope_only = bool(_ROPE_NAME.search(fn.name)) and not _computes_attention(sem, fn)
     kinds = ["rope", "function"] if rope_only else _input_kinds(params) + _text_kinds(text) + ["function"]
     return Target(

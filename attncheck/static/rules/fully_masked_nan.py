@@ -7,14 +7,17 @@ import re
 
 import libcst as cst
 
+from attncheck.static import semantics
 from attncheck.static.engine import FileContext
 from attncheck.static.facts import FileFacts, FunctionFacts
-from attncheck.static.patterns import Tracer, constant_value, fill_site, method_name
+from attncheck.static.patterns import FillSite, Tracer, constant_value, fill_site, method_name
 from attncheck.static.rule import Invalid, Rule
 
 # Calls that show the function deals with all-masked rows.
 _GUARDS = frozenset({"nan_to_num", "nan_to_num_", "isnan", "isfinite", "isinf", "clamp_min", "clamp_min_"})
 # A causal mask always leaves the diagonal visible, so no row is fully masked.
+# A fill target named like this is an additive mask that scores will be added to.
+_ADDITIVE_MASK = re.compile(r"mask|bias", re.IGNORECASE)
 _CAUSAL = re.compile(r"(tril|triu|causal|future|subsequent|look_?ahead|\bbias\b)", re.IGNORECASE)
 
 
@@ -29,6 +32,12 @@ class FullyMaskedNan(Rule):
         "def f(self, att, T):\n    att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float('-inf'))\n"
         "    return F.softmax(att, dim=-1)",
         "def f(s, causal_mask):\n    return s.masked_fill(causal_mask, -math.inf).softmax(-1)",
+        # Generation logits processors: a vocabulary mask on sampling logits, never a softmax here.
+        "def f(self, input_ids, scores):\n    banned = scores.new_zeros(scores.shape, dtype=torch.bool)\n"
+        "    return scores.masked_fill(banned, -float('inf'))",
+        # timm ZLPR loss: log-sum-exp with an appended zero logit.
+        "def f(x, pos, zeros):\n    neg = torch.cat([x.masked_fill(pos, float('-inf')), zeros], -1)\n"
+        "    return torch.logsumexp(neg, -1)",
     )
     INVALID = (
         Invalid(
@@ -39,6 +48,8 @@ class FullyMaskedNan(Rule):
         Invalid("def f(s, pad):\n    return torch.softmax(s.masked_fill(pad, -float('inf')), -1)", line=2),
         Invalid("def f(s, m):\n    return F.softmax(torch.where(m, s, -torch.inf), dim=-1)", line=2),
         Invalid('def f(s, m):\n    s.masked_fill_(m, float("-inf"))\n    return s.softmax(-1)', line=2),
+        # Scores from a q·kᵀ product, softmaxed in another function.
+        Invalid("def f(q, k, pad):\n    return (q @ k.transpose(-2, -1)).masked_fill(pad, float('-inf'))", line=2),
     )
 
     def __init__(self, context: FileContext) -> None:
@@ -55,6 +66,8 @@ class FullyMaskedNan(Rule):
         number = constant_value(value, facts)
         if number is None or not (math.isinf(number) and number < 0):
             return
+        if not self._fills_scores(site, fn):
+            return
         mask = self.context.module.code_for_node(site.mask)
         if _CAUSAL.search(mask) or self._mask_is_causal(site.mask, fn) or _guarded(fn, facts):
             return
@@ -66,6 +79,19 @@ class FullyMaskedNan(Rule):
             "after the softmax (torch.nan_to_num / masked_fill of rows where the mask is all blocked)",
             evidence=[f"-inf fill under mask `{mask}`", "no nan_to_num/isnan/finfo guard in this function"],
         )
+
+    def _fills_scores(self, site: FillSite, fn: FunctionFacts | None) -> bool:
+        """Attention scores (built from a q·kᵀ product, or softmaxed right here) or an additive
+        attention mask being built (``attn_bias.masked_fill_(~attn_mask, -inf)``).
+
+        A vocabulary mask on sampling logits (generation processors, a loss's
+        log-sum-exp) is none of these, and always leaves a token (or a zero logit) in.
+        """
+        if site.target is None:
+            return False
+        if _ADDITIVE_MASK.search(self.context.module.code_for_node(site.target)):
+            return True
+        return semantics.of(self.context).reaches_product(site.target, fn) or self.tracer.feeds_softmax(site, fn)
 
     def _mask_is_causal(self, mask: cst.BaseExpression, fn: FunctionFacts | None) -> bool:
         origin, _ = self.tracer.origin(mask, fn, through=frozenset({"bool", "to", "unsqueeze", "view"}))

@@ -75,14 +75,13 @@ class Step:
 
 @dataclass(frozen=True)
 class Reordering:
-    """The transposes between a contiguous tensor (``base``) and the tensor a view reads.
+    """The transposes between a contiguous tensor and the tensor a view reads.
 
     ``steps`` run innermost first; ``first`` is the outermost transpose, shown
     in messages; ``rank`` is the tensor's rank when something states it.
     """
 
     steps: tuple[Step, ...]
-    base: cst.BaseExpression
     first: cst.BaseExpression
     rank: int | None
 
@@ -176,7 +175,7 @@ def reordering(node: cst.BaseExpression, tracer: Tracer, fn: FunctionFacts | Non
     if not steps or first is None:
         return None
     rank = permute_rank if permute_rank is not None else evident_rank(node, tracer, fn)
-    return Reordering(tuple(reversed(steps)), node, first, rank)
+    return Reordering(tuple(reversed(steps)), first, rank)
 
 
 def evident_rank(

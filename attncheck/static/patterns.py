@@ -200,6 +200,9 @@ TRANSPARENT_METHODS = frozenset(
 )
 
 
+_MASK_KEYWORD = re.compile(r"^(attn_mask|attention_mask|mask|attn_bias|attention_bias)$")
+
+
 class Tracer:
     """Follows an expression back through local names and ``self.`` attributes.
 
@@ -287,8 +290,10 @@ class Tracer:
             return any(self.reads(part, goal, fn, depth + 1) for part in parts)
         return False
 
-    def feeds_softmax(self, fill: FillSite, fn: FunctionFacts | None) -> bool:
-        """Whether a softmax in ``fn`` is taken of the values ``fill`` wrote (so they are scores)."""
+    def feeds_attention(self, fill: FillSite, fn: FunctionFacts | None) -> bool:
+        """Whether the values ``fill`` wrote are attention scores or an attention mask here: a
+        softmax in ``fn`` is taken of them, or a call gets them as its mask (``attn_mask=``,
+        ``attention_mask=``). Masked logits that go to ``topk``, a sigmoid or a loss are not."""
         if fn is None:
             return False
         goal: cst.CSTNode = fill.call
@@ -297,6 +302,9 @@ class Tracer:
         for call in fn.calls:
             taken = softmax_input(call, self.facts, fn)
             if taken is not None and self.reads(taken, goal, fn):
+                return True
+            masks = [a.value for a in call.args if a.keyword is not None and _MASK_KEYWORD.search(a.keyword.value)]
+            if any(self.reads(mask, goal, fn) for mask in masks):
                 return True
         return False
 

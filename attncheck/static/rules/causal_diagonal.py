@@ -232,7 +232,7 @@ class CausalDiagonal(Rule):
         return (
             site.target is not None
             and semantics.of(self.context).reaches_product(site.target, fn)
-            and not self.tracer.feeds_softmax(site, fn)
+            and not self.tracer.feeds_attention(site, fn)
         )
 
     def _has_kv_cache(self, fn: FunctionFacts | None) -> bool:

@@ -7,7 +7,6 @@ import re
 
 import libcst as cst
 
-from attncheck.static import semantics
 from attncheck.static.engine import FileContext
 from attncheck.static.facts import FileFacts, FunctionFacts
 from attncheck.static.patterns import FillSite, Tracer, constant_value, fill_site, method_name
@@ -35,6 +34,10 @@ class FullyMaskedNan(Rule):
         # Generation logits processors: a vocabulary mask on sampling logits, never a softmax here.
         "def f(self, input_ids, scores):\n    banned = scores.new_zeros(scores.shape, dtype=torch.bool)\n"
         "    return scores.masked_fill(banned, -float('inf'))",
+        # DeepSeek-V3.2's sparse-attention indexer: masked scores pick the top-k keys, no softmax.
+        "def f(self, q, k, attention_mask):\n    scores = torch.matmul(q, k.transpose(-1, -2))\n"
+        "    scores = scores.masked_fill(~attention_mask, float('-inf'))\n"
+        "    return scores.topk(self.index_topk, dim=-1).indices",
         # timm ZLPR loss: log-sum-exp with an appended zero logit.
         "def f(x, pos, zeros):\n    neg = torch.cat([x.masked_fill(pos, float('-inf')), zeros], -1)\n"
         "    return torch.logsumexp(neg, -1)",
@@ -48,8 +51,13 @@ class FullyMaskedNan(Rule):
         Invalid("def f(s, pad):\n    return torch.softmax(s.masked_fill(pad, -float('inf')), -1)", line=2),
         Invalid("def f(s, m):\n    return F.softmax(torch.where(m, s, -torch.inf), dim=-1)", line=2),
         Invalid('def f(s, m):\n    s.masked_fill_(m, float("-inf"))\n    return s.softmax(-1)', line=2),
-        # Scores from a q·kᵀ product, softmaxed in another function.
-        Invalid("def f(q, k, pad):\n    return (q @ k.transpose(-2, -1)).masked_fill(pad, float('-inf'))", line=2),
+        # NeMo-style relative position term handed to the attention function as its mask.
+        Invalid(
+            "def f(self, q, k, v, bd, attention_mask):\n"
+            "    bd = bd.masked_fill_(attention_mask.logical_not(), float('-inf'))\n"
+            "    return attention_interface(self, q, k, v, attention_mask=bd)",
+            line=2,
+        ),
     )
 
     def __init__(self, context: FileContext) -> None:
@@ -66,7 +74,7 @@ class FullyMaskedNan(Rule):
         number = constant_value(value, facts)
         if number is None or not (math.isinf(number) and number < 0):
             return
-        if not self._fills_scores(site, fn):
+        if not self._fills_attention(site, fn):
             return
         mask = self.context.module.code_for_node(site.mask)
         if _CAUSAL.search(mask) or self._mask_is_causal(site.mask, fn) or _guarded(fn, facts):
@@ -80,18 +88,20 @@ class FullyMaskedNan(Rule):
             evidence=[f"-inf fill under mask `{mask}`", "no nan_to_num/isnan/finfo guard in this function"],
         )
 
-    def _fills_scores(self, site: FillSite, fn: FunctionFacts | None) -> bool:
-        """Attention scores (built from a q·kᵀ product, or softmaxed right here) or an additive
-        attention mask being built (``attn_bias.masked_fill_(~attn_mask, -inf)``).
+    def _fills_attention(self, site: FillSite, fn: FunctionFacts | None) -> bool:
+        """The fill writes attention scores that a softmax takes here or that go to attention as
+        its mask, or it builds an additive attention mask (``attn_bias.masked_fill_(~m, -inf)``).
 
         A vocabulary mask on sampling logits (generation processors, a loss's
-        log-sum-exp) is none of these, and always leaves a token (or a zero logit) in.
+        log-sum-exp), a sparse-attention indexer's scores before ``topk`` and a
+        detection head's class logits are none of these: no softmax turns their
+        fully masked rows into NaN.
         """
         if site.target is None:
             return False
         if _ADDITIVE_MASK.search(self.context.module.code_for_node(site.target)):
             return True
-        return semantics.of(self.context).reaches_product(site.target, fn) or self.tracer.feeds_softmax(site, fn)
+        return self.tracer.feeds_attention(site, fn)
 
     def _mask_is_causal(self, mask: cst.BaseExpression, fn: FunctionFacts | None) -> bool:
         origin, _ = self.tracer.origin(mask, fn, through=frozenset({"bool", "to", "unsqueeze", "view"}))

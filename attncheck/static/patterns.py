@@ -200,6 +200,9 @@ TRANSPARENT_METHODS = frozenset(
 )
 
 
+_MASK_KEYWORD = re.compile(r"^(attn_mask|attention_mask|mask|attn_bias|attention_bias)$")
+
+
 class Tracer:
     """Follows an expression back through local names and ``self.`` attributes.
 
@@ -257,6 +260,53 @@ class Tracer:
                 return node, fn
             node, fn = stepped
         return node, fn
+
+    def reads(
+        self, expr: cst.BaseExpression, goal: cst.CSTNode, fn: FunctionFacts, depth: int = 0
+    ) -> bool:
+        """Whether ``goal`` (a call or a name written in place) is in the lineage of ``expr`` in ``fn``.
+
+        Walks names back to the value they held at that use, and into operands,
+        subscripts, method receivers and call arguments.
+        """
+        if expr is goal:
+            return True
+        if depth > 16:
+            return False
+        if isinstance(expr, cst.Name):
+            if isinstance(goal, cst.Name) and expr.value == goal.value and self.flow(fn).is_after(expr, goal):
+                return True
+            value = self.flow(fn).value_at(expr)
+            return value is not None and self.reads(value, goal, fn, depth + 1)
+        if isinstance(expr, cst.BinaryOperation):
+            return self.reads(expr.left, goal, fn, depth + 1) or self.reads(expr.right, goal, fn, depth + 1)
+        if isinstance(expr, (cst.Subscript, cst.UnaryOperation)):
+            inner = expr.value if isinstance(expr, cst.Subscript) else expr.expression
+            return self.reads(inner, goal, fn, depth + 1)
+        if isinstance(expr, cst.Call):
+            parts = [a.value for a in expr.args]
+            if isinstance(expr.func, cst.Attribute) and self_attribute(expr.func) is None:
+                parts.insert(0, expr.func.value)
+            return any(self.reads(part, goal, fn, depth + 1) for part in parts)
+        return False
+
+    def feeds_attention(self, fill: FillSite, fn: FunctionFacts | None) -> bool:
+        """Whether the values ``fill`` wrote are attention scores or an attention mask here: a
+        softmax in ``fn`` is taken of them, or a call gets them as its mask (``attn_mask=``,
+        ``attention_mask=``). Masked logits that go to ``topk``, a sigmoid or a loss are not."""
+        if fn is None:
+            return False
+        goal: cst.CSTNode = fill.call
+        if fill.in_place and isinstance(fill.target, cst.Name):
+            goal = fill.target
+        for call in fn.calls:
+            taken = softmax_input(call, self.facts, fn)
+            if taken is not None and self.reads(taken, goal, fn):
+                return True
+            masks = [a.value for a in call.args if a.keyword is not None and _MASK_KEYWORD.search(a.keyword.value)]
+            if any(self.reads(mask, goal, fn) for mask in masks):
+                return True
+        return False
 
     def is_dropout(self, node: cst.BaseExpression, fn: FunctionFacts | None) -> bool:
         """``F.dropout(x)``, ``self.dropout(x)`` where ``self.dropout = nn.Dropout(...)``."""

@@ -8,9 +8,11 @@ from dataclasses import dataclass
 import libcst as cst
 
 from attncheck.findings import Severity
+from attncheck.static import semantics
 from attncheck.static.engine import FileContext
 from attncheck.static.facts import FunctionFacts
 from attncheck.static.patterns import (
+    FillSite,
     Tracer,
     argument,
     fill_site,
@@ -55,6 +57,10 @@ class CausalDiagonal(Rule):
         "def f(q, k, v, T):\n    keep = torch.ones(T, T, dtype=torch.bool).tril()\n"
         "    return F.scaled_dot_product_attention(q, k, v, attn_mask=keep)",
         "def f(q, k, v):\n    return F.scaled_dot_product_attention(q, k, v, is_causal=True)",
+        # PP-DocLayout's reading-order pointer head: each element points to a later one, no softmax.
+        "def f(self, queries, keys, n):\n    logits = (queries @ keys.transpose(-2, -1)) / (self.head_size**0.5)\n"
+        "    mask = torch.tril(torch.ones(n, n, device=logits.device)).bool()\n"
+        "    return logits.masked_fill(mask.unsqueeze(0), -1e4)",
     )
     INVALID = (
         Invalid(
@@ -89,6 +95,12 @@ class CausalDiagonal(Rule):
             line=2,
             severity=Severity.WARNING,
         ),
+        Invalid(
+            "def f(q, k, T):\n    s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))\n"
+            "    m = torch.tril(torch.ones(T, T)).bool()\n    return F.softmax(s.masked_fill(m, -1e4), dim=-1)",
+            line=3,
+            message="inverted",
+        ),
     )
 
     def __init__(self, context: FileContext) -> None:
@@ -101,7 +113,8 @@ class CausalDiagonal(Rule):
         fn = self.context.function
         site = fill_site(node, facts)
         if site is not None and is_blocking_value(site.value, facts):
-            self._check(site.mask, blocked=site.mask_blocks, fn=fn)
+            if not self._scoring_head(site, fn):
+                self._check(site.mask, blocked=site.mask_blocks, fn=fn)
             return
         if facts.canonical(node.func) != _SDPA:
             return
@@ -212,6 +225,15 @@ class CausalDiagonal(Rule):
         if value is None or value != int(value):
             return None  # an offset diagonal: deliberate alignment
         return _Triangle(node, upper, int(value), source, flipped)
+
+    def _scoring_head(self, site: FillSite, fn: FunctionFacts | None) -> bool:
+        """A q·kᵀ product masked here and never softmaxed here: a pointer or matching head
+        (PP-DocLayout's reading order keeps ``j > i`` on purpose), not causal attention."""
+        return (
+            site.target is not None
+            and semantics.of(self.context).reaches_product(site.target, fn)
+            and not self.tracer.feeds_attention(site, fn)
+        )
 
     def _has_kv_cache(self, fn: FunctionFacts | None) -> bool:
         return fn is not None and bool(_KV_CACHE.search(self.context.module.code_for_node(fn.node)))

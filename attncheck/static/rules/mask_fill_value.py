@@ -14,12 +14,14 @@ from attncheck.static.patterns import (
     FLOAT16_MIN,
     FillSite,
     Tracer,
+    argument,
     constant_value,
     fill_site,
     looks_like_scores,
 )
 from attncheck.static.rule import Invalid, Rule
 
+_WIDE_FLOATS = frozenset({"torch.float32", "torch.float", "torch.float64", "torch.double"})
 # Negative values closer to zero than this remove nothing from a softmax.
 _NEGLIGIBLE = 1e-3
 
@@ -34,6 +36,9 @@ class MaskFillValue(Rule):
         "scores = torch.where(mask, scores, -10000.0)",
         "lengths = lengths.masked_fill(pad, 1)",
         "x = x.masked_fill(pad.unsqueeze(-1), 0.0)",
+        # EoMT: a float32 additive mask; adding it to half scores promotes to float32.
+        "attention_mask = attention_mask.float().masked_fill(~attention_mask, -1e9)",
+        "bias = mask.to(torch.float32).masked_fill(~mask, -1e9)",
     )
     INVALID = (
         Invalid("scores = scores.masked_fill(mask == 0, -1e9)", line=1, message="float16"),
@@ -42,6 +47,7 @@ class MaskFillValue(Rule):
         Invalid("def f(s, m):\n    neg = -1e10\n    return torch.where(m, s, neg)", line=3),
         Invalid("scores.masked_fill_(~mask, -1e20)", line=1),
         Invalid("w = torch.masked_fill(attn_logits, pad, 1e9)", line=1, message="positive"),
+        Invalid("scores = scores.half().masked_fill(mask == 0, -1e9)", line=1, message="float16"),
     )
 
     def __init__(self, context: FileContext) -> None:
@@ -59,7 +65,7 @@ class MaskFillValue(Rule):
         value = constant_value(value_node, facts)
         if value is None or math.isnan(value):
             return
-        problem = _problem(value, site, facts)
+        problem = _problem(value, site, facts, float32=self._explicit_float32(site))
         if problem is None:
             return
         shown = self.context.module.code_for_node(site.value)
@@ -70,6 +76,20 @@ class MaskFillValue(Rule):
             evidence=[f"fill value: {shown} = {value:g}"],
             fix=self._fix(site),
         )
+
+    def _explicit_float32(self, site: FillSite) -> bool:
+        """The filled tensor was just made float32/float64 (``mask.float().masked_fill(~mask, -1e9)``):
+        the value fits whatever the model's dtype; adding it to half scores promotes to float32."""
+        if site.target is None:
+            return False
+        target, _ = self.tracer.origin(site.target, self.context.function, through=frozenset())
+        if not isinstance(target, cst.Call) or not isinstance(target.func, cst.Attribute):
+            return False
+        method = target.func.attr.value
+        if method in ("float", "double"):
+            return not target.args
+        dtype = argument(target, 0, "dtype") if method == "to" else None
+        return dtype is not None and self.context.facts.canonical(dtype) in _WIDE_FLOATS
 
     def _with_named_value(self, node: cst.Call) -> FillSite | None:
         """``torch.where(m, s, neg)`` where ``neg`` is a local constant."""
@@ -98,11 +118,12 @@ class MaskFillValue(Rule):
         return edits.complete(edits.replace(self, site.value, f"{name}.finfo({target}.dtype).min"), *imports)
 
 
-def _problem(value: float, site: FillSite, facts: FileFacts) -> str | None:
-    """Why ``value`` is a wrong fill for masked attention scores, or None."""
+def _problem(value: float, site: FillSite, facts: FileFacts, float32: bool = False) -> str | None:
+    """Why ``value`` is a wrong fill for masked attention scores, or None (``float32``: the
+    filled tensor is explicitly float32 or wider, so no float16 overflow)."""
     if math.isinf(value) and value < 0:
         return None
-    if value < FLOAT16_MIN:
+    if value < FLOAT16_MIN and not float32:
         return (
             "overflows float16 (whose most negative value is -65504): in half precision masked_fill "
             "raises 'value cannot be converted to type c10::Half without overflow'"

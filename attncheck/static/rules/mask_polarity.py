@@ -12,6 +12,7 @@ from attncheck.static.facts import FunctionFacts
 from attncheck.static.patterns import (
     Polarity,
     Tracer,
+    argument,
     fill_site,
     is_blocking_value,
     is_mask_shaping,
@@ -39,6 +40,7 @@ _MEANINGS = (
 )
 _ONES = re.compile(r"\bTrue\b|(?<![\w.\[-])1(?![\w.\]])|非零|non-?zero", re.IGNORECASE)
 _ZEROS = re.compile(r"\bFalse\b|(?<![\w.\[-])0(?![\w.\]])|为零|\bzeros?\b", re.IGNORECASE)
+_CONCATS = frozenset({"torch.cat", "torch.concat", "torch.concatenate"})
 _CLAUSE = re.compile(r"[,;，；。\n]|\.\s|\s-\s")
 
 
@@ -76,6 +78,11 @@ class MaskPolarity(Rule):
         'def f(s, attention_mask):\n    """attention_mask: 1 for tokens that are not masked, '
         '0 for tokens that are masked."""\n'
         "    return torch.where(attention_mask.bool(), s, -1e4)",
+        # BROS: the mask is inverted inside the concatenation that pads it with a column.
+        'def f(logits, bbox_first_token_mask, b):\n    """bbox_first_token_mask: 1 for first tokens, '
+        '0 for tokens that are masked."""\n'
+        "    bbox_first_token_mask = torch.cat([~bbox_first_token_mask, torch.zeros([b, 1], dtype=torch.bool)], 1)\n"
+        "    return logits.masked_fill(bbox_first_token_mask[:, None, :], -1e4)",
     )
     INVALID = (
         Invalid(
@@ -97,6 +104,12 @@ class MaskPolarity(Rule):
             '            mask: 0 表示屏蔽\n        """\n        m = mask.unsqueeze(1)\n'
             "        return x.masked_fill(m.bool(), -1e4)",
             line=8,
+        ),
+        Invalid(
+            'def f(s, mask, b):\n    """mask: 1 for tokens to attend, 0 for padding."""\n'
+            "    mask = torch.cat([mask, torch.zeros([b, 1], dtype=torch.bool)], 1)\n"
+            "    return s.masked_fill(mask, -1e4)",
+            line=4,
         ),
     )
 
@@ -146,11 +159,24 @@ class MaskPolarity(Rule):
             underlying, polarity = found
             flipped ^= polarity == "zeros"
             stepped = self.tracer.step(underlying, current[1]) if isinstance(underlying, cst.Name) else None
+            if stepped is not None:
+                stepped = (self._concatenated_mask(stepped[0]), stepped[1])
             if stepped is None or not _changes_nothing_or_polarity(stepped[0]):
                 name = self.context.module.code_for_node(underlying)
                 return name, "zeros" if flipped else "ones"
             current = stepped
         return None
+
+    def _concatenated_mask(self, node: cst.BaseExpression) -> cst.BaseExpression:
+        """The one mask among ``torch.cat([~mask, torch.zeros(...)])``'s pieces (the others are
+        constant padding), so that its ``~`` counts; ``node`` itself otherwise."""
+        if not isinstance(node, cst.Call) or self.context.facts.canonical(node.func) not in _CONCATS:
+            return node
+        pieces = argument(node, 0, "tensors")
+        if not isinstance(pieces, (cst.List, cst.Tuple)):
+            return node
+        masks = [e.value for e in pieces.elements if _is_named_mask(e.value)]
+        return masks[0] if len(masks) == 1 else node
 
     def _documented(self, node: cst.Call, fn: FunctionFacts, mask_name: str) -> tuple[Polarity | None, str]:
         line = self.get_metadata(PositionProvider, node).start.line
@@ -169,6 +195,11 @@ class MaskPolarity(Rule):
                 if said is not None:
                     return said, where
         return None, ""
+
+
+def _is_named_mask(node: cst.BaseExpression) -> bool:
+    found = selected_polarity(node)
+    return found is not None and isinstance(found[0], (cst.Name, cst.Attribute))
 
 
 def _changes_nothing_or_polarity(node: cst.BaseExpression) -> bool:

@@ -6,6 +6,7 @@ import re
 
 import libcst as cst
 
+from attncheck.static import semantics
 from attncheck.static.engine import FileContext
 from attncheck.static.patterns import (
     Tracer,
@@ -13,13 +14,14 @@ from attncheck.static.patterns import (
     constant_value,
     dim_role,
     fill_site,
+    literal_is,
     literal_value,
     softmax_input,
 )
 from attncheck.static.rule import Invalid, Rule
 
 _SCALE_NAME = re.compile(r"(scal|sqrt|temper|norm_fact|inv_freq|^d_?k$|head_dim|^dh$)", re.IGNORECASE)
-_RENORMALISED = re.compile(r"/\s*\(?\s*(torch\.sum\(|[\w.\[\]]+\.sum\()")
+_RENORMALISED = re.compile(r"/=?\s*\(?\s*(torch\.sum\(|[\w.\[\]]+\.sum\()")
 # Multiplying by these after the softmax is legitimate: HF's head_mask, manual dropout.
 _LEGIT_FACTOR = re.compile(r"(head|drop|keep_prob)", re.IGNORECASE)
 
@@ -33,6 +35,28 @@ class SoftmaxOrder(Rule):
         "def f(s, mask):\n    w = torch.softmax(s, -1) * mask\n    return w / w.sum(-1, keepdim=True)",
         "def f(self, s, head_mask):\n    w = s.softmax(-1)\n    return w * head_mask",
         "def f(s):\n    w = F.softmax(s, dim=-1)\n    return torch.where(torch.isnan(w), 0.0, w)",
+        # Epsilon sampling: probabilities pick the logits to drop; no attention anywhere.
+        "def f(self, input_ids, scores):\n    probabilities = scores.softmax(dim=-1)\n"
+        "    drop = probabilities < self.epsilon\n    return scores.masked_fill(drop, self.filter_value)",
+        # An MoE router masks expert groups of its routing probabilities.
+        "def f(self, x):\n    scores = F.linear(x, self.weight).softmax(-1)\n"
+        "    return scores.masked_fill(~score_mask.bool(), 0.0)",
+        # Longformer/LED: padded *queries* get all-zero rows (the mask is broadcast along the keys).
+        "def f(q, k, is_index_masked):\n    p = F.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.size(-1)), dim=-1)\n"
+        "    return torch.masked_fill(p, is_index_masked[:, :, None, None], 0.0)",
+        # ESPnet (FastSpeech2-Conformer): the same mask blocks the keys before and re-zeroes them after.
+        "def f(q, k, m):\n    s = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1))\n"
+        "    s = s.masked_fill(m, torch.finfo(s.dtype).min)\n"
+        "    return torch.softmax(s, dim=-1).masked_fill(m, 0.0)",
+        # DeBERTa's XSoftmax, in place.
+        "def f(ctx, input, mask, dim):\n    rmask = ~(mask.to(torch.bool))\n"
+        "    output = input.masked_fill(rmask, torch.tensor(torch.finfo(input.dtype).min))\n"
+        "    output = torch.softmax(output, dim)\n    output.masked_fill_(rmask, 0)\n    return output",
+        # ConViT's gated positional self-attention: a gated mix of two softmaxes, renormalised.
+        "def f(self, q, k, pos_score, gating):\n    patch = (q @ k.transpose(-2, -1)) * self.scale\n"
+        "    patch = patch.softmax(dim=-1)\n"
+        "    attn = (1. - torch.sigmoid(gating)) * patch + torch.sigmoid(gating) * pos_score\n"
+        "    attn /= attn.sum(dim=-1).unsqueeze(-1)\n    return attn",
     )
     INVALID = (
         Invalid(
@@ -57,16 +81,36 @@ class SoftmaxOrder(Rule):
             line=4,
             message="already taken",
         ),
+        Invalid(
+            "def f(q, k, m):\n    p = F.softmax(q @ k.transpose(-1, -2), dim=-1)\n"
+            "    return p.masked_fill(m[:, None, None, :], 0.0)",
+            line=3,
+        ),
     )
 
     def __init__(self, context: FileContext) -> None:
         super().__init__(context)
         self.tracer = Tracer(context.facts)
 
-    def _is_probabilities(self, node: cst.BaseExpression) -> bool:
+    def _softmax_of(self, node: cst.BaseExpression) -> cst.Call | None:
+        """The softmax call whose attention weights ``node`` holds, or None.
+
+        Attention weights: the softmax reads a q·kᵀ product, or scores handed to
+        this function as a parameter. A softmax of sampling logits or of a
+        router's ``F.linear`` output is no attention.
+        """
         fn = self.context.function
         source, fn = self.tracer.origin(node, fn)
-        return softmax_input(source, self.context.facts, fn) is not None
+        taken = softmax_input(source, self.context.facts, fn)
+        if taken is None or not isinstance(source, cst.Call):
+            return None
+        if semantics.of(self.context).reaches_product(taken, fn):
+            return source
+        origin, _ = self.tracer.origin(taken, fn)
+        return source if isinstance(origin, cst.Name) and fn is not None and origin.value in fn.params else None
+
+    def _is_probabilities(self, node: cst.BaseExpression) -> bool:
+        return self._softmax_of(node) is not None
 
     def _renormalised(self) -> bool:
         fn = self.context.function
@@ -83,11 +127,10 @@ class SoftmaxOrder(Rule):
             if not self._is_probabilities(weights):
                 continue
             name = base_name(factor) or ""
-            if _LEGIT_FACTOR.search(name):
+            if _LEGIT_FACTOR.search(name) or self._renormalised():
                 return
             if "mask" in name.lower():
-                if not self._renormalised():
-                    self._report_mask(node, factor)
+                self._report_mask(node, factor)
             elif self._is_scale(factor):
                 self._report_scale(node, factor)
             return
@@ -97,17 +140,31 @@ class SoftmaxOrder(Rule):
         site = fill_site(node, facts)
         if site is None or site.target is None:
             return
-        if self._is_probabilities(site.target):
+        softmax = self._softmax_of(site.target)
+        if softmax is not None:
             mask_text = self.context.module.code_for_node(site.mask)
             if (
                 constant_value(site.value, facts) == 0
                 and "isnan" not in mask_text
                 and ".all(" not in mask_text
+                and not _is_row_mask(site.mask)
+                and not self._masked_before(softmax, mask_text)
                 and not self._renormalised()
             ):
                 self._report_mask(node, site.mask)
             return
         self._check_masked_too_late(node, site.target)
+
+    def _masked_before(self, softmax: cst.Call, mask_text: str) -> bool:
+        """The same mask already blocked these keys in the scores (ESPnet's and DeBERTa's guard:
+        re-zeroing after the softmax keeps the weights summing to 1)."""
+        fn = self.context.function
+        taken = softmax_input(softmax, self.context.facts, fn)
+        if taken is None:
+            return False
+        origin, _ = self.tracer.origin(taken, fn)
+        earlier = fill_site(origin, self.context.facts) if isinstance(origin, cst.Call) else None
+        return earlier is not None and self.context.module.code_for_node(earlier.mask) == mask_text
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
         if isinstance(node.operator, cst.AddAssign) and "mask" in self.context.module.code_for_node(
@@ -121,7 +178,8 @@ class SoftmaxOrder(Rule):
             return
         flow = self.tracer.flow(fn)
         softmaxes = [(call, softmax_input(call, self.context.facts, fn)) for call in fn.calls]
-        softmaxes = [(call, taken) for call, taken in softmaxes if taken is not None]
+        reaches = semantics.of(self.context).reaches_product
+        softmaxes = [(call, taken) for call, taken in softmaxes if taken is not None and reaches(taken, fn)]
         if not softmaxes or any(flow.is_after(call, node) for call, _ in softmaxes):
             return
         earlier = [
@@ -168,3 +226,14 @@ class SoftmaxOrder(Rule):
             "or divide the masked weights by their row sum",
             evidence=[f"post-softmax mask: {shown}"],
         )
+
+
+def _is_row_mask(mask: cst.BaseExpression) -> bool:
+    """A mask broadcast along the key axis (``m[:, :, None, None]``, ``m.unsqueeze(-1)``): it
+    zeroes whole query rows (padded queries), it removes no key from any row."""
+    if isinstance(mask, cst.Subscript):
+        last = mask.slice[-1].slice
+        return isinstance(last, cst.Index) and isinstance(last.value, cst.Name) and last.value.value == "None"
+    if isinstance(mask, cst.Call) and isinstance(mask.func, cst.Attribute) and mask.func.attr.value == "unsqueeze":
+        return len(mask.args) == 1 and literal_is(mask.args[0].value, -1)
+    return False

@@ -30,6 +30,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -162,9 +163,10 @@ def measured_command(arguments: list[str]) -> None:
     print(REPORT_PREFIX + json.dumps(report), file=sys.stderr)
 
 
-def _one_run(checkout: Path, arguments: list[str]) -> dict[str, float]:
+def _one_run(checkout: Path, arguments: list[str], cache: Path) -> dict[str, float]:
     command = [sys.executable, str(Path(__file__).resolve()), "--measure", str(checkout), "--", *arguments]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+    environment = {**os.environ, "ATTNCHECK_CACHE_DIR": str(cache)}
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False, env=environment)
     lines = [line for line in done.stderr.splitlines() if line.startswith(REPORT_PREFIX)]
     if not lines:
         raise SystemExit(f"bench: the measured command printed no timings:\n{done.stderr[-2000:]}")
@@ -172,24 +174,28 @@ def _one_run(checkout: Path, arguments: list[str]) -> dict[str, float]:
 
 
 def whole_command(repeat: int, path: Path, against: Path | None) -> None:
-    runs: dict[str, tuple[Path, list[str]]] = {"this": (ROOT, [str(path), "--device", "cpu", "--no-cache"])}
+    dynamic = [str(path), "--device", "cpu"]
+    runs: dict[str, tuple[Path, list[str]]] = {"this": (ROOT, [*dynamic, "--no-cache"])}
     if against is not None:
-        runs["against"] = (against, [str(path), "--device", "cpu", "--no-cache"])
+        runs["against"] = (against, [*dynamic, "--no-cache"])
+    runs["this, cached"] = (ROOT, dynamic)  # the static result comes from the cache (filled by a first run)
     runs["static-only"] = (ROOT, [str(path), "--static-only", "--no-cache"])
     results: dict[str, list[dict[str, float]]] = {name: [] for name in runs}
-    for _ in range(repeat):
-        for name, (checkout, arguments) in runs.items():
-            results[name].append(_one_run(checkout, arguments))
+    with tempfile.TemporaryDirectory(prefix="attncheck-bench-cache-") as cache:
+        _one_run(ROOT, dynamic, Path(cache))
+        for _ in range(repeat):
+            for name, (checkout, arguments) in runs.items():
+                results[name].append(_one_run(checkout, arguments, Path(cache)))
     print(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}, {repeat} runs each, medians:")
     columns = ("wall_s", "parent_cpu_s", "cpu_s", "start_s", "ready_at_s", "experiments_s")
     titles = ("wall s", "parent CPU s", "child CPU s", "child start s", "child ready at", "experiments s")
-    print(f"{'':12} " + " ".join(f"{title:>14}" for title in titles) + f" {'total CPU s':>14}")
+    print(f"{'':14} " + " ".join(f"{title:>14}" for title in titles) + f" {'total CPU s':>14}")
     medians: dict[str, dict[str, float]] = {}
     for name, values in results.items():
         medians[name] = {column: statistics.median(v[column] for v in values) for column in columns}
         total = statistics.median(v["parent_cpu_s"] + v["cpu_s"] for v in values)
         medians[name]["total"] = total
-        print(f"{name:12} " + " ".join(f"{medians[name][c]:>14.2f}" for c in columns) + f" {total:>14.2f}")
+        print(f"{name:14} " + " ".join(f"{medians[name][c]:>14.2f}" for c in columns) + f" {total:>14.2f}")
     this = medians["this"]
     if "against" in medians:
         other = medians["against"]

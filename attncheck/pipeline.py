@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache as memoized
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 from attncheck.cache import Cache, default_dir
@@ -191,6 +192,35 @@ def run(
     use_cache: bool = False,
 ) -> tuple[Outcome, list[FileResult]]:
     """The whole pass. Returns the outcome and the static results (for fixes)."""
+    items = list(items)
+    launch = None if static_only else _prestart(items, settings, jobs)
+    try:
+        return _run(items, settings, static_only, jobs, warn, use_cache)
+    finally:
+        if launch is not None:
+            launch.cancel_waiting()
+
+
+def _prestart(items: list[Item], settings: Settings, jobs: int) -> ModuleType | None:
+    """Start the dynamic children of a run over at most ``jobs`` Python files before linting them,
+    so that their start-up (Python, ``import torch``) overlaps the static pass. Returns the launch
+    module, whose waiting children ``run`` ends at the end; None when nothing started (no torch,
+    or a stand-in launch module without ``prestart``)."""
+    paths = [item.path for item in items if isinstance(item, Candidate) and item.path.suffix == ".py"]
+    if not paths or len(paths) > max(1, jobs):
+        return None
+    try:
+        from attncheck.dynamic import launch
+    except ImportError:
+        return None
+    if not hasattr(launch, "prestart"):
+        return None
+    launch.prestart(paths, settings.dynamic_options(jobs))
+    return launch
+
+
+def _run(items: list[Item], settings: Settings, static_only: bool, jobs: int, warn: Callable[[str], None],
+         use_cache: bool) -> tuple[Outcome, list[FileResult]]:
     codes = enabled_codes(settings)
     outcome = Outcome()
     results: list[FileResult] = []

@@ -17,11 +17,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy
-import safetensors
-import safetensors.numpy
+if TYPE_CHECKING:
+    import numpy
+
+# numpy and safetensors are imported where they are used: the parent starts children before it
+# imports anything heavy, and importing this module must not delay that.
 
 REQUEST = "request.json"
 INPUTS = "inputs.safetensors"
@@ -63,6 +65,9 @@ def tensors_name(index: int) -> str:
 
 def write_request(workdir: Path, request: dict, tensors: dict[str, numpy.ndarray]) -> None:
     """Parent side: the request and its input tensors, as the child will read them."""
+    import numpy
+    import safetensors.numpy
+
     for name, array in tensors.items():
         if not isinstance(array, numpy.ndarray):
             raise TypeError(f"input {name!r} is a {type(array).__name__}, not a numpy array")
@@ -123,6 +128,9 @@ def _bounded_size(path: Path, limit: int) -> int:
 
 
 def _load_tensors(path: Path) -> tuple[dict[str, numpy.ndarray], dict[str, str]]:
+    import safetensors
+    import safetensors.numpy
+
     try:
         with safetensors.safe_open(str(path), framework="numpy") as handle:
             metadata = handle.metadata() or {}

@@ -137,6 +137,8 @@ def main(workdir: Path) -> None:
     os.chdir(workdir)
     # A write past RLIMIT_FSIZE becomes an OSError in user code rather than a kill.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    # Import the usual entry (the executor) while the parent still lints and plans, not after.
+    importlib.import_module(DEFAULT_ENTRY.partition(":")[0])
     while not (workdir / channel.REQUEST).exists():  # started early: torch is imported, wait for the work
         time.sleep(REQUEST_POLL_S)
     request = json.loads((workdir / channel.REQUEST).read_text(encoding="utf-8"))

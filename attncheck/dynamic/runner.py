@@ -8,9 +8,9 @@ child for the targets not yet answered.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -24,7 +24,7 @@ from attncheck.dynamic import rope_targets
 from attncheck.dynamic.binding import Binding, bind
 from attncheck.dynamic.probes import Judge, Plan, plan
 from attncheck.findings import Check, Finding, Target, TargetResult
-from attncheck.static.engine import FileResult
+from attncheck.static.result import FileResult
 
 SEED = 0
 
@@ -49,22 +49,18 @@ class Outcome(Protocol):
 Child = Callable[[Path, dict, dict[str, np.ndarray]], Outcome]
 
 
-def sandbox_child(options: DynamicOptions, early: dict[str, Any] | None = None) -> Child:
+def sandbox_child(options: DynamicOptions) -> Child:
     """The real isolated child process, with the time limit from the options.
 
-    ``early`` maps a file (``launch.key``) to a child already started for it; each is used once,
-    and removed from the mapping, so the caller can cancel the ones never used.
+    A child already started for the file (``launch.prestart``, ``launch.run_dynamic``) is used
+    when there is one: its Python and ``import torch`` are then (partly) done.
     """
-    from attncheck.dynamic.launch import key, limits_for
+    from attncheck.dynamic.launch import limits_for, take
     from attncheck.dynamic.sandbox import run_child
-
-    waiting = early if early is not None else {}
-    lock = threading.Lock()
 
     def child(path: Path, request: dict, tensors: dict[str, np.ndarray]) -> Outcome:
         limits = limits_for(options, len(request.get("targets", [])))
-        with lock:
-            started = waiting.pop(key(path), None)
+        started = take(path, limits)
         if started is not None:
             return started.run(request, tensors, limits)
         return run_child(path, request, tensors, limits)
@@ -84,11 +80,24 @@ def run_dynamic(
             return [], [
                 TargetResult(t, "error", f"the sandbox is not available: {exc}") for r in runnable for t in r.targets
             ]
-    with ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
+    with _one_intra_op_thread(), ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
         per_file = list(pool.map(lambda r: check_file(r, options, child), runnable))
     findings = [f for file_findings, _ in per_file for f in file_findings]
     target_results = [t for _, file_results in per_file for t in file_results]
     return findings, target_results
+
+
+@contextmanager
+def _one_intra_op_thread() -> Iterator[None]:
+    """Judge with one intra-op thread: the tensors are tiny, and on a busy machine torch's
+    thread pool makes each small matmul wait for a second thread (measured: the judging of a
+    typical module took 0.9-1.8 s of CPU with two threads, 0.02 s with one)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def check_file(result: FileResult, options: DynamicOptions, child: Child) -> tuple[list[Finding], list[TargetResult]]:

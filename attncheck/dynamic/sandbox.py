@@ -29,14 +29,15 @@ import sys
 import sysconfig
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
-
-import numpy
+from typing import TYPE_CHECKING, Literal
 
 from attncheck.dynamic import channel
 from attncheck.dynamic.channel import Reply
+
+if TYPE_CHECKING:
+    import numpy
 
 __all__ = ["ChildOutcome", "Limits", "Reply", "isolation_available", "run_child"]
 
@@ -126,6 +127,7 @@ class StartedChild:
 
     def __init__(self, module_path: Path, limits: Limits, isolation: str) -> None:
         self.module_path, self.isolation = module_path, isolation
+        self.limits = limits  # the rlimits it started under; ``run`` only sets the time limit
         self.run_dir = Path(tempfile.mkdtemp(prefix="attncheck-run-"))
         self.workdir = self.run_dir / "work"
         self.workdir.mkdir(mode=0o700)
@@ -149,6 +151,7 @@ class StartedChild:
 
     def run(self, request: dict, tensors: dict[str, numpy.ndarray], limits: Limits) -> ChildOutcome:
         """Send the request, wait for the end (``limits`` gives the time), judge it, clean up."""
+        limits = replace(limits, cpu_s=self.limits.cpu_seconds)  # the CPU limit it really runs under
         try:
             if self.process is None:
                 return ChildOutcome("error", self.failure or "the child did not start", [], "", "", self.isolation)

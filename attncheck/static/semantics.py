@@ -359,6 +359,54 @@ class Pipeline:
 # -- the analysis ---------------------------------------------------------------
 
 
+@dataclass
+class _Layout:
+    """Where each node of a function sits: its source order (pre-order), the arms of the
+    ``if`` statements around it, as (id of the If, 0 for its body or 1 for its else), and
+    the loops around it."""
+
+    order: dict[int, int]
+    arms: dict[int, tuple[tuple[int, int], ...]]
+    loops: dict[int, frozenset[int]]
+
+    @staticmethod
+    def of(function: cst.FunctionDef) -> _Layout:
+        layout = _Layout({}, {}, {})
+        stack: list[tuple[cst.CSTNode, tuple[tuple[int, int], ...], frozenset[int]]] = [
+            (function, (), frozenset())
+        ]
+        while stack:
+            node, inside, loops = stack.pop()
+            layout.order[id(node)] = len(layout.order)
+            layout.arms[id(node)] = inside
+            layout.loops[id(node)] = loops
+            if isinstance(node, (cst.For, cst.While)):
+                loops = loops | {id(node)}
+            for child in reversed(node.children):
+                arm = _arm(node, child, inside) if isinstance(node, cst.If) else inside
+                stack.append((child, arm, loops))
+        return layout
+
+
+def _arm(branch: cst.If, child: cst.CSTNode, inside: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
+    if child is branch.body:
+        return (*inside, (id(branch), 0))
+    if child is branch.orelse:
+        return (*inside, (id(branch), 1))
+    return inside
+
+
+def _written(node: cst.CSTNode) -> cst.CSTNode:
+    """The parsed node standing for ``node``: facts.py writes ``x /= s`` as a new ``x / s``
+    around the parsed target and ``a, b = t`` as a new ``t[0]`` around the parsed value."""
+    while isinstance(node, (cst.BinaryOperation, cst.Subscript)):
+        inner = node.left if isinstance(node, cst.BinaryOperation) else node.value
+        if inner is node:
+            break
+        node = inner
+    return node
+
+
 class Semantics:
     """The semantic view of one file; get it with ``of(context)``."""
 
@@ -369,7 +417,7 @@ class Semantics:
         walk.visit(module, _IndexBuilder(facts, self.index))
         self._reaches: dict[int, bool] = {}
         self._pipelines: dict[int, Pipeline | None] = {}
-        self._orders: dict[int, dict[int, int]] = {}
+        self._orders: dict[int, _Layout] = {}
 
     def code(self, node: cst.CSTNode) -> str:
         text = self.module.code_for_node(node).strip()
@@ -380,9 +428,10 @@ class Semantics:
     def values(
         self, expr: cst.BaseExpression, fn: FunctionFacts | None
     ) -> list[tuple[cst.BaseExpression, FunctionFacts | None]]:
-        """Every value a Name or ``self.attr`` was assigned, with the function that wrote it."""
+        """Every value a Name or ``self.attr`` was assigned, with the function that wrote it,
+        less the values that cannot reach this read of the name (``unreachable``)."""
         if isinstance(expr, cst.Name) and fn is not None:
-            return [(v, fn) for v in fn.assignments.get(expr.value, [])]
+            return [(v, fn) for v in fn.assignments.get(expr.value, []) if not self.unreachable(v, expr, fn)]
         attr = self_attribute(expr)
         owner = fn.owner if fn is not None else None
         if attr is not None and owner is not None:
@@ -485,8 +534,13 @@ class Semantics:
         """Which axis ``tensor.shape[index]`` is, from the tensor's rank and role."""
         evident = self.rank(tensor, fn)
         rank = arity or evident
-        # ``b, s, d = q.shape`` before ``q`` is split into heads: a (batch, seq, d_model) view of it.
-        pre_split = arity is not None and evident is not None and arity < evident
+        # ``b, s, d = q.shape`` before ``q`` is split into heads: a (batch, seq, d_model) view of
+        # it. The split comes later, so every value of the name counts here, reachable or not.
+        widest = evident
+        if isinstance(tensor, cst.Name) and fn is not None:
+            later = [self.rank(v, fn) for v in fn.assignments.get(tensor.value, [])]
+            widest = max((r for r in [evident, *later] if r is not None), default=None)
+        pre_split = arity is not None and widest is not None and arity < widest
         if rank is not None and index < 0:
             index += rank
         name = dotted_name(tensor) or ""
@@ -725,15 +779,31 @@ class Semantics:
 
     def _source_order(self, fn: FunctionFacts) -> dict[int, int]:
         """The position of every node of ``fn`` in source order (pre-order), built once."""
+        return self._layout(fn).order
+
+    def _layout(self, fn: FunctionFacts) -> _Layout:
         found = self._orders.get(id(fn))
         if found is None:
-            found, stack = {}, [fn.node]
-            while stack:
-                node = stack.pop()
-                found[id(node)] = len(found)
-                stack.extend(reversed(node.children))
+            found = _Layout.of(fn.node)
             self._orders[id(fn)] = found
         return found
+
+    def unreachable(self, value: cst.CSTNode, read: cst.CSTNode, fn: FunctionFacts) -> bool:
+        """A ``value`` assigned in ``fn`` can never be what ``read`` sees: it is written in the
+        other arm of an ``if`` (falcon's ALiBi and RoPE branches both rebind
+        ``attention_scores``), or later with no loop around both (SAM's ``q = q * self.scale``
+        after ``attn_bias`` was computed from ``q``). Nodes facts.py built (``x /= s`` as
+        ``x / s``, ``a, b = t`` as ``t[0]``) stand for their first parsed part."""
+        layout = self._layout(fn)
+        written, seen_at = id(_written(value)), id(read)
+        if written not in layout.order or seen_at not in layout.order:
+            return False
+        chosen = dict(layout.arms[written])
+        if any(chosen.get(branch, arm) != arm for branch, arm in layout.arms[seen_at]):
+            return True
+        return layout.order[written] > layout.order[seen_at] and not (
+            layout.loops[written] & layout.loops[seen_at]
+        )
 
     def _consumes(self, expr: cst.BaseExpression, fn: FunctionFacts | None, target: cst.Call) -> bool:
         """Whether ``expr`` is computed from ``target``'s result. A name rebound after the
@@ -757,14 +827,6 @@ class Semantics:
                             seen.add(id(value))
                             queue.append((value, vfn))
         return False
-        for node in _walk_expression(expr):
-            if node is target:
-                return True
-            if isinstance(node, cst.Name) and id(node) not in seen:
-                seen.add(id(node))
-                if any(self._consumes(value, vfn, target, seen) for value, vfn in self.values(node, fn)):
-                    return True
-        return False
 
     def _walk_binary(
         self, expr: cst.BinaryOperation, fn: FunctionFacts, out: Pipeline, seen: set[int]
@@ -776,7 +838,9 @@ class Semantics:
             # when its tensor's name is rebound to an attention output later in the function.
             left, right = not self.is_scalar(expr.left, fn), not self.is_scalar(expr.right, fn)
         if left == right:
-            if left:
+            if left and isinstance(expr.operator, (cst.Add, cst.Subtract)):
+                self._walk_terms(expr, lambda side: self._walk_scores(side, fn, out, seen), out)
+            elif left:
                 self._walk_scores(expr.left, fn, out, seen)
                 self._walk_scores(expr.right, fn, out, seen)
             return
@@ -790,6 +854,18 @@ class Semantics:
             self._walk_tf_style(scores, fn, out, seen)  # ``scores * mask - 1e4 * (1 - mask)`` is fine
             return
         self._walk_scores(scores, fn, out, seen)
+
+    @staticmethod
+    def _walk_terms(expr: cst.BinaryOperation, walk_side, out: Pipeline) -> None:
+        """Walk both terms of a sum, keeping the scale factors of one: in ``q * s + b * s``
+        (Funnel's ``q_head + r_w_bias``, both scaled) or ``c2p / s + p2c / s`` each term
+        carries the scale of the whole sum, which is applied once, not twice."""
+        start = len(out.factors)
+        walk_side(expr.left)
+        middle = len(out.factors)
+        walk_side(expr.right)
+        if middle > start:
+            del out.factors[middle:]
 
     def _walk_tf_style(
         self, scores: cst.BaseExpression, fn: FunctionFacts, out: Pipeline, seen: set[int]
@@ -848,8 +924,14 @@ class Semantics:
             alpha = keyword(node, "alpha")
             if alpha is not None and (self.facts.canonical(node.func) or "").endswith("baddbmm"):
                 out.factors.append(Factor(alpha, alpha, False, fn))
+        # A factor on q reached again through a second product (``q @ k + q @ rel``: VITS,
+        # Nyströmformer) scales their sum once. Within one product it may count twice: a
+        # scaled tensor that is both q and k (``q @ q.T``) is scaled on both sides.
+        before = {id(f.node) for f in out.factors}
+        start = len(out.factors)
         for operand in operands:
             self._walk_operand(operand, fn, out, set())
+        out.factors[start:] = [f for f in out.factors[start:] if id(f.node) not in before]
 
     def _walk_operand(
         self, expr: cst.BaseExpression, fn: FunctionFacts | None, out: Pipeline, seen: set[int]
@@ -871,8 +953,7 @@ class Semantics:
                 out.factors.append(Factor(expr, expr.left, False, fn))
                 self._walk_operand(expr.right, fn, out, seen)
         elif isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Add, cst.Subtract)):
-            self._walk_operand(expr.left, fn, out, seen)
-            self._walk_operand(expr.right, fn, out, seen)
+            self._walk_terms(expr, lambda side: self._walk_operand(side, fn, out, seen), out)
         elif isinstance(expr, cst.Call):
             self._walk_operand_call(expr, fn, out, seen)
 

@@ -59,6 +59,13 @@ class WrongScale(Rule):
             _mha("s = (q / math.sqrt(self.head_dim)) @ k.transpose(-2, -1) / math.sqrt(self.head_dim)"),
             message="twice",
         ),
+        Invalid(  # one arm of the ``if`` scales a second time: that path is wrong
+            _mha(
+                "s = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)\n        if self.training:\n"
+                "            s = s / math.sqrt(self.head_dim)\n        else:\n            s = s.float()"
+            ),
+            message="twice",
+        ),
         Invalid(
             "import torch\ndef attn(q, k, v):\n    w = torch.bmm(q, k.transpose(1, 2))\n"
             "    return torch.softmax(w, dim=-1) @ v",

@@ -521,7 +521,37 @@ class Semantics:
         if not self._is_shape(source):
             return None
         tensor = source.value if isinstance(source, cst.Attribute) else source.func.value  # type: ignore[attr-defined]
+        if arity == 4 and self._flattens_image(tensor, source, fn):
+            # VQ-GAN attention: ``b, c, h, w = q.shape`` then ``q.reshape(b, c, h * w)``:
+            # one head whose width is the channel count, over h * w positions.
+            return {0: "batch", 1: "head_dim"}.get(position)
         return self._axis_of_tensor(tensor, position, arity, fn, operands)
+
+    def _flattens_image(self, tensor: cst.BaseExpression, shape: cst.BaseExpression, fn: FunctionFacts) -> bool:
+        """``tensor`` (unpacked from ``shape`` as b, c, h, w) is reshaped to (b, c, h * w):
+        an image whose channels stay whole, not a (batch, heads, seq, head_dim) tensor."""
+        if not isinstance(tensor, cst.Name):
+            return False
+
+        def unpacked_at(expr: cst.BaseExpression) -> int | None:
+            found = self.index.unpacks.get((id(fn), expr.value)) if isinstance(expr, cst.Name) else None
+            return found[1] if found is not None and found[0] is shape else None
+
+        for call in fn.calls:
+            receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
+            args = _shape_args(call)
+            if (
+                method_name(call) in {"view", "reshape"}
+                and isinstance(receiver, cst.Name)
+                and receiver.value == tensor.value
+                and len(args) == 3
+                and unpacked_at(args[1]) == 1
+                and isinstance(args[2], cst.BinaryOperation)
+                and isinstance(args[2].operator, cst.Multiply)
+                and {unpacked_at(args[2].left), unpacked_at(args[2].right)} == {2, 3}
+            ):
+                return True
+        return False
 
     def _axis_of_tensor(
         self,
@@ -746,6 +776,31 @@ class Semantics:
             self._pipelines[key] = result
         return self._pipelines[key]
 
+    def dual_softmax(self, softmax: Softmax, fn: FunctionFacts | None) -> bool:
+        """The same scores normalised over another dim and the two multiplied: the dual-softmax
+        of feature matching (LoFTR: ``softmax(sim, 1) * softmax(sim, 2)``), where both are meant
+        and the similarity is not attention."""
+        if fn is None or softmax.dim is None:
+            return False
+        stack: list[cst.CSTNode] = [fn.node.body]
+        while stack:
+            node = stack.pop()
+            stack.extend(node.children)
+            if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply)):
+                continue
+            sides = [node.left, node.right]
+            if softmax.call not in sides:
+                continue
+            other = sides[1] if sides[0] is softmax.call else sides[0]
+            found = self.softmax(other, fn) if isinstance(other, cst.Call) else None
+            return (
+                found is not None
+                and found.dim is not None
+                and self.code(found.input) == self.code(softmax.input)
+                and self.code(found.dim) != self.code(softmax.dim)
+            )
+        return False
+
     def _walk_scores(
         self, expr: cst.BaseExpression, fn: FunctionFacts, out: Pipeline, seen: set[int]
     ) -> None:
@@ -933,6 +988,13 @@ class Semantics:
             self._walk_operand(operand, fn, out, set())
         out.factors[start:] = [f for f in out.factors[start:] if id(f.node) not in before]
 
+    def operand_factors(self, expr: cst.BaseExpression, fn: FunctionFacts) -> bool:
+        """Whether a scale factor (or a ``scale=`` argument) is applied to ``expr``'s lineage:
+        what a caller passes as q or k to a helper that computes the scores."""
+        scratch = Pipeline(Softmax(cst.Call(cst.Name("softmax")), expr, None, False, ""), fn)
+        self._walk_operand(expr, fn, scratch, set())
+        return bool(scratch.factors) or scratch.scale_argument
+
     def _walk_operand(
         self, expr: cst.BaseExpression, fn: FunctionFacts | None, out: Pipeline, seen: set[int]
     ) -> None:
@@ -971,8 +1033,11 @@ class Semantics:
         if isinstance(call.func, cst.Attribute) and not self_attribute(call.func):
             self._walk_operand(call.func.value, fn, out, seen)
             return  # a method's arguments (view sizes, dims) are not q or k
-        for arg in args:
-            if isinstance(arg, (cst.Name, cst.Call, cst.Subscript)):
+        for index, arg in enumerate(args):
+            # the tensor a helper reshapes may be scaled in place: ``self._shape(q_proj(x) * s, ...)``
+            if isinstance(arg, (cst.Name, cst.Call, cst.Subscript)) or (
+                index == 0 and isinstance(arg, cst.BinaryOperation)
+            ):
                 self._walk_operand(arg, fn, out, seen)
 
     def is_scalar(self, expr: cst.BaseExpression, fn: FunctionFacts | None, depth: int = 0) -> bool:
@@ -985,6 +1050,8 @@ class Semantics:
                 return True
             hop = self.single(expr, fn)
             return hop is not None and self.is_scalar(hop[0], hop[1], depth + 1)
+        if isinstance(expr, cst.Attribute) and _SCALE_NAME.search(expr.attr.value):
+            return True  # a sub-module's scale: diffusers' ``query * self.attn.scale``
         if number(expr) is not None or self.quantity(expr, fn) is not None:
             return True
         if isinstance(expr, cst.Subscript):
@@ -1008,7 +1075,9 @@ class Semantics:
                 return all(self.is_scalar(a, fn, depth + 1) for a in positional(expr)[:1])
             if method == "size":
                 return True
-            if method in {"sqrt", "rsqrt", "float", "item"} and isinstance(expr.func, cst.Attribute):
+            if method in {"sqrt", "rsqrt", "float", "item", "to", "type", "half", "double", "bfloat16"} and isinstance(
+                expr.func, cst.Attribute
+            ):  # DeBERTa's ``query_layer / scale.to(dtype=query_layer.dtype)``
                 return self.is_scalar(expr.func.value, fn, depth + 1)
         return False
 

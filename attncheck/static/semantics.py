@@ -87,6 +87,7 @@ _SCALE_NAME = re.compile(
     r"(scale|scaling|temperature|norm_factor|sm_scale|softmax_scale|multiplier|inv_sqrt|rsqrt)", re.I
 )
 _MASK_NAME = re.compile(r"mask|tril|triu|causal", re.I)
+_HEAD_COUNT = re.compile(r"(?:^|[._])(?:num_?|n_?)?heads?(?:$|_)|num_heads|n_head", re.I)
 
 _SOFTMAX = {"torch.softmax", "torch.nn.functional.softmax", "torch.special.softmax"}
 SDPA = {"torch.nn.functional.scaled_dot_product_attention", "scaled_dot_product_attention"}
@@ -418,6 +419,7 @@ class Semantics:
         self._reaches: dict[int, bool] = {}
         self._pipelines: dict[int, Pipeline | None] = {}
         self._orders: dict[int, _Layout] = {}
+        self._products: dict[int, list[tuple[str, str]]] = {}
 
     def code(self, node: cst.CSTNode) -> str:
         text = self.module.code_for_node(node).strip()
@@ -475,6 +477,8 @@ class Semantics:
                 if found is not None:
                     return Quantity(found.kind, f"{shown} = {self.code(hop[0])}")
             kind = name_quantity(name)
+            if kind == "d_model" and self._times_heads(expr, fn):
+                return Quantity("head_dim", f"{shown} (times the head count it is a projection's width)")
             return Quantity(kind, shown) if kind else None
         if isinstance(expr, cst.Call):
             func = self.facts.canonical(expr.func) or ""
@@ -503,6 +507,32 @@ class Semantics:
             if right and right.kind == "num_heads" and (left is None or left.kind == "d_model"):
                 return Quantity("head_dim", shown)
         return None
+
+    def _times_heads(self, expr: cst.BaseExpression, fn: FunctionFacts | None) -> bool:
+        """A width named like the model's that the class multiplies by a head count
+        (ESMFold's ``self.hidden_dim = config.ipa_dim`` with ``config.ipa_dim *
+        config.num_heads_ipa`` as the projection width): it is the width of one head."""
+        owner = fn.owner if fn is not None else None
+        if owner is None:
+            return False
+        spellings = {self.code(expr)} | {self.code(v) for v, _ in self.values(expr, fn)}
+        return any(
+            (left in spellings and _HEAD_COUNT.search(right)) or (right in spellings and _HEAD_COUNT.search(left))
+            for left, right in self._multiplications(owner)
+        )
+
+    def _multiplications(self, owner: ClassFacts) -> list[tuple[str, str]]:
+        """Every ``a * b`` in the class's methods, as the code of both sides, built once."""
+        found = self._products.get(id(owner))
+        if found is None:
+            found = [
+                (self.code(node.left), self.code(node.right))
+                for method in owner.methods.values()
+                for node in _walk_expression(method.node.body)
+                if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply)
+            ]
+            self._products[id(owner)] = found
+        return found
 
     @staticmethod
     def _is_shape(node: cst.BaseExpression) -> bool:

@@ -87,6 +87,7 @@ _SCALE_NAME = re.compile(
     r"(scale|scaling|temperature|norm_factor|sm_scale|softmax_scale|multiplier|inv_sqrt|rsqrt)", re.I
 )
 _MASK_NAME = re.compile(r"mask|tril|triu|causal", re.I)
+_ATTENTION_CALL = re.compile(r"attention|attn", re.I)
 _HEAD_COUNT = re.compile(r"(?:^|[._])(?:num_?|n_?)?heads?(?:$|_)|num_heads|n_head", re.I)
 
 _SOFTMAX = {"torch.softmax", "torch.nn.functional.softmax", "torch.special.softmax"}
@@ -1326,6 +1327,8 @@ class Semantics:
                 for v in values
             )
         short = kind.rsplit(".", 1)[-1]
+        if re.match(r"(Conv|Linear|Dense)", short):
+            return True  # timm's ConvNorm, ConvBnAct: a projection followed by a norm
         return not _NOT_PROJECTIONS.search(short) and short not in {"ModuleList", "ModuleDict"}
 
     def references_outside_init(
@@ -1476,6 +1479,69 @@ class Semantics:
                 found.append((call, _base(tensor)))
         return found
 
+    def feeds_attention(self, node: cst.CSTNode, fn: FunctionFacts) -> bool:
+        """Whether the value of ``node`` (a call of ``fn``) becomes q, k or v with no learned
+        projection in between: an operand of a matrix product or an argument of an attention
+        function (SDPA, ``attention_interface``, ``eager_attention_forward``). Patchify and
+        feature reshapes, ALiBi slopes, and states that a Linear projects afterwards
+        (wav2vec2-conformer rotates hidden states before ``linear_q``) are not."""
+        stack: list[cst.CSTNode] = list(self._attention_inputs(fn))
+        seen: set[int] = set()
+        while stack and len(seen) < 4000:
+            expr = stack.pop()
+            if id(expr) in seen:
+                continue
+            seen.add(id(expr))
+            if expr is node:
+                return True
+            if isinstance(expr, cst.Call) and (self.is_projection_call(expr, fn) or self.softmax(expr, fn)):
+                continue  # what a projection reads is not q, k or v; nor is what a softmax reads
+            if isinstance(expr, cst.Name):
+                stack.extend(v for v, _ in self.values(expr, fn))
+            else:
+                stack.extend(_value_parts(expr))
+        return False
+
+    def _attention_inputs(self, fn: FunctionFacts) -> list[cst.BaseExpression]:
+        """q, k and v of ``fn``: the operands of the q·kᵀ products that reach a softmax, the
+        other operand of a product with those weights (v), and the positional arguments of
+        attention calls. A softmax over learned logits (a weighted sum of layers) is none."""
+        found: list[cst.BaseExpression] = []
+        weights: set[int] = set()
+        for call in fn.calls:
+            softmax = self.softmax(call, fn)
+            pipeline = self.pipeline(softmax, fn) if softmax is not None else None
+            if pipeline is not None and pipeline.products:
+                found.extend(pipeline.operands)
+                weights.add(id(call))
+            callee = (self.facts.canonical(call.func) or "").rsplit(".", 1)[-1]
+            if callee in SDPA or _ATTENTION_CALL.search(callee):
+                found.extend(positional(call))
+        if weights:
+            for node in _walk_expression(fn.node.body):
+                operands = self.product_operands(node)
+                if operands is not None and len(operands) == 2:
+                    first, second = operands
+                    if self._computed_from(first, weights, fn):
+                        found.append(second)
+                    elif self._computed_from(second, weights, fn):
+                        found.append(first)
+        return found
+
+    def _computed_from(self, expr: cst.BaseExpression, targets: set[int], fn: FunctionFacts) -> bool:
+        """Whether one of the nodes ``targets`` is in the near lineage of ``expr``."""
+        queue, seen = deque([expr]), {id(expr)}
+        while queue and len(seen) < 200:
+            current = queue.popleft()
+            if id(current) in targets:
+                return True
+            parts = [v for v, _ in self.values(current, fn)] if isinstance(current, cst.Name) else _value_parts(current)
+            for part in parts:
+                if id(part) not in seen:
+                    seen.add(id(part))
+                    queue.append(part)
+        return False
+
     def reaches_attention(self, expr: cst.BaseExpression, fn: FunctionFacts) -> bool:
         return self.reaches_product(expr, fn) or any(
             (self.facts.canonical(c.func) or "") in SDPA for c in fn.calls
@@ -1549,6 +1615,37 @@ def _walk_expression(expr: cst.CSTNode) -> Iterator[cst.CSTNode]:
             stack.extend(node.args)
             continue
         stack.extend(child for child in walk.children(node) if isinstance(child, cst.CSTNode))
+
+
+_LAYOUT_METHODS = {
+    "view", "reshape", "permute", "transpose", "expand", "repeat", "flatten", "unflatten", "unsqueeze",
+    "squeeze", "split", "chunk", "unbind", "narrow", "contiguous", "to", "type", "type_as", "size",
+}
+
+
+def _value_parts(expr: cst.CSTNode) -> list[cst.CSTNode]:
+    """The tensors ``expr``'s value is computed from, one level down: not the sizes a view
+    takes, not a tensor's ``.shape``, not an IfExp condition, not the callee of a call."""
+    if isinstance(expr, cst.Attribute):
+        keep = self_attribute(expr) is None and expr.attr.value not in {"shape", "dtype", "device"}
+        return [expr.value] if keep else []
+    if isinstance(expr, cst.Subscript):
+        return [expr.value]
+    if isinstance(expr, cst.Call):
+        arguments = [a.value for a in expr.args]
+        if isinstance(expr.func, cst.Attribute) and self_attribute(expr.func) is None:
+            method = expr.func.attr.value
+            return [expr.func.value] + ([] if method in _LAYOUT_METHODS else arguments)
+        return arguments
+    if isinstance(expr, cst.BinaryOperation):
+        return [expr.left, expr.right]
+    if isinstance(expr, cst.UnaryOperation):
+        return [expr.expression]
+    if isinstance(expr, cst.IfExp):
+        return [expr.body, expr.orelse]
+    if isinstance(expr, (cst.Tuple, cst.List)):
+        return [e.value for e in expr.elements]
+    return []
 
 
 def _is_tf_style_mask_term(other: cst.BaseExpression, sem: Semantics) -> bool:

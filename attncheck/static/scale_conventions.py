@@ -74,16 +74,19 @@ def one_wide_features(sem: semantics.Semantics, pipeline: Pipeline) -> bool:
     if name is None:
         return False
     values = pipeline.fn.assignments.get(name, [])
-    return bool(values) and all(_unbound_last(v) for v in values)
+    return bool(values) and all(_unbound_last(sem, v, pipeline.fn) for v in values)
 
 
-def _unbound_last(value: cst.BaseExpression) -> bool:
+def _unbound_last(sem: semantics.Semantics, value: cst.BaseExpression, fn: FunctionFacts) -> bool:
+    """``qkv.unbind(-1)`` of a tensor of at most 3 dims (b, n, 3): not ``view(b, s, h, d, 3)``,
+    whose last-axis unbind leaves full heads."""
     call = value.value if isinstance(value, cst.Subscript) else value
     if not (isinstance(call, cst.Call) and semantics.method_name(call) == "unbind"):
         return False
     args = semantics.positional(call)
     dim = args[0] if args else semantics.keyword(call, "dim")
-    return dim is not None and semantics.number(dim) == -1
+    rank = sem.rank(call.func.value, fn)  # type: ignore[attr-defined]
+    return dim is not None and semantics.number(dim) == -1 and (rank is None or rank <= 3)
 
 
 def scaled_by_caller(sem: semantics.Semantics, pipeline: Pipeline, text: str) -> bool:

@@ -103,6 +103,13 @@ class WrongScale(Rule):
             severity=Severity.WARNING,
             message="softmax_scale=1.0",
         ),
+        Invalid(  # unbound from the last axis of (b, s, h, d, 3): full heads, still unscaled
+            _mha("s = q @ k.transpose(-2, -1)").replace(
+                "q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)",
+                "q, k, v = self.qkv(x).view(B, T, self.num_heads, self.head_dim, 3).unbind(-1)",
+            ),
+            message="unscaled",
+        ),
         Invalid(  # a unit scale in an unrelated class of the file is no evidence
             _mha("s = q @ k.transpose(-2, -1)")
             + "class Other(nn.Module):\n    def forward(self, q, k, v):\n"

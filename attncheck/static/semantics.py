@@ -87,6 +87,8 @@ _SCALE_NAME = re.compile(
     r"(scale|scaling|temperature|norm_factor|sm_scale|softmax_scale|multiplier|inv_sqrt|rsqrt)", re.I
 )
 _MASK_NAME = re.compile(r"mask|tril|triu|causal", re.I)
+_ATTENTION_CALL = re.compile(r"attention|attn", re.I)
+_HEAD_COUNT = re.compile(r"(?:^|[._])(?:num_?|n_?)?heads?(?:$|_)|num_heads|n_head", re.I)
 
 _SOFTMAX = {"torch.softmax", "torch.nn.functional.softmax", "torch.special.softmax"}
 SDPA = {"torch.nn.functional.scaled_dot_product_attention", "scaled_dot_product_attention"}
@@ -359,6 +361,54 @@ class Pipeline:
 # -- the analysis ---------------------------------------------------------------
 
 
+@dataclass
+class _Layout:
+    """Where each node of a function sits: its source order (pre-order), the arms of the
+    ``if`` statements around it, as (id of the If, 0 for its body or 1 for its else), and
+    the loops around it."""
+
+    order: dict[int, int]
+    arms: dict[int, tuple[tuple[int, int], ...]]
+    loops: dict[int, frozenset[int]]
+
+    @staticmethod
+    def of(function: cst.FunctionDef) -> _Layout:
+        layout = _Layout({}, {}, {})
+        stack: list[tuple[cst.CSTNode, tuple[tuple[int, int], ...], frozenset[int]]] = [
+            (function, (), frozenset())
+        ]
+        while stack:
+            node, inside, loops = stack.pop()
+            layout.order[id(node)] = len(layout.order)
+            layout.arms[id(node)] = inside
+            layout.loops[id(node)] = loops
+            if isinstance(node, (cst.For, cst.While)):
+                loops = loops | {id(node)}
+            for child in reversed(node.children):
+                arm = _arm(node, child, inside) if isinstance(node, cst.If) else inside
+                stack.append((child, arm, loops))
+        return layout
+
+
+def _arm(branch: cst.If, child: cst.CSTNode, inside: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
+    if child is branch.body:
+        return (*inside, (id(branch), 0))
+    if child is branch.orelse:
+        return (*inside, (id(branch), 1))
+    return inside
+
+
+def _written(node: cst.CSTNode) -> cst.CSTNode:
+    """The parsed node standing for ``node``: facts.py writes ``x /= s`` as a new ``x / s``
+    around the parsed target and ``a, b = t`` as a new ``t[0]`` around the parsed value."""
+    while isinstance(node, (cst.BinaryOperation, cst.Subscript)):
+        inner = node.left if isinstance(node, cst.BinaryOperation) else node.value
+        if inner is node:
+            break
+        node = inner
+    return node
+
+
 class Semantics:
     """The semantic view of one file; get it with ``of(context)``."""
 
@@ -369,7 +419,8 @@ class Semantics:
         walk.visit(module, _IndexBuilder(facts, self.index))
         self._reaches: dict[int, bool] = {}
         self._pipelines: dict[int, Pipeline | None] = {}
-        self._orders: dict[int, dict[int, int]] = {}
+        self._orders: dict[int, _Layout] = {}
+        self._products: dict[int, list[tuple[str, str]]] = {}
 
     def code(self, node: cst.CSTNode) -> str:
         text = self.module.code_for_node(node).strip()
@@ -380,9 +431,10 @@ class Semantics:
     def values(
         self, expr: cst.BaseExpression, fn: FunctionFacts | None
     ) -> list[tuple[cst.BaseExpression, FunctionFacts | None]]:
-        """Every value a Name or ``self.attr`` was assigned, with the function that wrote it."""
+        """Every value a Name or ``self.attr`` was assigned, with the function that wrote it,
+        less the values that cannot reach this read of the name (``unreachable``)."""
         if isinstance(expr, cst.Name) and fn is not None:
-            return [(v, fn) for v in fn.assignments.get(expr.value, [])]
+            return [(v, fn) for v in fn.assignments.get(expr.value, []) if not self.unreachable(v, expr, fn)]
         attr = self_attribute(expr)
         owner = fn.owner if fn is not None else None
         if attr is not None and owner is not None:
@@ -426,6 +478,8 @@ class Semantics:
                 if found is not None:
                     return Quantity(found.kind, f"{shown} = {self.code(hop[0])}")
             kind = name_quantity(name)
+            if kind == "d_model" and self._times_heads(expr, fn):
+                return Quantity("head_dim", f"{shown} (times the head count it is a projection's width)")
             return Quantity(kind, shown) if kind else None
         if isinstance(expr, cst.Call):
             func = self.facts.canonical(expr.func) or ""
@@ -455,6 +509,32 @@ class Semantics:
                 return Quantity("head_dim", shown)
         return None
 
+    def _times_heads(self, expr: cst.BaseExpression, fn: FunctionFacts | None) -> bool:
+        """A width named like the model's that the class multiplies by a head count
+        (ESMFold's ``self.hidden_dim = config.ipa_dim`` with ``config.ipa_dim *
+        config.num_heads_ipa`` as the projection width): it is the width of one head."""
+        owner = fn.owner if fn is not None else None
+        if owner is None:
+            return False
+        spellings = {self.code(expr)} | {self.code(v) for v, _ in self.values(expr, fn)}
+        return any(
+            (left in spellings and _HEAD_COUNT.search(right)) or (right in spellings and _HEAD_COUNT.search(left))
+            for left, right in self._multiplications(owner)
+        )
+
+    def _multiplications(self, owner: ClassFacts) -> list[tuple[str, str]]:
+        """Every ``a * b`` in the class's methods, as the code of both sides, built once."""
+        found = self._products.get(id(owner))
+        if found is None:
+            found = [
+                (self.code(node.left), self.code(node.right))
+                for method in owner.methods.values()
+                for node in _walk_expression(method.node.body)
+                if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply)
+            ]
+            self._products[id(owner)] = found
+        return found
+
     @staticmethod
     def _is_shape(node: cst.BaseExpression) -> bool:
         if isinstance(node, cst.Attribute) and node.attr.value == "shape":
@@ -472,7 +552,37 @@ class Semantics:
         if not self._is_shape(source):
             return None
         tensor = source.value if isinstance(source, cst.Attribute) else source.func.value  # type: ignore[attr-defined]
+        if arity == 4 and self._flattens_image(tensor, source, fn):
+            # VQ-GAN attention: ``b, c, h, w = q.shape`` then ``q.reshape(b, c, h * w)``:
+            # one head whose width is the channel count, over h * w positions.
+            return {0: "batch", 1: "head_dim"}.get(position)
         return self._axis_of_tensor(tensor, position, arity, fn, operands)
+
+    def _flattens_image(self, tensor: cst.BaseExpression, shape: cst.BaseExpression, fn: FunctionFacts) -> bool:
+        """``tensor`` (unpacked from ``shape`` as b, c, h, w) is reshaped to (b, c, h * w):
+        an image whose channels stay whole, not a (batch, heads, seq, head_dim) tensor."""
+        if not isinstance(tensor, cst.Name):
+            return False
+
+        def unpacked_at(expr: cst.BaseExpression) -> int | None:
+            found = self.index.unpacks.get((id(fn), expr.value)) if isinstance(expr, cst.Name) else None
+            return found[1] if found is not None and found[0] is shape else None
+
+        for call in fn.calls:
+            receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
+            args = _shape_args(call)
+            if (
+                method_name(call) in {"view", "reshape"}
+                and isinstance(receiver, cst.Name)
+                and receiver.value == tensor.value
+                and len(args) == 3
+                and unpacked_at(args[1]) == 1
+                and isinstance(args[2], cst.BinaryOperation)
+                and isinstance(args[2].operator, cst.Multiply)
+                and {unpacked_at(args[2].left), unpacked_at(args[2].right)} == {2, 3}
+            ):
+                return True
+        return False
 
     def _axis_of_tensor(
         self,
@@ -485,8 +595,13 @@ class Semantics:
         """Which axis ``tensor.shape[index]`` is, from the tensor's rank and role."""
         evident = self.rank(tensor, fn)
         rank = arity or evident
-        # ``b, s, d = q.shape`` before ``q`` is split into heads: a (batch, seq, d_model) view of it.
-        pre_split = arity is not None and evident is not None and arity < evident
+        # ``b, s, d = q.shape`` before ``q`` is split into heads: a (batch, seq, d_model) view of
+        # it. The split comes later, so every value of the name counts here, reachable or not.
+        widest = evident
+        if isinstance(tensor, cst.Name) and fn is not None:
+            later = [self.rank(v, fn) for v in fn.assignments.get(tensor.value, [])]
+            widest = max((r for r in [evident, *later] if r is not None), default=None)
+        pre_split = arity is not None and widest is not None and arity < widest
         if rank is not None and index < 0:
             index += rank
         name = dotted_name(tensor) or ""
@@ -692,6 +807,31 @@ class Semantics:
             self._pipelines[key] = result
         return self._pipelines[key]
 
+    def dual_softmax(self, softmax: Softmax, fn: FunctionFacts | None) -> bool:
+        """The same scores normalised over another dim and the two multiplied: the dual-softmax
+        of feature matching (LoFTR: ``softmax(sim, 1) * softmax(sim, 2)``), where both are meant
+        and the similarity is not attention."""
+        if fn is None or softmax.dim is None:
+            return False
+        stack: list[cst.CSTNode] = [fn.node.body]
+        while stack:
+            node = stack.pop()
+            stack.extend(node.children)
+            if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply)):
+                continue
+            sides = [node.left, node.right]
+            if softmax.call not in sides:
+                continue
+            other = sides[1] if sides[0] is softmax.call else sides[0]
+            found = self.softmax(other, fn) if isinstance(other, cst.Call) else None
+            return (
+                found is not None
+                and found.dim is not None
+                and self.code(found.input) == self.code(softmax.input)
+                and self.code(found.dim) != self.code(softmax.dim)
+            )
+        return False
+
     def _walk_scores(
         self, expr: cst.BaseExpression, fn: FunctionFacts, out: Pipeline, seen: set[int]
     ) -> None:
@@ -725,15 +865,31 @@ class Semantics:
 
     def _source_order(self, fn: FunctionFacts) -> dict[int, int]:
         """The position of every node of ``fn`` in source order (pre-order), built once."""
+        return self._layout(fn).order
+
+    def _layout(self, fn: FunctionFacts) -> _Layout:
         found = self._orders.get(id(fn))
         if found is None:
-            found, stack = {}, [fn.node]
-            while stack:
-                node = stack.pop()
-                found[id(node)] = len(found)
-                stack.extend(reversed(node.children))
+            found = _Layout.of(fn.node)
             self._orders[id(fn)] = found
         return found
+
+    def unreachable(self, value: cst.CSTNode, read: cst.CSTNode, fn: FunctionFacts) -> bool:
+        """A ``value`` assigned in ``fn`` can never be what ``read`` sees: it is written in the
+        other arm of an ``if`` (falcon's ALiBi and RoPE branches both rebind
+        ``attention_scores``), or later with no loop around both (SAM's ``q = q * self.scale``
+        after ``attn_bias`` was computed from ``q``). Nodes facts.py built (``x /= s`` as
+        ``x / s``, ``a, b = t`` as ``t[0]``) stand for their first parsed part."""
+        layout = self._layout(fn)
+        written, seen_at = id(_written(value)), id(read)
+        if written not in layout.order or seen_at not in layout.order:
+            return False
+        chosen = dict(layout.arms[written])
+        if any(chosen.get(branch, arm) != arm for branch, arm in layout.arms[seen_at]):
+            return True
+        return layout.order[written] > layout.order[seen_at] and not (
+            layout.loops[written] & layout.loops[seen_at]
+        )
 
     def _consumes(self, expr: cst.BaseExpression, fn: FunctionFacts | None, target: cst.Call) -> bool:
         """Whether ``expr`` is computed from ``target``'s result. A name rebound after the
@@ -757,14 +913,6 @@ class Semantics:
                             seen.add(id(value))
                             queue.append((value, vfn))
         return False
-        for node in _walk_expression(expr):
-            if node is target:
-                return True
-            if isinstance(node, cst.Name) and id(node) not in seen:
-                seen.add(id(node))
-                if any(self._consumes(value, vfn, target, seen) for value, vfn in self.values(node, fn)):
-                    return True
-        return False
 
     def _walk_binary(
         self, expr: cst.BinaryOperation, fn: FunctionFacts, out: Pipeline, seen: set[int]
@@ -776,7 +924,9 @@ class Semantics:
             # when its tensor's name is rebound to an attention output later in the function.
             left, right = not self.is_scalar(expr.left, fn), not self.is_scalar(expr.right, fn)
         if left == right:
-            if left:
+            if left and isinstance(expr.operator, (cst.Add, cst.Subtract)):
+                self._walk_terms(expr, lambda side: self._walk_scores(side, fn, out, seen), out)
+            elif left:
                 self._walk_scores(expr.left, fn, out, seen)
                 self._walk_scores(expr.right, fn, out, seen)
             return
@@ -790,6 +940,18 @@ class Semantics:
             self._walk_tf_style(scores, fn, out, seen)  # ``scores * mask - 1e4 * (1 - mask)`` is fine
             return
         self._walk_scores(scores, fn, out, seen)
+
+    @staticmethod
+    def _walk_terms(expr: cst.BinaryOperation, walk_side, out: Pipeline) -> None:
+        """Walk both terms of a sum, keeping the scale factors of one: in ``q * s + b * s``
+        (Funnel's ``q_head + r_w_bias``, both scaled) or ``c2p / s + p2c / s`` each term
+        carries the scale of the whole sum, which is applied once, not twice."""
+        start = len(out.factors)
+        walk_side(expr.left)
+        middle = len(out.factors)
+        walk_side(expr.right)
+        if middle > start:
+            del out.factors[middle:]
 
     def _walk_tf_style(
         self, scores: cst.BaseExpression, fn: FunctionFacts, out: Pipeline, seen: set[int]
@@ -848,8 +1010,21 @@ class Semantics:
             alpha = keyword(node, "alpha")
             if alpha is not None and (self.facts.canonical(node.func) or "").endswith("baddbmm"):
                 out.factors.append(Factor(alpha, alpha, False, fn))
+        # A factor on q reached again through a second product (``q @ k + q @ rel``: VITS,
+        # Nyströmformer) scales their sum once. Within one product it may count twice: a
+        # scaled tensor that is both q and k (``q @ q.T``) is scaled on both sides.
+        before = {id(f.node) for f in out.factors}
+        start = len(out.factors)
         for operand in operands:
             self._walk_operand(operand, fn, out, set())
+        out.factors[start:] = [f for f in out.factors[start:] if id(f.node) not in before]
+
+    def operand_factors(self, expr: cst.BaseExpression, fn: FunctionFacts) -> bool:
+        """Whether a scale factor (or a ``scale=`` argument) is applied to ``expr``'s lineage:
+        what a caller passes as q or k to a helper that computes the scores."""
+        scratch = Pipeline(Softmax(cst.Call(cst.Name("softmax")), expr, None, False, ""), fn)
+        self._walk_operand(expr, fn, scratch, set())
+        return bool(scratch.factors) or scratch.scale_argument
 
     def _walk_operand(
         self, expr: cst.BaseExpression, fn: FunctionFacts | None, out: Pipeline, seen: set[int]
@@ -871,8 +1046,7 @@ class Semantics:
                 out.factors.append(Factor(expr, expr.left, False, fn))
                 self._walk_operand(expr.right, fn, out, seen)
         elif isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Add, cst.Subtract)):
-            self._walk_operand(expr.left, fn, out, seen)
-            self._walk_operand(expr.right, fn, out, seen)
+            self._walk_terms(expr, lambda side: self._walk_operand(side, fn, out, seen), out)
         elif isinstance(expr, cst.Call):
             self._walk_operand_call(expr, fn, out, seen)
 
@@ -890,8 +1064,11 @@ class Semantics:
         if isinstance(call.func, cst.Attribute) and not self_attribute(call.func):
             self._walk_operand(call.func.value, fn, out, seen)
             return  # a method's arguments (view sizes, dims) are not q or k
-        for arg in args:
-            if isinstance(arg, (cst.Name, cst.Call, cst.Subscript)):
+        for index, arg in enumerate(args):
+            # the tensor a helper reshapes may be scaled in place: ``self._shape(q_proj(x) * s, ...)``
+            if isinstance(arg, (cst.Name, cst.Call, cst.Subscript)) or (
+                index == 0 and isinstance(arg, cst.BinaryOperation)
+            ):
                 self._walk_operand(arg, fn, out, seen)
 
     def is_scalar(self, expr: cst.BaseExpression, fn: FunctionFacts | None, depth: int = 0) -> bool:
@@ -904,6 +1081,8 @@ class Semantics:
                 return True
             hop = self.single(expr, fn)
             return hop is not None and self.is_scalar(hop[0], hop[1], depth + 1)
+        if isinstance(expr, cst.Attribute) and _SCALE_NAME.search(expr.attr.value):
+            return True  # a sub-module's scale: diffusers' ``query * self.attn.scale``
         if number(expr) is not None or self.quantity(expr, fn) is not None:
             return True
         if isinstance(expr, cst.Subscript):
@@ -927,7 +1106,9 @@ class Semantics:
                 return all(self.is_scalar(a, fn, depth + 1) for a in positional(expr)[:1])
             if method == "size":
                 return True
-            if method in {"sqrt", "rsqrt", "float", "item"} and isinstance(expr.func, cst.Attribute):
+            if method in {"sqrt", "rsqrt", "float", "item", "to", "type", "half", "double", "bfloat16"} and isinstance(
+                expr.func, cst.Attribute
+            ):  # DeBERTa's ``query_layer / scale.to(dtype=query_layer.dtype)``
                 return self.is_scalar(expr.func.value, fn, depth + 1)
         return False
 
@@ -1146,6 +1327,8 @@ class Semantics:
                 for v in values
             )
         short = kind.rsplit(".", 1)[-1]
+        if re.match(r"(Conv|Linear|Dense)", short):
+            return True  # timm's ConvNorm, ConvBnAct: a projection followed by a norm
         return not _NOT_PROJECTIONS.search(short) and short not in {"ModuleList", "ModuleDict"}
 
     def references_outside_init(
@@ -1296,6 +1479,69 @@ class Semantics:
                 found.append((call, _base(tensor)))
         return found
 
+    def feeds_attention(self, node: cst.CSTNode, fn: FunctionFacts) -> bool:
+        """Whether the value of ``node`` (a call of ``fn``) becomes q, k or v with no learned
+        projection in between: an operand of a matrix product or an argument of an attention
+        function (SDPA, ``attention_interface``, ``eager_attention_forward``). Patchify and
+        feature reshapes, ALiBi slopes, and states that a Linear projects afterwards
+        (wav2vec2-conformer rotates hidden states before ``linear_q``) are not."""
+        stack: list[cst.CSTNode] = list(self._attention_inputs(fn))
+        seen: set[int] = set()
+        while stack and len(seen) < 4000:
+            expr = stack.pop()
+            if id(expr) in seen:
+                continue
+            seen.add(id(expr))
+            if expr is node:
+                return True
+            if isinstance(expr, cst.Call) and (self.is_projection_call(expr, fn) or self.softmax(expr, fn)):
+                continue  # what a projection reads is not q, k or v; nor is what a softmax reads
+            if isinstance(expr, cst.Name):
+                stack.extend(v for v, _ in self.values(expr, fn))
+            else:
+                stack.extend(_value_parts(expr))
+        return False
+
+    def _attention_inputs(self, fn: FunctionFacts) -> list[cst.BaseExpression]:
+        """q, k and v of ``fn``: the operands of the q·kᵀ products that reach a softmax, the
+        other operand of a product with those weights (v), and the positional arguments of
+        attention calls. A softmax over learned logits (a weighted sum of layers) is none."""
+        found: list[cst.BaseExpression] = []
+        weights: set[int] = set()
+        for call in fn.calls:
+            softmax = self.softmax(call, fn)
+            pipeline = self.pipeline(softmax, fn) if softmax is not None else None
+            if pipeline is not None and pipeline.products:
+                found.extend(pipeline.operands)
+                weights.add(id(call))
+            callee = (self.facts.canonical(call.func) or "").rsplit(".", 1)[-1]
+            if callee in SDPA or _ATTENTION_CALL.search(callee):
+                found.extend(positional(call))
+        if weights:
+            for node in _walk_expression(fn.node.body):
+                operands = self.product_operands(node)
+                if operands is not None and len(operands) == 2:
+                    first, second = operands
+                    if self._computed_from(first, weights, fn):
+                        found.append(second)
+                    elif self._computed_from(second, weights, fn):
+                        found.append(first)
+        return found
+
+    def _computed_from(self, expr: cst.BaseExpression, targets: set[int], fn: FunctionFacts) -> bool:
+        """Whether one of the nodes ``targets`` is in the near lineage of ``expr``."""
+        queue, seen = deque([expr]), {id(expr)}
+        while queue and len(seen) < 200:
+            current = queue.popleft()
+            if id(current) in targets:
+                return True
+            parts = [v for v, _ in self.values(current, fn)] if isinstance(current, cst.Name) else _value_parts(current)
+            for part in parts:
+                if id(part) not in seen:
+                    seen.add(id(part))
+                    queue.append(part)
+        return False
+
     def reaches_attention(self, expr: cst.BaseExpression, fn: FunctionFacts) -> bool:
         return self.reaches_product(expr, fn) or any(
             (self.facts.canonical(c.func) or "") in SDPA for c in fn.calls
@@ -1369,6 +1615,37 @@ def _walk_expression(expr: cst.CSTNode) -> Iterator[cst.CSTNode]:
             stack.extend(node.args)
             continue
         stack.extend(child for child in walk.children(node) if isinstance(child, cst.CSTNode))
+
+
+_LAYOUT_METHODS = {
+    "view", "reshape", "permute", "transpose", "expand", "repeat", "flatten", "unflatten", "unsqueeze",
+    "squeeze", "split", "chunk", "unbind", "narrow", "contiguous", "to", "type", "type_as", "size",
+}
+
+
+def _value_parts(expr: cst.CSTNode) -> list[cst.CSTNode]:
+    """The tensors ``expr``'s value is computed from, one level down: not the sizes a view
+    takes, not a tensor's ``.shape``, not an IfExp condition, not the callee of a call."""
+    if isinstance(expr, cst.Attribute):
+        keep = self_attribute(expr) is None and expr.attr.value not in {"shape", "dtype", "device"}
+        return [expr.value] if keep else []
+    if isinstance(expr, cst.Subscript):
+        return [expr.value]
+    if isinstance(expr, cst.Call):
+        arguments = [a.value for a in expr.args]
+        if isinstance(expr.func, cst.Attribute) and self_attribute(expr.func) is None:
+            method = expr.func.attr.value
+            return [expr.func.value] + ([] if method in _LAYOUT_METHODS else arguments)
+        return arguments
+    if isinstance(expr, cst.BinaryOperation):
+        return [expr.left, expr.right]
+    if isinstance(expr, cst.UnaryOperation):
+        return [expr.expression]
+    if isinstance(expr, cst.IfExp):
+        return [expr.body, expr.orelse]
+    if isinstance(expr, (cst.Tuple, cst.List)):
+        return [e.value for e in expr.elements]
+    return []
 
 
 def _is_tf_style_mask_term(other: cst.BaseExpression, sem: Semantics) -> bool:

@@ -91,6 +91,16 @@ class MissingQkvProjection(Rule):
             line=12,
             severity=Severity.WARNING,
         ),
+        Invalid(  # the raw split reaches q·kᵀ and the softmax: q and k are the input itself
+            "import torch, torch.nn as nn\nclass Attention(nn.Module):\n"
+            "    def __init__(self, d, h):\n        super().__init__()\n        self.h, self.q = h, nn.Linear(d, d)\n"
+            "    def forward(self, x):\n        b, s, d = x.shape\n"
+            "        q = x.view(b, s, self.h, d // self.h).transpose(1, 2)\n"
+            "        w = torch.softmax(q @ q.transpose(-2, -1) / (d // self.h) ** 0.5, dim=-1)\n"
+            "        return (w @ q).transpose(1, 2).reshape(b, s, d)",
+            line=8,
+            message="self.q",
+        ),
     )
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
@@ -101,6 +111,8 @@ class MissingQkvProjection(Rule):
         sem = semantics.of(self.context)
         raw_splits = []
         for call, tensor in sem.splits(forward):
+            if not sem.feeds_attention(call, forward):
+                continue  # a patchify or feature reshape, or states projected afterwards
             projected, raw = sem.provenance(tensor, forward)
             data = [name for name in raw if not _NOT_DATA.search(name)]
             if not projected and data:
@@ -130,6 +142,7 @@ def _unused_projections(sem: semantics.Semantics, klass: ClassFacts) -> list[str
         attr
         for attr in klass.attributes
         if projection_role(attr) in {"q", "k", "v", "qkv", "kv"}
+        and "bias" not in attr.lower()  # Transformer-XL's pos_bias_v is added to q, not a projection
         and sem.is_projection_module(klass, attr)
         and sem.module_kind(klass, attr) is not None
         and not sem.references_outside_init(klass, attr)

@@ -134,6 +134,14 @@ class RopeRotation(Rule):
         """,
         # sinusoidal absolute encodings are not RoPE and are not judged here.
         "div = 10000 ** (torch.arange(0, 64, 2) / 64)\n",
+        # the division as a method (Qwen-Image 2.1's rope_params).
+        """
+        import torch
+
+        def rope_params(index, dim, theta=10000):
+            freqs = torch.outer(index, 1.0 / torch.pow(theta, torch.arange(0, dim, 2).to(torch.float32).div(dim)))
+            return torch.polar(torch.ones_like(freqs), freqs)
+        """,
     )
     INVALID = (
         Invalid(_FLIPPED, line=7, message="cat((x2, -x1))", severity=Severity.ERROR),
@@ -248,8 +256,7 @@ class RopeRotation(Rule):
                 hint="inv_freq = 1.0 / (base ** (torch.arange(0, d, 2).float() / d))",
             )
             return
-        if not any(isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Divide)
-                   for n in _subtree(power.exponent)):
+        if not any(_divides(n) for n in _subtree(power.exponent)):
             self.report(
                 power.node,
                 "the exponent arange(0, d, 2) is not divided by d: the frequencies underflow "
@@ -264,6 +271,15 @@ class RopeRotation(Rule):
                 "instead of 2i/d",
                 hint="torch.arange(0, d, 2)",
             )
+
+
+def _divides(node: cst.CSTNode) -> bool:
+    """``a / d``, ``a.div(d)`` or ``torch.div(a, d)`` (Qwen-Image's ``arange(0, dim, 2).div(dim)``)."""
+    if isinstance(node, cst.BinaryOperation):
+        return isinstance(node.operator, cst.Divide)
+    if isinstance(node, cst.Call):
+        return rp.last_name(node.func) in {"div", "divide", "true_divide"}
+    return False
 
 
 def _subtree(node: cst.CSTNode) -> list[cst.CSTNode]:

@@ -14,6 +14,7 @@ import re
 import libcst as cst
 
 from attncheck.static import rope_patterns as rp
+from attncheck.static.facts import self_attribute
 from attncheck.static.rule import Invalid, Rule
 
 _MODEL_WIDTHS = {
@@ -116,8 +117,33 @@ class RopeShape(Rule):
         def apply_rotary_pos_emb(q, cos, sin):
             return q * cos + rotate_half(q) * sin
         """,
+        # timm's pos_embed_sincos: a helper of the file lays the d/2 values out to d.
+        """
+        import torch
+        from transformers.models.llama.modeling_llama import rotate_half
+
+        def _rope_layout(x, rotate_half=False):
+            return torch.cat([x, x], dim=-1) if rotate_half else x.repeat_interleave(2, -1)
+
+        def get_embed(pos, inv_freq):
+            angles = pos[:, None] * inv_freq
+            sin = _rope_layout(angles.sin(), rotate_half=True)
+            cos = _rope_layout(angles.cos(), rotate_half=True)
+            return torch.cat([sin, cos], dim=-1)
+
+        def apply_rotary_pos_emb(q, cos, sin):
+            return q * cos + rotate_half(q) * sin
+        """,
     )
     INVALID = (
+        Invalid(  # the helper the d/2 cos/sin are handed to is the rotation itself
+            "import torch\nfrom transformers.models.llama.modeling_llama import rotate_half\n"
+            "def apply_rotary_pos_emb(q, cos, sin):\n    return q * cos + rotate_half(q) * sin\n"
+            "def rope(q, t, inv_freq):\n    freqs = torch.outer(t, inv_freq)\n"
+            "    return apply_rotary_pos_emb(q, freqs.cos(), freqs.sin())\n",
+            line=7,
+            message="d/2",
+        ),
         Invalid(_SEED.replace("self.cos_cached[:, :, :seq_len, :]",
                               "self.cos_cached[:, :, :seq_len, :self.d_k//2]"),
                 line=20, message="d_k//2"),
@@ -216,6 +242,8 @@ def _combined_or_transformed(index: rp.RopeIndex, facts, trig: cst.CSTNode, fn) 
     ):
         if isinstance(parent, cst.Call) and facts.canonical(parent.func) in _COMBINING:
             return True
+        if isinstance(parent, cst.Call) and isinstance(node, cst.Arg) and _widening_helper(index, facts, parent):
+            return True
         node = parent
     if not isinstance(parent, cst.Assign) or fn is None:
         return False
@@ -226,6 +254,20 @@ def _combined_or_transformed(index: rp.RopeIndex, facts, trig: cst.CSTNode, fn) 
                     and any(isinstance(a.value, cst.Name) and a.value.value == name for a in value.args):
                 return True
     return False
+
+
+def _widening_helper(index: rp.RopeIndex, facts, call: cst.Call) -> bool:
+    """``_rope_layout(angles.sin(), rotate_half=True)`` (timm): cos/sin handed to a helper of
+    the file that does not rotate with them, so it lays them out. A helper that applies
+    ``x * cos + rot(x) * sin`` itself, or one imported, may be where an unwidened cos lands."""
+    name = call.func.value if isinstance(call.func, cst.Name) else self_attribute(call.func)
+    if name is None or (facts.canonical(call.func) or "").startswith("torch."):
+        return False
+    helpers = [f for f in facts.iter_functions() if f.name == name]
+    if not helpers:
+        return False  # imported: it may be the rotation itself
+    inside = {id(n) for f in helpers for n in index.nodes_in(f)}
+    return not any(id(a.node) in inside for a in index.applications)
 
 
 def _half_width(facts, source: cst.BaseExpression) -> bool:

@@ -86,7 +86,7 @@ class SoftmaxDim(Rule):
         pipeline = sem.pipeline(softmax, fn)
         if pipeline is None or not pipeline.products or _transposed_scores(pipeline):
             return
-        if _dual_softmax(sem, softmax, fn):
+        if sem.dual_softmax(softmax, fn):
             return
         if not softmax.has_dim:
             self._missing_dim(softmax, pipeline)
@@ -167,29 +167,6 @@ class SoftmaxDim(Rule):
             return edits.complete(edits.replace(self, softmax.dim, "-1"))
         last_positional = all(a.keyword is not None for a in holder.args[index + 1 :])
         return edits.complete(edits.replace(self, arg, "dim=-1" if last_positional else "-1"))
-
-
-def _dual_softmax(sem: semantics.Semantics, softmax: Softmax, fn) -> bool:
-    """The same scores normalised over another dim and the two multiplied: the dual-softmax
-    of feature matching (LoFTR: ``softmax(sim, 1) * softmax(sim, 2)``), where both are meant."""
-    if fn is None or softmax.dim is None:
-        return False
-    stack: list[cst.CSTNode] = [fn.node.body]
-    while stack:
-        node = stack.pop()
-        stack.extend(node.children)
-        if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply)):
-            continue
-        sides = [node.left, node.right]
-        if softmax.call not in sides:
-            continue
-        other = sides[1] if sides[0] is softmax.call else sides[0]
-        found = sem.softmax(other, fn) if isinstance(other, cst.Call) else None
-        return (
-            found is not None and found.dim is not None
-            and sem.code(found.input) == sem.code(softmax.input) and sem.code(found.dim) != sem.code(softmax.dim)
-        )
-    return False
 
 
 def _einsum_key_axis(pipeline: Pipeline, dim: int) -> bool:

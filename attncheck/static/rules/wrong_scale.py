@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 
 import libcst as cst
 
 from attncheck.findings import Edit, Severity
-from attncheck.static import scale_fixes, semantics
+from attncheck.static import scale_conventions, scale_fixes, semantics
 from attncheck.static.rule import Invalid, Rule
+from attncheck.static.scale_conventions import root_name
 from attncheck.static.semantics import DESCRIPTION, Pipeline, Term
 
 _HINT = "scale the scores by 1/sqrt(head_dim): scores = q @ k.transpose(-2, -1) / math.sqrt(head_dim)"
-_DOCUMENTED_UNSCALED = re.compile(r"\bT5\b|no scal|unscaled|without scal|not scaled|scaling is folded", re.I)
 
 _MHA = """
 import math, torch, torch.nn as nn, torch.nn.functional as F
@@ -49,6 +48,20 @@ class WrongScale(Rule):
         "    return torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ v",
         "import torch\ndef attn(q, k, v, scale):\n"
         "    return torch.softmax(torch.bmm(q, k.transpose(1, 2)) * scale, -1) @ v",
+        # VQ-GAN (Chameleon, Janus, LTX-2 audio): one head over the channels of a (b, c, h, w) map
+        "import torch, torch.nn as nn\nclass AttnBlock(nn.Module):\n    def __init__(self, c):\n"
+        "        super().__init__()\n        self.q, self.k, self.v = (nn.Conv2d(c, c, 1) for _ in range(3))\n"
+        "    def forward(self, x):\n        q, k, v = self.q(x), self.k(x), self.v(x)\n"
+        "        batch, channels, height, width = q.shape\n"
+        "        q = q.reshape(batch, channels, height * width).permute(0, 2, 1)\n"
+        "        k = k.reshape(batch, channels, height * width)\n"
+        "        w = torch.softmax(torch.bmm(q, k) * (int(channels) ** (-0.5)), dim=2).permute(0, 2, 1)\n"
+        "        v = v.reshape(batch, channels, height * width)\n"
+        "        return x + torch.bmm(v, w).reshape(batch, channels, height, width)",
+        # EfficientLoFTR: dual-softmax feature matching, both features divided by sqrt(C)
+        "import torch\ndef fine_matching(f0, f1):\n    f0 = f0 / f0.shape[-1] ** 0.5\n"
+        "    f1 = f1 / f1.shape[-1] ** 0.5\n    sim = f0 @ f1.transpose(-1, -2)\n"
+        "    return torch.softmax(sim, 1) * torch.softmax(sim, 2)",
     )
     INVALID = (
         Invalid(_mha("s = q @ k.transpose(-2, -1) / math.sqrt(T)"), line=12, message="T = x.shape[1]"),
@@ -57,6 +70,13 @@ class WrongScale(Rule):
         Invalid(_mha("s = q @ k.transpose(-2, -1) * math.sqrt(self.head_dim)"), message="multiplied"),
         Invalid(
             _mha("s = (q / math.sqrt(self.head_dim)) @ k.transpose(-2, -1) / math.sqrt(self.head_dim)"),
+            message="twice",
+        ),
+        Invalid(  # one arm of the ``if`` scales a second time: that path is wrong
+            _mha(
+                "s = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)\n        if self.training:\n"
+                "            s = s / math.sqrt(self.head_dim)\n        else:\n            s = s.float()"
+            ),
             message="twice",
         ),
         Invalid(
@@ -69,6 +89,33 @@ class WrongScale(Rule):
             "    return torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ v",
             severity=Severity.WARNING,
         ),
+        Invalid(  # LongT5: a T5 relative attention bias, the scale folded into the initialisation
+            _mha("s = q @ k.transpose(-2, -1)").replace(
+                "self.qkv = nn.Linear", "self.has_relative_attention_bias = True\n        self.qkv = nn.Linear"
+            ),
+            severity=Severity.WARNING,
+            message="has_relative_attention_bias",
+        ),
+        Invalid(  # GPT-Neo: its flash subclass passes softmax_scale=1.0, trained unscaled
+            _mha("s = q @ k.transpose(-2, -1)")
+            + "class MHAFlash(MHA):\n    def forward(self, q, k, v):\n"
+            "        return flash_attn_func(q, k, v, softmax_scale=1.0)\n",
+            severity=Severity.WARNING,
+            message="softmax_scale=1.0",
+        ),
+        Invalid(  # unbound from the last axis of (b, s, h, d, 3): full heads, still unscaled
+            _mha("s = q @ k.transpose(-2, -1)").replace(
+                "q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)",
+                "q, k, v = self.qkv(x).view(B, T, self.num_heads, self.head_dim, 3).unbind(-1)",
+            ),
+            message="unscaled",
+        ),
+        Invalid(  # a unit scale in an unrelated class of the file is no evidence
+            _mha("s = q @ k.transpose(-2, -1)")
+            + "class Other(nn.Module):\n    def forward(self, q, k, v):\n"
+            "        return F.scaled_dot_product_attention(q, k, v, scale=1.0)\n",
+            severity=Severity.ERROR,
+        ),
     )
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -78,9 +125,11 @@ class WrongScale(Rule):
         if softmax is None:
             return
         pipeline = sem.pipeline(softmax, fn)
-        if pipeline is None or not pipeline.products:
+        if pipeline is None or not pipeline.products or sem.dual_softmax(softmax, fn):
+            return  # a dual softmax matches features (LoFTR): its temperature is its own
+        if scale_conventions.contracts_tokens(sem, pipeline) or scale_conventions.one_wide_features(sem, pipeline):
             return
-        operands = frozenset(filter(None, (_root_name(o) for o in pipeline.operands)))
+        operands = frozenset(filter(None, (root_name(o) for o in pipeline.operands)))
         terms = [
             (factor, term)
             for factor in pipeline.factors
@@ -116,16 +165,18 @@ class WrongScale(Rule):
         if abs(power + 0.5) < 1e-9:
             return
         if not found:
-            doc = _docstrings(pipeline)
-            documented = bool(_DOCUMENTED_UNSCALED.search(doc))
+            sem = semantics.of(self.context)
+            if scale_conventions.scaled_by_caller(sem, pipeline, self.context.source.text):
+                return
+            design = scale_conventions.unscaled_by_design(sem, pipeline, self.context.source.text)
             self._flag(
                 pipeline.products[0],
                 pipeline,
                 "scores q·kᵀ reach the softmax unscaled"
-                + (" (documented as intended, T5-style)" if documented else "")
+                + (f" ({design})" if design else "")
                 + "; without 1/sqrt(head_dim) the softmax saturates as head_dim grows",
-                severity=Severity.WARNING if documented else None,
-                fix=() if documented else scale_fixes.add_scale(self, semantics.of(self.context), pipeline),
+                severity=Severity.WARNING if design else None,
+                fix=() if design else scale_fixes.add_scale(self, sem, pipeline),
             )
             return
         factor, term = found[0]
@@ -156,23 +207,3 @@ class WrongScale(Rule):
 def _root(term: Term) -> str:
     name = term.evidence.split(" = ")[0]
     return f"sqrt({name})" if abs(abs(term.power) - 0.5) < 1e-9 else f"{name} ** {abs(term.power):g}"
-
-
-def _root_name(expr: cst.BaseExpression) -> str | None:
-    """``k`` for ``k.transpose(-2, -1)`` or ``k.mT``: the variable a product operand reads."""
-    while isinstance(expr, (cst.Call, cst.Attribute, cst.Subscript)):
-        if isinstance(expr, cst.Call):
-            if not isinstance(expr.func, cst.Attribute):
-                return None
-            expr = expr.func.value
-        else:
-            expr = expr.value
-    return expr.value if isinstance(expr, cst.Name) else None
-
-
-def _docstrings(pipeline: Pipeline) -> str:
-    fn = pipeline.fn
-    parts = [fn.node.get_docstring() or ""]
-    if fn.owner is not None:
-        parts.append(fn.owner.node.get_docstring() or "")
-    return "\n".join(parts)

@@ -543,14 +543,12 @@ class Judge:
         change = self.unchanged("batch", "plain", (slice(0, 1),))
         if change is None:
             return Verdict(Check("batch-independence", "skipped", "the batch experiment raised"))
-        detail = f"perturbing batch element 1 moves element 0 by {change:.3g}"
-        if change <= self.tol:
-            return Verdict(Check("batch-independence", "passed", detail))
-        return Verdict(
-            Check("batch-independence", "failed", detail),
+        return self._within_tolerance(
+            "batch-independence",
+            change,
+            f"perturbing batch element 1 moves element 0 by {change:.3g}",
             "ATT904",
-            f"batch elements leak into each other: changing element 1 moves element 0 by {change:.3g} "
-            f"(tolerance {self.tol:g})",
+            f"batch elements leak into each other: changing element 1 moves element 0 by {change:.3g}",
         )
 
     def query_independence(self) -> Verdict:
@@ -560,14 +558,12 @@ class Judge:
         change = self.unchanged("query", "plain", (slice(None), others))
         if change is None:
             return Verdict(Check("query-independence", "skipped", "the query experiment raised"))
-        detail = f"perturbing query {QUERY_PROBE} moves the other queries' outputs by {change:.3g}"
-        if change <= self.tol:
-            return Verdict(Check("query-independence", "passed", detail))
-        return Verdict(
-            Check("query-independence", "failed", detail),
+        return self._within_tolerance(
+            "query-independence",
+            change,
+            f"perturbing query {QUERY_PROBE} moves the other queries' outputs by {change:.3g}",
             "ATT905",
-            f"queries leak into each other: changing query {QUERY_PROBE} moves the other outputs "
-            f"by {change:.3g} (tolerance {self.tol:g})",
+            f"queries leak into each other: changing query {QUERY_PROBE} moves the other outputs by {change:.3g}",
         )
 
     def is_causal(self) -> tuple[bool, str]:
@@ -618,14 +614,20 @@ class Judge:
             f"causal because {why}; perturbing tokens >= {FUTURE_FROM} moves earlier outputs "
             f"by {change:.3g}; alignment: {alignment}"
         )
-        if change <= self.tol:
-            return Verdict(Check("causal", "passed", detail))
-        return Verdict(
-            Check("causal", "failed", detail),
+        return self._within_tolerance(
+            "causal",
+            change,
+            detail,
             "ATT906",
-            f"future tokens leak: changing tokens >= {FUTURE_FROM} moves outputs 0..{FUTURE_FROM - 1} "
-            f"by {change:.3g} (tolerance {self.tol:g})",
+            f"future tokens leak: changing tokens >= {FUTURE_FROM} moves outputs 0..{FUTURE_FROM - 1} by {change:.3g}",
         )
+
+    def _within_tolerance(self, name: str, change: float, detail: str, code: str, leak: str) -> Verdict:
+        """Passed when a perturbation moved the guarded outputs by at most the tolerance;
+        else the finding ``code``, whose message is ``leak`` with the tolerance."""
+        if change <= self.tol:
+            return Verdict(Check(name, "passed", detail))
+        return Verdict(Check(name, "failed", detail), code, f"{leak} (tolerance {self.tol:g})")
 
     def weights_sum(self) -> Verdict:
         weights = self.out.get("plain/weights")

@@ -130,7 +130,7 @@ def _settings(paths: tuple[str, ...], config_file: Path | None, select: tuple[st
 
 
 def _stdin(name: str) -> Source | FileError:
-    data = click.get_binary_stream("stdin").read()
+    data = sys.stdin.buffer.read()
     return from_bytes(data, name, notebook=name.endswith(".ipynb"))
 
 

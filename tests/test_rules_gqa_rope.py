@@ -133,7 +133,7 @@ def test_repeat_on_the_head_axis_is_flagged_and_repeat_interleave_never(
 
 
 def _index(source: str) -> rp.RopeIndex:
-    return rp.rope_index(FileFacts(cst.parse_module(source)))
+    return rp.build_rope_index(FileFacts(cst.parse_module(source)))
 
 
 @pytest.mark.parametrize(

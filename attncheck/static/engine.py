@@ -9,8 +9,9 @@ comments, and translating positions into the user's coordinates.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import cached_property
+from typing import Any, TypeVar
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
@@ -32,6 +33,8 @@ _SUPPRESSION = re.compile(
     re.IGNORECASE,
 )
 
+T = TypeVar("T")
+
 
 class FileContext:
     """Shared state of one file's traversal, handed to every rule.
@@ -47,6 +50,18 @@ class FileContext:
         self.findings: list[Finding] = []
         self.function_stack: list[FunctionFacts] = []
         self.class_stack: list[ClassFacts] = []
+        self._shared: dict[Callable[[FileContext], Any], Any] = {}
+
+    def shared(self, build: Callable[[FileContext], T]) -> T:
+        """The one ``build(self)`` of this file.
+
+        Analyses that several rules read (the semantics index, the tracer's
+        per-function flows, the RoPE index) are built by the first rule that asks
+        and reused by the others, and live exactly as long as the file's context.
+        """
+        if build not in self._shared:
+            self._shared[build] = build(self)
+        return self._shared[build]
 
     @cached_property
     def facts(self) -> FileFacts:

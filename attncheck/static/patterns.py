@@ -15,12 +15,15 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import libcst as cst
 
 from attncheck.static import walk
 from attncheck.static.facts import FileFacts, FunctionFacts, dotted_name, self_attribute
+
+if TYPE_CHECKING:
+    from attncheck.static.engine import FileContext
 
 FLOAT16_MIN = -65504.0
 
@@ -206,8 +209,8 @@ _MASK_KEYWORD = re.compile(r"^(attn_mask|attention_mask|mask|attn_bias|attention
 class Tracer:
     """Follows an expression back through local names and ``self.`` attributes.
 
-    One Tracer per rule instance (that is, per file); it caches one LocalFlow
-    per function.
+    One Tracer per file, shared by the rules through ``tracer(context)``; it
+    caches one LocalFlow per function.
     """
 
     def __init__(self, facts: FileFacts) -> None:
@@ -322,6 +325,15 @@ class Tracer:
 
 
 # -- softmax, matmul, transposes ------------------------------------------------
+
+
+def tracer(context: FileContext) -> Tracer:
+    """The Tracer of a file, shared by every rule that follows values back."""
+    return context.shared(_new_tracer)
+
+
+def _new_tracer(context: FileContext) -> Tracer:
+    return Tracer(context.facts)
 
 
 def softmax_input(

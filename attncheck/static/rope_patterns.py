@@ -12,7 +12,7 @@ RoPE code is written in two layouts, both legitimate:
 The rules ATT402-ATT404 judge only what this module recognises; anything it
 does not recognise is left alone, so an unusual but correct spelling costs a
 missed finding, never a false one. ``rope_index`` walks a file once and is
-cached per file, so the four rules share the work.
+shared through the file's context, so the rules share the work.
 """
 
 from __future__ import annotations
@@ -20,12 +20,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
 from attncheck.static import walk
 from attncheck.static.facts import FileFacts, FunctionFacts
+
+if TYPE_CHECKING:
+    from attncheck.static.engine import FileContext
 
 HALF = "half"
 PAIR = "pair"
@@ -437,8 +440,16 @@ def _base_product(facts: FileFacts, node: cst.CSTNode) -> bool:
 # -- the index ----------------------------------------------------------------
 
 
-@lru_cache(maxsize=8)
-def rope_index(facts: FileFacts) -> RopeIndex:
+def rope_index(context: FileContext) -> RopeIndex:
+    """The RoPE index of a file, built once and shared by the rules that read it."""
+    return context.shared(_index_of_context)
+
+
+def _index_of_context(context: FileContext) -> RopeIndex:
+    return build_rope_index(context.facts)
+
+
+def build_rope_index(facts: FileFacts) -> RopeIndex:
     """Rotations, applications, cos/sin widenings and parent links of one file."""
     index = RopeIndex()
     collector = _Collector(facts)

@@ -17,12 +17,15 @@ import re
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from weakref import WeakKeyDictionary
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
 from attncheck.static import walk
 from attncheck.static.facts import ClassFacts, FileFacts, FunctionFacts, dotted_name, self_attribute
+
+if TYPE_CHECKING:
+    from attncheck.static.engine import FileContext
 
 # -- names people give to attention quantities ---------------------------------
 
@@ -1548,16 +1551,13 @@ class Semantics:
         )
 
 
-_CACHE: WeakKeyDictionary[object, Semantics] = WeakKeyDictionary()
+def of(context: FileContext) -> Semantics:
+    """The Semantics of a file, built once and shared by every rule."""
+    return context.shared(_build)
 
 
-def of(context: object) -> Semantics:
-    """The Semantics of a FileContext, built once per file and shared by every rule."""
-    found = _CACHE.get(context)
-    if found is None:
-        found = Semantics(context.module, context.facts)  # type: ignore[attr-defined]
-        _CACHE[context] = found
-    return found
+def _build(context: FileContext) -> Semantics:
+    return Semantics(context.module, context.facts)
 
 
 # -- helpers --------------------------------------------------------------------

@@ -13,7 +13,6 @@ from attncheck.static.engine import FileContext
 from attncheck.static.facts import FunctionFacts
 from attncheck.static.patterns import (
     FillSite,
-    Tracer,
     argument,
     fill_site,
     is_blocking_value,
@@ -22,6 +21,7 @@ from attncheck.static.patterns import (
     method_name,
     receiver,
     selected_polarity,
+    tracer,
 )
 from attncheck.static.rule import Invalid, Rule
 
@@ -105,7 +105,7 @@ class CausalDiagonal(Rule):
 
     def __init__(self, context: FileContext) -> None:
         super().__init__(context)
-        self.tracer = Tracer(context.facts)
+        self.tracer = tracer(context)
         self.reported: set[int] = set()
 
     def visit_Call(self, node: cst.Call) -> None:

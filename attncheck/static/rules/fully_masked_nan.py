@@ -9,7 +9,7 @@ import libcst as cst
 
 from attncheck.static.engine import FileContext
 from attncheck.static.facts import FileFacts, FunctionFacts
-from attncheck.static.patterns import FillSite, Tracer, constant_value, fill_site, method_name
+from attncheck.static.patterns import FillSite, constant_value, fill_site, method_name, tracer
 from attncheck.static.rule import Invalid, Rule
 
 # Calls that show the function deals with all-masked rows.
@@ -62,7 +62,7 @@ class FullyMaskedNan(Rule):
 
     def __init__(self, context: FileContext) -> None:
         super().__init__(context)
-        self.tracer = Tracer(context.facts)
+        self.tracer = tracer(context)
 
     def visit_Call(self, node: cst.Call) -> None:
         facts = self.context.facts

@@ -6,12 +6,12 @@ import libcst as cst
 
 from attncheck.static.engine import FileContext
 from attncheck.static.patterns import (
-    Tracer,
     dim_role,
     is_heads_first_product,
     mentions_heads,
     method_name,
     shape_arguments,
+    tracer,
 )
 from attncheck.static.rule import Invalid, Rule
 
@@ -56,7 +56,7 @@ class HeadMergeLayout(Rule):
 
     def __init__(self, context: FileContext) -> None:
         super().__init__(context)
-        self.tracer = Tracer(context.facts)
+        self.tracer = tracer(context)
 
     def visit_Call(self, node: cst.Call) -> None:
         if method_name(node) not in ("view", "reshape") or not isinstance(node.func, cst.Attribute):

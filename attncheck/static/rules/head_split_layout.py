@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import libcst as cst
 
 from attncheck.static.engine import FileContext
-from attncheck.static.patterns import Tracer, dim_role, is_model_input, method_name, shape_arguments
+from attncheck.static.patterns import dim_role, is_model_input, method_name, shape_arguments, tracer
 from attncheck.static.rule import Invalid, Rule
 
 
@@ -50,7 +50,7 @@ class HeadSplitLayout(Rule):
 
     def __init__(self, context: FileContext) -> None:
         super().__init__(context)
-        self.tracer = Tracer(context.facts)
+        self.tracer = tracer(context)
 
     def visit_Call(self, node: cst.Call) -> None:
         facts = self.context.facts

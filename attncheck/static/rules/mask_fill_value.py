@@ -13,11 +13,11 @@ from attncheck.static.facts import FileFacts, dotted_name
 from attncheck.static.patterns import (
     FLOAT16_MIN,
     FillSite,
-    Tracer,
     argument,
     constant_value,
     fill_site,
     looks_like_scores,
+    tracer,
 )
 from attncheck.static.rule import Invalid, Rule
 
@@ -52,7 +52,7 @@ class MaskFillValue(Rule):
 
     def __init__(self, context: FileContext) -> None:
         super().__init__(context)
-        self.tracer = Tracer(context.facts)
+        self.tracer = tracer(context)
 
     def visit_Call(self, node: cst.Call) -> None:
         facts = self.context.facts

@@ -11,12 +11,12 @@ from attncheck.static.engine import FileContext
 from attncheck.static.facts import FunctionFacts
 from attncheck.static.patterns import (
     Polarity,
-    Tracer,
     argument,
     fill_site,
     is_blocking_value,
     is_mask_shaping,
     selected_polarity,
+    tracer,
 )
 from attncheck.static.rule import Invalid, Rule
 
@@ -115,7 +115,7 @@ class MaskPolarity(Rule):
 
     def __init__(self, context: FileContext) -> None:
         super().__init__(context)
-        self.tracer = Tracer(context.facts)
+        self.tracer = tracer(context)
         self.lines = context.source.text.splitlines()
 
     def visit_Call(self, node: cst.Call) -> None:

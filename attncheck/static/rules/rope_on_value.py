@@ -73,7 +73,7 @@ class RopeOnValue(Rule):
     )
 
     def visit_Module(self, node: cst.Module) -> None:
-        index = rp.rope_index(self.context.facts)
+        index = rp.rope_index(self.context)
         for application in index.applications:
             shown = rp.code(self.context.facts, application.tensor)
             if _VALUE.match(rp.last_name(application.tensor) or ""):

@@ -170,7 +170,7 @@ class RopeRotation(Rule):
     )
 
     def visit_Module(self, node: cst.Module) -> None:
-        index = rp.rope_index(self.context.facts)
+        index = rp.rope_index(self.context)
         self._check_signs(index)
         self._check_layouts(index)
         if index.is_rope_file(self.context.source.text):

@@ -159,7 +159,7 @@ class RopeShape(Rule):
     )
 
     def visit_Module(self, node: cst.Module) -> None:
-        index = rp.rope_index(self.context.facts)
+        index = rp.rope_index(self.context)
         if index.uses_rotation_formula:
             if index.widenings:
                 self._check_slices(index)

@@ -9,7 +9,6 @@ import libcst as cst
 from attncheck.static import semantics
 from attncheck.static.engine import FileContext
 from attncheck.static.patterns import (
-    Tracer,
     base_name,
     constant_value,
     dim_role,
@@ -17,6 +16,7 @@ from attncheck.static.patterns import (
     literal_is,
     literal_value,
     softmax_input,
+    tracer,
 )
 from attncheck.static.rule import Invalid, Rule
 
@@ -90,7 +90,7 @@ class SoftmaxOrder(Rule):
 
     def __init__(self, context: FileContext) -> None:
         super().__init__(context)
-        self.tracer = Tracer(context.facts)
+        self.tracer = tracer(context)
 
     def _softmax_of(self, node: cst.BaseExpression) -> cst.Call | None:
         """The softmax call whose attention weights ``node`` holds, or None.

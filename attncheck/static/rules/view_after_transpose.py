@@ -15,7 +15,7 @@ from libcst.metadata import PositionProvider
 
 from attncheck.findings import Edit, Severity
 from attncheck.static.engine import FileContext
-from attncheck.static.patterns import Tracer, base_name, method_name, receiver, shape_arguments
+from attncheck.static.patterns import base_name, method_name, receiver, shape_arguments, tracer
 from attncheck.static.rule import Invalid, Rule
 from attncheck.static.strides import reordering, view_verdict
 
@@ -74,7 +74,7 @@ class ViewAfterTranspose(Rule):
 
     def __init__(self, context: FileContext) -> None:
         super().__init__(context)
-        self.tracer = Tracer(context.facts)
+        self.tracer = tracer(context)
 
     def visit_Call(self, node: cst.Call) -> None:
         if method_name(node) != "view" or _is_dtype_view(node):

@@ -1,4 +1,4 @@
-"""Test helpers for the dynamic checker: targets read from fixtures, and an in-process child.
+"""Test helpers for the dynamic checker: fixtures through the static pass, and an in-process child.
 
 The real sandbox starts a process per file; most tests only need the same
 request/reply protocol, so ``in_process_child`` imports the fixture here and
@@ -7,7 +7,6 @@ calls ``executor.run`` directly (milliseconds instead of a second per file).
 
 from __future__ import annotations
 
-import ast
 import importlib.util
 import re
 import threading
@@ -18,12 +17,11 @@ import numpy as np
 import torch
 
 from attncheck.dynamic import executor
-from attncheck.findings import Parameter, Target
 from attncheck.sources import Source
-from attncheck.static.engine import FileResult
+from attncheck.static.engine import FileResult, lint
+from attncheck.static.rules import all_rules
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-_TARGET_NAME = re.compile(r"attention|attn|mha|sdpa", re.IGNORECASE)
 
 
 @dataclass
@@ -80,61 +78,9 @@ def _run_in_process(path: Path, request: dict, tensors: dict[str, np.ndarray]) -
     return Outcome(replies=replies)
 
 
-def _params(args: ast.arguments) -> tuple[Parameter, ...]:
-    positional = args.posonlyargs + args.args
-    defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
-    params = [
-        Parameter(
-            a.arg,
-            ast.unparse(d) if d is not None else None,
-            ast.unparse(a.annotation) if a.annotation else None,
-        )
-        for a, d in zip(positional, defaults, strict=True)
-    ]
-    for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True):
-        params.append(Parameter(a.arg, ast.unparse(d) if d is not None else None, None, "keyword"))
-    return tuple(params)
-
-
-def targets_of(path: Path) -> list[Target]:
-    """Attention classes and functions of a fixture, described as the static pass would."""
-    tree = ast.parse(path.read_text())
-    targets = []
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and _TARGET_NAME.search(node.name):
-            methods = {n.name: n for n in node.body if isinstance(n, ast.FunctionDef)}
-            if "forward" in methods:
-                init = _params(methods["__init__"].args) if "__init__" in methods else ()
-                targets.append(
-                    Target(
-                        str(path),
-                        node.name,
-                        node.lineno,
-                        ("mha",),
-                        True,
-                        init,
-                        _params(methods["forward"].args),
-                        docstring=ast.get_docstring(node),
-                    )
-                )
-        elif isinstance(node, ast.FunctionDef) and _TARGET_NAME.search(node.name):
-            targets.append(
-                Target(
-                    str(path),
-                    node.name,
-                    node.lineno,
-                    ("function",),
-                    False,
-                    (),
-                    _params(node.args),
-                    docstring=ast.get_docstring(node),
-                )
-            )
-    return targets
-
-
 def file_result(path: Path) -> FileResult:
-    return FileResult(Source(str(path), path.read_text()), targets=targets_of(path))
+    """The static pass over a fixture: its findings and the targets the dynamic stage runs."""
+    return lint(Source(str(path), path.read_text(encoding="utf-8")), all_rules())
 
 
 def expected_codes(path: Path) -> set[str]:

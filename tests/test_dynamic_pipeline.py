@@ -134,9 +134,9 @@ def test_declaration_in_pyproject_binds_a_target_through_the_cli(tmp_path):
 
 def test_a_mistyped_declaration_key_is_a_clear_skip():
     from attncheck.dynamic.binding import bind
-    from tests.dynamic_support import targets_of
+    from tests.dynamic_support import file_result
 
-    target = targets_of(FIXTURES / "correct" / "dyn_self_attention.py")[0]
+    target = file_result(FIXTURES / "correct" / "dyn_self_attention.py").targets[0]
     binding = bind(target, {"forwrd": ["x"]})
     assert not binding.ok and "unknown key 'forwrd'" in binding.reason
 

@@ -387,7 +387,7 @@ class _Layout:
             layout.loops[id(node)] = loops
             if isinstance(node, (cst.For, cst.While)):
                 loops = loops | {id(node)}
-            for child in reversed(node.children):
+            for child in reversed(walk.children(node)):
                 arm = _arm(node, child, inside) if isinstance(node, cst.If) else inside
                 stack.append((child, arm, loops))
         return layout
@@ -819,7 +819,7 @@ class Semantics:
         stack: list[cst.CSTNode] = [fn.node.body]
         while stack:
             node = stack.pop()
-            stack.extend(node.children)
+            stack.extend(walk.children(node))
             if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply)):
                 continue
             sides = [node.left, node.right]

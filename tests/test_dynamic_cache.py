@@ -131,3 +131,38 @@ def test_cache_is_cut_from_the_key_and_value_projections(layers, key, value):
 def test_cache_cut_failures_say_why(layers, message):
     with pytest.raises(kv_cache.CacheBuildError, match=message):
         kv_cache.cut(_seen(*layers), 32, 8)
+
+
+GPT2_STYLE = '''
+import math
+
+import torch
+import torch.nn as nn
+
+
+class FusedCachedAttention(nn.Module):
+    """Multi-head attention with one fused c_attn, GPT-2's legacy layer_past, returning (out, present)."""
+
+    def __init__(self, n_embd: int, n_head: int):
+        super().__init__()
+        self.n_head, self.head_dim = n_head, n_embd // n_head
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
+        self.c_proj = nn.Linear(n_embd, n_embd)
+
+    def forward(self, x, layer_past=None):
+        b, s, d = x.shape
+        q, k, v = (t.view(b, s, self.n_head, self.head_dim).transpose(1, 2) for t in self.c_attn(x).split(d, dim=2))
+        if layer_past is not None:
+            k = torch.cat((layer_past[0], k), dim=-2)
+            v = torch.cat((layer_past[1], v), dim=-2)
+        weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(self.head_dim), dim=-1)
+        return self.c_proj((weights @ v).transpose(1, 2).reshape(b, s, d)), (k, v)
+'''
+
+
+def test_fused_multi_head_cache_of_a_non_causal_module_passes(tmp_path):
+    path = tmp_path / "gpt2_style.py"
+    path.write_text(GPT2_STYLE, encoding="utf-8")
+    check, findings = _run(file_result(path))
+    assert check.status == "passed", check.detail
+    assert findings == []

@@ -32,9 +32,7 @@ LEGITIMATE_SKIPS: dict[tuple[str, str], str] = {
 }
 
 # Fixtures whose mistake no probe reaches yet. Strict: they fail the suite once fixed.
-NEEDS_PROBE: dict[str, str] = {
-    "buggy/gqa_mixed.py": "tiling shows only on the KV-cache path, which no probe calls yet",
-}
+NEEDS_PROBE: dict[str, str] = {}
 
 
 def _name(path: Path) -> str:

@@ -156,7 +156,9 @@ MASK_NAMES = (
     "padding_mask",
 )
 # Required forward arguments that are not tensors of hidden states: positions, rotary tables, caches.
-NOT_HIDDEN = re.compile(r"pos|freq|cos|sin|cache|rope|rotary|index|ids|offset|step", re.IGNORECASE)
+NOT_HIDDEN = re.compile(r"pos|freq|cos|sin|cache|past|rope|rotary|index|ids|offset|step", re.IGNORECASE)
+# Optional forward parameters that take a KV cache: the KV-cache probe passes a (k, v) tuple there.
+CACHE_NAMES = ("past_key_value", "past_key_values", "layer_past", "kv_cache", "cache", "past_kv", "past")
 
 # [tool.attncheck.targets.NAME]: constructor arguments, forward roles in parameter order, the mask
 # convention and causality; d_model and heads give the sizes when init's names do not say them.
@@ -465,6 +467,12 @@ def _config_class(param: Parameter, target: Target) -> str | None:
     if re.fullmatch(r"[A-Za-z_]\w*", annotation) and annotation not in ("dict", "Any", "object"):
         return annotation
     return target.config_class
+
+
+def cache_param(target: Target) -> str | None:
+    """The optional forward parameter that takes a KV cache (``past_key_value=None``...), if any."""
+    optional = {p.name.lower(): p.name for p in _call_params(target) if p.default is not None}
+    return next((optional[name] for name in CACHE_NAMES if name in optional), None)
 
 
 def _mask_param(target: Target, params: list[Parameter]) -> Parameter | None:

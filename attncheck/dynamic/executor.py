@@ -31,7 +31,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from attncheck.dynamic import kv_perturb
+from attncheck.dynamic import kv_cache, kv_perturb
 from attncheck.dynamic.binding import all_sizes, size_for
 
 Tensors = dict[str, torch.Tensor]
@@ -128,7 +128,7 @@ class _Target:
     def _count_dropout(self, *_: Any) -> None:
         self.dropout_calls += 1
 
-    def call(self, instance: Any, experiment: dict) -> Any:
+    def call(self, instance: Any, experiment: dict, extra: dict[str, Any] | None = None) -> Any:
         plan = self.unit["forward"]
         dtype = LOW_PRECISION.get(experiment.get("dtype", ""))
         args = [_lowered(self.tensors[experiment["inputs"][role]], dtype) for _, role in plan["roles"]]
@@ -137,7 +137,16 @@ class _Target:
         mask = experiment.get("mask")
         if plan["mask_name"] and (mask is not None or plan["mask_required"]):
             kwargs[plan["mask_name"]] = _lowered(self.tensors[mask], dtype) if mask is not None else None
+        kwargs.update(extra or {})
         return instance(*args, **kwargs)
+
+    def kv_cache(self, instance: nn.Module, experiment: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """The (k, v) cache of the experiment's prefix, cut from a run of the module on it (``kv_cache``)."""
+        spec = experiment["kv_cache"]
+        prefix = self.tensors[spec["prefix"]]
+        with kv_cache.capture(instance, prefix, _is_projection) as seen:
+            self.call(instance, {"inputs": {"x": spec["prefix"]}})
+        return kv_cache.cut(seen, spec["d_model"], spec["head_dim"])
 
 
 LOW_PRECISION = {"float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -243,7 +252,12 @@ def _run_experiment(target: _Target, experiment: dict, facts: dict, out: Tensors
             instance.train(experiment.get("mode") == "train")
             instance.zero_grad(set_to_none=True)
         with torch.set_grad_enabled(cotangent is not None):
-            result = target.call(instance, experiment)
+            extra = {}
+            if experiment.get("kv_cache") and isinstance(instance, nn.Module):
+                cache = target.kv_cache(instance, experiment)
+                extra[experiment["kv_cache"]["param"]] = cache
+                out[f"{name}/cache_k"], out[f"{name}/cache_v"] = (t.to("cpu", torch.float64).clone() for t in cache)
+            result = target.call(instance, experiment, extra)
             output, weights = _split_output(result, target, experiment)
             if cotangent is not None and isinstance(instance, nn.Module):
                 if output.requires_grad:  # else no parameter reaches the output: every grad stays None

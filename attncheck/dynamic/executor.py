@@ -13,7 +13,8 @@ Request layout (built by ``probes.plan``)::
         "candidates": [InitCandidate.to_request()...], "forward": ForwardPlan.to_request(),
         "experiments": [{"name", "instance": "exact" | "dropout", "mode": "eval" | "train",
                          "inputs": {role: tensor name}, "mask": tensor name | None,
-                         "record": bool, "cotangent": tensor name | None}...]}]}
+                         "record": bool, "cotangent": tensor name | None,
+                         "keywords": {param: tensor name}, "constants": {param: JSON value}}...]}]}
 """
 
 from __future__ import annotations
@@ -134,6 +135,7 @@ class _Target:
         args = [_lowered(self.tensors[experiment["inputs"][role]], dtype) for _, role in plan["roles"]]
         kwargs = dict(plan["extra"])
         kwargs.update({k: _lowered(self.tensors[v], dtype) for k, v in experiment.get("keywords", {}).items()})
+        kwargs.update(experiment.get("constants", {}))  # plain JSON values: an integer position offset
         mask = experiment.get("mask")
         if plan["mask_name"] and (mask is not None or plan["mask_required"]):
             kwargs[plan["mask_name"]] = _lowered(self.tensors[mask], dtype) if mask is not None else None

@@ -21,6 +21,7 @@ import torch
 from attncheck.dynamic import explain, reference
 from attncheck.dynamic import probes_gqa as gqa_probes
 from attncheck.dynamic import probes_lowprec as lowprec_probes
+from attncheck.dynamic import probes_rope as rope_probes
 from attncheck.dynamic import probes_structure as structure
 from attncheck.dynamic.binding import Binding, MaskConvention
 from attncheck.dynamic.rope import RopeSpec
@@ -180,6 +181,7 @@ def plan(binding: Binding, index: int, seed: int) -> Plan:
         if is_class or mode == "eval":
             planner.add(name, plain, instance=instance, mode=mode)
     gqa_probes.plan(planner.add, plain, binding)
+    rope_probes.plan(planner.add, planner.tensor, plain, binding, (BATCH, q_len))
     masks = {k.split("/mask/", 1)[1]: k for k in planner.tensors if "/mask/" in k}
     lowprec_probes.plan(planner.add, plain, lowprec_probes.masks_to_plan(masks))
     unit = {
@@ -310,6 +312,9 @@ class Judge:
         grouping = gqa_probes.verdict(self)
         if grouping is not None:
             found.append(Verdict(*grouping))
+        shift = rope_probes.verdict(self, [v.code for v in found])
+        if shift is not None:
+            found.append(Verdict(*shift))
         if self.ran("plain"):
             found.append(Verdict(*structure.nan_rows(self.output("plain"))))
         named = any(v.code and v.code.startswith(structure.MISTAKE_PREFIXES) for v in found)

@@ -266,6 +266,9 @@ def _run_experiment(target: _Target, experiment: dict, facts: dict, out: Tensors
             facts["softmax"] = recorder.softmax
     facts["experiments"][name] = {"ok": True, "shape": list(output.shape), "weights": weights is not None}
     out[f"{name}/out"] = output.detach().to("cpu", torch.float64)
+    if experiment.get("all_outputs"):  # a rotary function's second tensor (its rotated k)
+        for index, item in enumerate(_tensors(result)[1:], 1):
+            out[f"{name}/out{index}"] = item.detach().to("cpu", torch.float64)
     if weights is not None:
         out[f"{name}/weights"] = weights.detach().to("cpu", torch.float64)
     if recorder is not None:
@@ -275,10 +278,7 @@ def _run_experiment(target: _Target, experiment: dict, facts: dict, out: Tensors
 
 def _split_output(result: Any, target: _Target, experiment: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The output tensor and, when returned alongside, the attention weights."""
-    if isinstance(result, dict):
-        items = list(result.values())
-    else:
-        items = list(result) if isinstance(result, (tuple, list)) else [result]
+    items = _items(result)
     if not items or not isinstance(items[0], torch.Tensor):
         raise TypeError(f"forward returned {type(result).__name__}, not a tensor or a tuple starting with one")
     roles = dict(experiment["inputs"])
@@ -294,6 +294,18 @@ def _split_output(result: Any, target: _Target, experiment: dict) -> tuple[torch
         None,
     )
     return items[0], weights
+
+
+def _items(result: Any) -> list[Any]:
+    """What a forward returned, as a list (a dict's values, a tuple's items, or the one value)."""
+    if isinstance(result, dict):
+        return list(result.values())
+    return list(result) if isinstance(result, (tuple, list)) else [result]
+
+
+def _tensors(result: Any) -> list[torch.Tensor]:
+    """The floating tensors among what a forward returned, in order."""
+    return [t for t in _items(result) if isinstance(t, torch.Tensor) and t.is_floating_point()]
 
 
 def _docs(obj: Any) -> str:

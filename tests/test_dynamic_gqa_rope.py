@@ -125,7 +125,7 @@ def test_meta_complex_rotation_is_called_with_a_complex_freqs_cis_table():
 
 
 def test_k_conjugated_alone_is_att402_naming_k():
-    findings, results = _check("buggy/rope_meta_conj.py")
+    findings, results = _check("buggy/dyn_rope_meta_conj.py")
     assert results["apply_rotary_emb"].status == "failed"
     messages = [f.message for f in findings if f.target == "apply_rotary_emb" and f.code == "ATT402"]
     assert messages and "k is rotated differently from q" in messages[0] and "wrong way" in messages[0]

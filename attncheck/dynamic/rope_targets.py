@@ -229,7 +229,8 @@ def judge(
         same_layout = [(n, f, s) for n, f, s in prints if f.convention == rope_plan.variants[n]["table"]]
         name, found, shift = (same_layout or prints)[0]
         detail = f"{found.message}; relative-position error {shift:.3g}"
-        message = f"the rotary embedding is wrong with every cos/sin layout: {found.message}"
+        tables = "freqs table" if rope_plan.variants[name]["table"] in FREQS_TABLES else "cos/sin layout"
+        message = f"the rotary embedding is wrong with every {tables}: {found.message}"
         return [Check("rope-fingerprint", "failed", detail)], "ATT402", message
     errors = [e["error"] for e in experiments.values() if not e.get("ok")]
     lines = source_text.splitlines()

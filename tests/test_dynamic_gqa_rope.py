@@ -49,6 +49,7 @@ def test_rotary_modules_pass_and_report_their_convention(relative, target, conve
     [
         ("correct/rope_apply_function.py", "apply_rotary_pos_emb", "half-split (rotate_half)"),
         ("correct/rope_gptj.py", "apply_rotary_pos_emb", "interleaved pairs"),
+        ("correct/rope_meta.py", "apply_rotary_emb", "interleaved pairs"),
     ],
 )
 def test_standalone_rotary_functions_are_fingerprinted(relative, target, convention):
@@ -58,7 +59,7 @@ def test_standalone_rotary_functions_are_fingerprinted(relative, target, convent
     detail = _detail(result, "rope-fingerprint")
     assert f"a correct {convention} rotation of 8 of 8 dims, base 10000" in detail
     shift = float(re.search(r"relative-position error (\S+)", detail).group(1))
-    assert shift < 1e-9
+    assert shift < 1e-6  # complex64 (Meta) rotates in float32
 
 
 def test_a_rotary_function_that_turns_the_wrong_way_is_att402():
@@ -106,11 +107,47 @@ def test_multi_query_attention_with_one_kv_head_passes():
     assert results["MultiQueryAttention"].status == "passed"
 
 
-def test_only_functions_with_cos_and_sin_are_rotary_targets():
+def test_only_functions_with_cos_and_sin_or_a_freqs_table_are_rotary_targets():
     path = FIXTURES / "correct" / "rope_hf.py"
     targets = {t.name: t for t in lint(Source(str(path), path.read_text()), all_rules()).targets}
     assert rope_targets.applies(targets["apply_rotary_pos_emb"])
     assert not rope_targets.applies(targets["LlamaRotaryAttention"])
+    path = FIXTURES / "correct" / "rope_meta.py"
+    targets = {t.name: t for t in lint(Source(str(path), path.read_text()), all_rules()).targets}
+    assert rope_targets.applies(targets["apply_rotary_emb"])
+    assert not rope_targets.applies(targets["MetaAttention"])
+
+
+def test_meta_complex_rotation_is_called_with_a_complex_freqs_cis_table():
+    _, results = _check("correct/rope_meta.py")
+    detail = _detail(results["apply_rotary_emb"], "rope-fingerprint")
+    assert "freqs_cis as complex64 (seq, head_dim/2)" in detail
+
+
+def test_k_conjugated_alone_is_att402_naming_k():
+    findings, results = _check("buggy/dyn_rope_meta_conj.py")
+    assert results["apply_rotary_emb"].status == "failed"
+    messages = [f.message for f in findings if f.target == "apply_rotary_emb" and f.code == "ATT402"]
+    assert messages and "k is rotated differently from q" in messages[0] and "wrong way" in messages[0]
+    shift = [f for f in findings if f.target == "MetaAttention"]
+    assert [f.code for f in shift] == ["ATT402"] and "not relative" in shift[0].message
+
+
+def test_q_and_k_rotated_by_different_correct_rules_is_att402(tmp_path):
+    path = tmp_path / "mixed.py"
+    source = (FIXTURES / "correct" / "rope_meta.py").read_text()
+    half_split_k = """
+    k_cos = torch.cat([freqs_cis.real, freqs_cis.real], dim=-1)  # freqs_cis is (1, s, 1, dh/2) here
+    k_sin = torch.cat([freqs_cis.imag, freqs_cis.imag], dim=-1)
+    x1, x2 = xk.chunk(2, dim=-1)
+    return xq_out.type_as(xq), (xk * k_cos + torch.cat([-x2, x1], dim=-1) * k_sin).type_as(xk)
+"""
+    source = source.replace("    return xq_out.type_as(xq), xk_out.type_as(xk)\n", half_split_k, 1)
+    path.write_text(source)
+    result = lint(Source(str(path), source), all_rules())
+    findings, _ = check_file(result, Options(), in_process_child)
+    messages = [f.message for f in findings if f.target == "apply_rotary_emb"]
+    assert messages and "q and k are rotated by different rules" in messages[0]
 
 
 @pytest.mark.parametrize(

@@ -23,13 +23,8 @@ from tests.dynamic_support import FIXTURES, Options, in_process_child
 
 _HEADER = re.compile(r"^#\s*dynamic:\s*(none|ATT\d{3}(?:\s*,\s*ATT\d{3})*)\s*$", re.M)
 
-# The one target the checker cannot run yet, and why.
-LEGITIMATE_SKIPS: dict[tuple[str, str], str] = {
-    ("correct/rope_meta.py", "apply_rotary_emb"): (
-        "Meta's complex apply_rotary_emb(xq, xk, freqs_cis) takes a complex table the binder does not build;"
-        " the module around it is checked"
-    ),
-}
+# Targets the checker cannot run yet, and why (none today: add one only with its reason).
+LEGITIMATE_SKIPS: dict[tuple[str, str], str] = {}
 
 # Fixtures whose mistake no probe reaches yet. Strict: they fail the suite once fixed.
 NEEDS_PROBE: dict[str, str] = {}

@@ -155,6 +155,17 @@ MASK_NAMES = (
     "tgt_mask",
     "padding_mask",
 )
+# Optional forward arguments that set token positions (for the RoPE relative-shift check): a tensor of
+# positions, or an integer offset added to 0..s-1.
+POSITION_TENSOR_NAMES = frozenset(
+    {"position_ids", "positions", "pos_ids", "pos", "position", "input_pos", "position_idx", "pos_idx"}
+    | {"token_positions"}
+)
+POSITION_OFFSET_NAMES = frozenset(
+    {"start_pos", "offset", "seqlen_offset", "pos_offset", "position_offset", "start_position"}
+    | {"past_length", "past_len"}
+)
+PositionKind = Literal["ids", "offset"]
 # Required forward arguments that are not tensors of hidden states: positions, rotary tables, caches.
 NOT_HIDDEN = re.compile(r"pos|freq|cos|sin|cache|past|rope|rotary|index|ids|offset|step", re.IGNORECASE)
 # Optional forward parameters that take a KV cache: the KV-cache probe passes a (k, v) tuple there.
@@ -261,6 +272,8 @@ class ForwardPlan:
     mask_required: bool = False
     extra: Mapping[str, Any] = field(default_factory=dict)  # keyword overrides (dropout_p=0.0)
     per_head: bool = False  # inputs are (batch, heads, seq, head_dim), as for a bare function
+    position_name: str | None = None  # an optional forward parameter that sets token positions
+    position_kind: PositionKind | None = None  # "ids": a tensor of positions; "offset": an int added to them
 
     @property
     def style(self) -> Style:
@@ -347,6 +360,7 @@ def bind(target: Target, declaration: Mapping[str, Any] | None = None) -> Bindin
         return _skip(target, forward)
     if "forward" not in declaration and _is_per_head_class(target, forward):
         forward = replace(forward, per_head=True)
+    forward = _with_positions(target, forward)
     if not target.is_class:
         return Binding(target, forward=forward, declared_mask=mask, declared_causal=causal)
     if "init" in declaration:
@@ -361,6 +375,36 @@ def bind(target: Target, declaration: Mapping[str, Any] | None = None) -> Bindin
     if isinstance(candidates, str):
         return _skip(target, candidates)
     return Binding(target, candidates, forward, dims, mask, causal)
+
+
+def _with_positions(target: Target, forward: ForwardPlan) -> ForwardPlan:
+    """The plan with the optional forward parameter that sets positions, when there is one."""
+    bound = {name for name, _ in forward.roles} | {forward.mask_name}
+    for param in _call_params(target):
+        if param.default is None or param.name in bound:
+            continue
+        lowered = param.name.lower()
+        kind: PositionKind | None = (
+            "ids" if lowered in POSITION_TENSOR_NAMES else "offset" if lowered in POSITION_OFFSET_NAMES else None
+        )
+        if kind is not None:
+            return replace(forward, position_name=param.name, position_kind=kind)
+    return forward
+
+
+def position_limit(binding: Binding) -> int | None:
+    """How many positions the module's rotary cache holds as built, when the binding sets it.
+
+    A ``max_seq_len``-like constructor argument (or a config, whose every position size is
+    ``MAX_POSITIONS``) bounds the table the module indexes with positions; None: not set by us.
+    """
+    limits = []
+    for candidate in binding.candidates:
+        sizes = [v for k, v in candidate.kwargs.items() if k.lower() in POSITION_NAMES and isinstance(v, int)]
+        limits.extend(sizes)
+        if candidate.config is not None:
+            limits.append(MAX_POSITIONS)
+    return min(limits) if limits else None
 
 
 def _single_head_dims(target: Target) -> Dims | None:

@@ -13,7 +13,8 @@ Request layout (built by ``probes.plan``)::
         "candidates": [InitCandidate.to_request()...], "forward": ForwardPlan.to_request(),
         "experiments": [{"name", "instance": "exact" | "dropout", "mode": "eval" | "train",
                          "inputs": {role: tensor name}, "mask": tensor name | None,
-                         "record": bool, "cotangent": tensor name | None}...]}]}
+                         "record": bool, "cotangent": tensor name | None,
+                         "keywords": {param: tensor name}, "constants": {param: JSON value}}...]}]}
 """
 
 from __future__ import annotations
@@ -134,6 +135,7 @@ class _Target:
         args = [_lowered(self.tensors[experiment["inputs"][role]], dtype) for _, role in plan["roles"]]
         kwargs = dict(plan["extra"])
         kwargs.update({k: _lowered(self.tensors[v], dtype) for k, v in experiment.get("keywords", {}).items()})
+        kwargs.update(experiment.get("constants", {}))  # plain JSON values: an integer position offset
         mask = experiment.get("mask")
         if plan["mask_name"] and (mask is not None or plan["mask_required"]):
             kwargs[plan["mask_name"]] = _lowered(self.tensors[mask], dtype) if mask is not None else None
@@ -278,6 +280,9 @@ def _run_experiment(target: _Target, experiment: dict, facts: dict, out: Tensors
             facts["softmax"] = recorder.softmax
     facts["experiments"][name] = {"ok": True, "shape": list(output.shape), "weights": weights is not None}
     out[f"{name}/out"] = output.detach().to("cpu", torch.float64)
+    if experiment.get("all_outputs"):  # a rotary function's second tensor (its rotated k)
+        for index, item in enumerate(_tensors(result)[1:], 1):
+            out[f"{name}/out{index}"] = item.detach().to("cpu", torch.float64)
     if weights is not None:
         out[f"{name}/weights"] = weights.detach().to("cpu", torch.float64)
     if recorder is not None:
@@ -287,10 +292,7 @@ def _run_experiment(target: _Target, experiment: dict, facts: dict, out: Tensors
 
 def _split_output(result: Any, target: _Target, experiment: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The output tensor and, when returned alongside, the attention weights."""
-    if isinstance(result, dict):
-        items = list(result.values())
-    else:
-        items = list(result) if isinstance(result, (tuple, list)) else [result]
+    items = _items(result)
     if not items or not isinstance(items[0], torch.Tensor):
         raise TypeError(f"forward returned {type(result).__name__}, not a tensor or a tuple starting with one")
     roles = dict(experiment["inputs"])
@@ -306,6 +308,18 @@ def _split_output(result: Any, target: _Target, experiment: dict) -> tuple[torch
         None,
     )
     return items[0], weights
+
+
+def _items(result: Any) -> list[Any]:
+    """What a forward returned, as a list (a dict's values, a tuple's items, or the one value)."""
+    if isinstance(result, dict):
+        return list(result.values())
+    return list(result) if isinstance(result, (tuple, list)) else [result]
+
+
+def _tensors(result: Any) -> list[torch.Tensor]:
+    """The floating tensors among what a forward returned, in order."""
+    return [t for t in _items(result) if isinstance(t, torch.Tensor) and t.is_floating_point()]
 
 
 def _docs(obj: Any) -> str:

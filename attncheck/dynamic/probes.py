@@ -22,6 +22,7 @@ from attncheck.dynamic import explain, reference
 from attncheck.dynamic import probes_cache as cache_probes
 from attncheck.dynamic import probes_gqa as gqa_probes
 from attncheck.dynamic import probes_lowprec as lowprec_probes
+from attncheck.dynamic import probes_rope as rope_probes
 from attncheck.dynamic import probes_structure as structure
 from attncheck.dynamic.binding import Binding, MaskConvention
 from attncheck.dynamic.rope import RopeSpec
@@ -182,6 +183,7 @@ def plan(binding: Binding, index: int, seed: int) -> Plan:
             planner.add(name, plain, instance=instance, mode=mode)
     gqa_probes.plan(planner.add, plain, binding)
     cache_probes.plan(planner, q_base, binding)
+    rope_probes.plan(planner.add, planner.tensor, plain, binding, (BATCH, q_len))
     masks = {k.split("/mask/", 1)[1]: k for k in planner.tensors if "/mask/" in k}
     lowprec_probes.plan(planner.add, plain, lowprec_probes.masks_to_plan(masks))
     unit = {
@@ -315,6 +317,9 @@ class Judge:
         cached = cache_probes.verdict(self)
         if cached is not None:
             found.append(Verdict(*cached))
+        shift = rope_probes.verdict(self, [v.code for v in found])
+        if shift is not None:
+            found.append(Verdict(*shift))
         if self.ran("plain"):
             found.append(Verdict(*structure.nan_rows(self.output("plain"))))
         named = any(v.code and v.code.startswith(structure.MISTAKE_PREFIXES) for v in found)

@@ -41,8 +41,8 @@ def plan(add: Callable[..., None], plain: dict[str, str], binding: Binding) -> N
         add(f"gqa/kv{head}", plain, perturb_kv={**spec, "head": head, "d_model": binding.dims.d_model})
 
 
-def _per_head(judge: Any, name: str, heads: int) -> torch.Tensor:
-    """(b, Hq, s, dh) outputs before the output projection."""
+def per_head(judge: Any, name: str, heads: int) -> torch.Tensor:
+    """(b, Hq, s, dh) outputs before the output projection (the recorded W_o undone when there is one)."""
     out = judge.output(name)
     o = judge.fit.assignment.projections.o if judge.fit and judge.fit.assignment else None
     if o is not None:
@@ -62,8 +62,8 @@ def verdict(judge: Any) -> Outcome | None:
         return Check("gqa-grouping", "skipped", "the module does not use 2 KV heads for 4 query heads"), None, ""
     if not all(judge.ran(n) for n in ["plain", *names]):
         return Check("gqa-grouping", "skipped", "a head-dependency experiment raised"), None, ""
-    base = _per_head(judge, "plain", HEADS)
-    changed = dependency_matrix(base, [_per_head(judge, n, HEADS) for n in names], MOVED)
+    base = per_head(judge, "plain", HEADS)
+    changed = dependency_matrix(base, [per_head(judge, n, HEADS) for n in names], MOVED)
     found = name_mapping(changed)
     status = "failed" if found.code else ("passed" if found.mapping == "grouped" else "failed")
     if found.mapping == "other":

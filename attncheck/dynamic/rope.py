@@ -112,21 +112,23 @@ def rope_hook(
     return rotate
 
 
-def relative_shift_error(images: torch.Tensor, max_shift: int = 2) -> float:
+def relative_shift_error(images: torch.Tensor, max_shift: int = 2, keys: torch.Tensor | None = None) -> float:
     """How far q·k after rotation depends on absolute positions, from the fingerprint.
 
     ``images[p]`` is the rotation at position p as a matrix (row j = image of e_j), so
     the score of q at p and k at p' is ``q R_p R_p'^T k``; RoPE's defining property
     is that ``R_p R_p'^T`` depends only on ``p' - p``. Returns the largest change of
     that matrix under shifting both positions by 1..max_shift (0 for a true RoPE).
+    ``keys``: the images of k's rotation when it is not q's (a function that rotates both).
     """
+    keys = images if keys is None else keys
     count = images.shape[0]
     worst = 0.0
     for shift in range(1, max_shift + 1):
         for p in range(count - shift):
             for p2 in range(count - shift):
-                here = images[p] @ images[p2].T
-                shifted = images[p + shift] @ images[p2 + shift].T
+                here = images[p] @ keys[p2].T
+                shifted = images[p + shift] @ keys[p2 + shift].T
                 worst = max(worst, float((here - shifted).abs().max()))
     return worst
 

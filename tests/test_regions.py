@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from attncheck.config import Settings
+from attncheck.pipeline import _rules, enabled_codes
 from attncheck.sources import Source
 from attncheck.static.engine import lint
 from attncheck.static.regions import MIN_LINES, attention_regions
@@ -97,3 +101,38 @@ def test_when_the_kept_part_does_not_parse_the_whole_file_is_linted(monkeypatch)
     text = _large_file(3)
     result = lint(Source("big.py", text), [SqrtOfNumber])
     assert result.error is None and len(result.findings) == 1
+
+
+_FIXTURES = sorted(
+    path
+    for folder in ("correct", "buggy", "seeds")
+    for path in (Path(__file__).resolve().parent.parent / "fixtures" / folder).glob("*.py")
+)
+
+
+@pytest.mark.parametrize("path", _FIXTURES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_reducing_a_file_changes_no_finding(path):
+    """The same code linted whole and as part of a large (reduced) file gives the same findings."""
+    text = path.read_text(encoding="utf-8")
+    padded = text + "\n" + "".join(FILLER.format(n=n) for n in range(MIN_LINES // 10))
+    assert attention_regions(padded) is not None
+    rules = _rules(enabled_codes(Settings()))
+    whole = {(f.code, f.line, f.message) for f in lint(Source("f.py", text), rules).findings}
+    reduced = {(f.code, f.line, f.message) for f in lint(Source("f.py", padded), rules).findings}
+    assert reduced == whole
+
+
+def test_only_imports_of_names_the_kept_code_uses_are_kept():
+    header = (
+        "import torch\nimport torch.nn.functional as F\nfrom ...utils import logging, auto_docstring\n"
+        "from .configuration import UnusedConfig\ntry:\n    import flash_attn\nexcept ImportError:\n    pass\n"
+        "from foo import *\n"
+    )
+    code = "@auto_docstring\ndef attend(q, k):\n    return F.softmax(q @ k, dim=-1)\n"
+    text = header + code + "".join(FILLER.format(n=n) for n in range(MIN_LINES // 10))
+    reduced = attention_regions(text)
+    assert reduced is not None
+    kept = reduced.text
+    assert "import torch.nn.functional as F" in kept and "auto_docstring" in kept.split("\n@")[0]
+    assert "import flash_attn" in kept and "from foo import *" in kept
+    assert "UnusedConfig" not in kept and "import torch\n" not in kept

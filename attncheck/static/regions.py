@@ -5,9 +5,13 @@ model file whole costs more than every rule together, and most of such a file is
 embeddings, MLPs, heads, docstrings and comments. For files above
 ``MIN_LINES`` this module keeps:
 
-- module-level imports (rules resolve ``F.softmax`` through them),
-- top-level functions and classes that contain attention code (``RELEVANT``),
-  and, inside those classes, ``__init__`` plus the methods that contain it,
+- the module-level imports of names the kept code uses (rules resolve
+  ``F.softmax`` through them),
+- top-level functions and classes that contain attention code (``is_relevant``),
+  and classes named as attention that delegate it (``Attention``, ``MHA``...),
+- inside those classes, ``__init__``, the methods that contain attention code,
+  and the methods that touch a module the constructor builds (a dropout applied
+  in a helper is applied; a rule must not call it unused),
 - small config classes (the target finder looks them up by name),
 
 and drops every other line, including comment-only lines. ``Reduced.lines``
@@ -20,17 +24,23 @@ engine then parses the whole file instead (see ``engine.parse``).
 
 from __future__ import annotations
 
+import ast
 import re
+import textwrap
 from dataclasses import dataclass
 
 MIN_LINES = 400
 _STRONG = re.compile(
     r"scaled_dot_product|attention_interface|rotate_half|rotate_every_two|apply_rotary|repeat_kv"
-    r"|baddbmm|inv_freq|cos_cached"
+    r"|baddbmm|inv_freq|cos_cached|softmax"
 )
-# Common outside attention too (MoE routers, losses): relevant only next to a product.
-_WEAK = re.compile(r"softmax|masked_fill|\.tril|\.triu")
+# Common outside attention too (losses, generation): relevant only next to a product.
+_WEAK = re.compile(r"masked_fill|\.tril|\.triu")
 _PRODUCT = re.compile(r"matmul|@|bmm|einsum")
+_ATTENTION_CLASS = re.compile(r"\s*class\s+\w*(?:Attention|Attn|MHA|MultiHead)\w*\s*[(:]")
+# ``self.name = Something(...)`` in a constructor: a module (or tensor) the class builds.
+_BUILT = re.compile(r"self\.(\w+)\s*=\s*[\w.]+\(")
+_WORD = re.compile(r"\w+")
 _CONFIG_CLASS = re.compile(r"\s*class\s+\w*(?:Config|Args|Params|Settings|Options)\b")
 _BLOCK_HEAD = re.compile(r"(?:class|def|async\s+def)\s|@")
 _TRIPLE_QUOTE_OR_COMMENT = re.compile(r"(\"\"\"|''')|#")
@@ -59,14 +69,16 @@ def attention_regions(text: str) -> Reduced | None:
     if len(lines) < MIN_LINES:
         return None
     keep = [False] * len(lines)
+    imports: list[tuple[int, int]] = []
     for start, end in _statements(lines, 0, len(lines), ""):
         block = lines[start:end]
         head = _header_keyword(block)
         if not head:
             if any("import" in line for line in block):
-                _mark(keep, start, end)
+                imports.append((start, end))
             continue
-        if not is_relevant("".join(block)):
+        text = "".join(block)
+        if not is_relevant(text) and not (head == "class" and _ATTENTION_CLASS.match(_header_line(block))):
             if head == "class" and end - start <= SMALL_CONFIG_LINES and _is_config_class(block):
                 _mark(keep, start, end)
             continue
@@ -74,6 +86,11 @@ def attention_regions(text: str) -> Reduced | None:
             _mark(keep, start, end)
             continue
         _keep_relevant_members(lines, keep, start, end)
+    used = set(_WORD.findall("".join(line for line, flag in zip(lines, keep, strict=True) if flag)))
+    for start, end in imports:
+        names = _bound_names(lines[start:end])
+        if names is None or not names.isdisjoint(used):
+            _mark(keep, start, end)
     kept = [index for index, flag in enumerate(keep) if flag and not _is_comment_only(lines[index])]
     if not kept:
         return Reduced("", ())
@@ -89,11 +106,18 @@ def _keep_relevant_members(lines: list[str], keep: list[bool], start: int, end: 
     members = _statements(lines, body_start, end, indent)
     header_end = members[0][0] if members else end
     _mark(keep, start, header_end)
+    heads = [_header_keyword(lines[a:b]) for a, b in members]
+    texts = ["".join(lines[a:b]) for a, b in members]
+    constructors = [text for head, text in zip(heads, texts, strict=True) if head == "def __init__"]
+    built = {name for text in constructors for name in _BUILT.findall(text)}
+    uses_built = re.compile(rf"self\.(?:{'|'.join(map(re.escape, sorted(built)))})\b") if built else None
     kept_any = False
-    for member_start, member_end in members:
-        member = lines[member_start:member_end]
-        head = _header_keyword(member)
-        if head == "class" or not head or head == "def __init__" or is_relevant("".join(member)):
+    for (member_start, member_end), head, text in zip(members, heads, texts, strict=True):
+        if (
+            head in ("class", "", "def __init__")
+            or is_relevant(text)
+            or (uses_built is not None and uses_built.search(text))
+        ):
             _mark(keep, member_start, member_end)
             kept_any = True
     if not kept_any:
@@ -107,6 +131,29 @@ def _mark(keep: list[bool], start: int, end: int) -> None:
 
 def _is_comment_only(line: str) -> bool:
     return line.lstrip().startswith("#")
+
+
+def _bound_names(block: list[str]) -> set[str] | None:
+    """The names a block of plain imports binds; None (keep it) for a star import or a
+    block that is more than imports (``try: import flash_attn`` ...)."""
+    try:
+        tree = ast.parse(textwrap.dedent("".join(block)))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    names: set[str] = set()
+    for statement in tree.body:
+        if not isinstance(statement, (ast.Import, ast.ImportFrom)):
+            return None
+        for alias in statement.names:
+            if alias.name == "*":
+                return None
+            names.add(alias.asname or alias.name.split(".")[0])
+    return names
+
+
+def _header_line(block: list[str]) -> str:
+    """The ``class``/``def`` line of a block, after its decorators."""
+    return next((line for line in block if line.lstrip().startswith(("class ", "def ", "async "))), "")
 
 
 def _is_config_class(block: list[str]) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import cached_property
 
 import libcst as cst
 from libcst.metadata import PositionProvider
@@ -178,11 +179,16 @@ class MaskPolarity(Rule):
         masks = [e.value for e in pieces.elements if _is_named_mask(e.value)]
         return masks[0] if len(masks) == 1 else node
 
+    @cached_property
+    def _comments_declare(self) -> bool:
+        """Whether any comment of the file states a mask convention: a comment states one
+        only if one of its lines does, so without such a line no position is needed."""
+        return any(declared_blocked(line.split("#", 1)[1]) is not None for line in self.lines if "#" in line)
+
     def _documented(self, node: cst.Call, fn: FunctionFacts, mask_name: str) -> tuple[Polarity | None, str]:
-        line = self.get_metadata(PositionProvider, node).start.line
-        comment = _comments_above(self.lines, line)
-        if comment:
-            said = declared_blocked(comment)
+        if self._comments_declare:
+            line = self.context.file_line(self.get_metadata(PositionProvider, node).start.line)
+            said = declared_blocked(_comments_above(self.lines, line))
             if said is not None:
                 return said, "comment"
         for owner, where in (

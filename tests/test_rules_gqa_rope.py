@@ -176,3 +176,10 @@ def test_non_rotations_are_not_recognised(body):
 )
 def test_cos_sin_widenings_are_recognised(expression, layout):
     assert [w.layout for w in _index(f"import torch\nemb = {expression}\n").widenings] == [layout]
+
+
+def test_a_returned_name_rebound_from_itself_ends_the_rotation_search():
+    """``x = x.view(...); return x.permute(...)`` (SqueezeBERT's transpose_for_scores) once looped forever."""
+    source = "def transpose_for_scores(x):\n    x = x.view(2, 3, 4)\n    return x.view(6, 4)\n"
+    index = rp.build_rope_index(FileFacts(cst.parse_module(source)))
+    assert index.rotations == {}

@@ -270,9 +270,11 @@ def _returned_rotation(facts: FileFacts, index: RopeIndex, fn: FunctionFacts) ->
     for node in index.nodes_in(fn):
         if isinstance(node, cst.Return) and node.value is not None:
             value = facts.resolve(node.value, fn)
+            seen: set[int] = set()  # ``x = x.view(...)`` resolves back to itself
             while isinstance(value, cst.Call) and last_name(value.func) in ("flatten", "reshape", "view"):
-                if not isinstance(value.func, cst.Attribute):
+                if not isinstance(value.func, cst.Attribute) or id(value) in seen:
                     break
+                seen.add(id(value))
                 value = facts.resolve(value.func.value, fn)
             # ``x = x.reshape(..., -1, 2); ...; x = torch.stack((-x2, x1), -1); return x.flatten(-2)``:
             # a name rebound several times returns the rotation when one of its values is one.

@@ -227,7 +227,8 @@ def lint(source: Source, rules: Sequence[type[Rule]]) -> FileResult:
         result.error = parsed
         return result
     module, reduced = parsed
-    wanted = [rule for rule in rules if rule.wants(source.text)]
+    parsed_text = reduced.text if reduced is not None else source.text
+    wanted = [rule for rule in rules if rule.wants(parsed_text)]
     context = FileContext(source, module, reduced)
     if wanted:
         visitors: list[cst.BatchableCSTVisitor] = [_ScopeTracker(context)]

@@ -130,30 +130,25 @@ class RopeIndex:
 # -- walking ------------------------------------------------------------------
 
 
-class _Collector(cst.CSTVisitor):
-    """One traversal recording every node in source order with its parent and function."""
-
-    def __init__(self, facts: FileFacts) -> None:
-        super().__init__()
-        self.facts = facts
-        self.nodes: list[tuple[FunctionFacts | None, cst.CSTNode]] = []
-        self.parents: dict[int, cst.CSTNode] = {}
-        self.stack: list[cst.CSTNode] = []
-        self.functions: list[FunctionFacts | None] = [None]
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        if self.stack:
-            self.parents[id(node)] = self.stack[-1]
-            self.nodes.append((self.functions[-1], node))
-        self.stack.append(node)
-        if isinstance(node, cst.FunctionDef):
-            self.functions.append(self.facts.function(node))
-        return True
-
-    def on_leave(self, original_node: cst.CSTNode) -> None:
-        self.stack.pop()
-        if isinstance(original_node, cst.FunctionDef):
-            self.functions.pop()
+def _collect(facts: FileFacts) -> tuple[list[tuple[FunctionFacts | None, cst.CSTNode]], dict[int, cst.CSTNode]]:
+    """Every node below the module in source order (pre-order) with the function it belongs
+    to, and each node's parent: one explicit-stack walk, trivia left out."""
+    nodes: list[tuple[FunctionFacts | None, cst.CSTNode]] = []
+    parents: dict[int, cst.CSTNode] = {}
+    module = facts.module
+    stack: list[tuple[cst.CSTNode, cst.CSTNode, FunctionFacts | None]] = [
+        (child, module, None) for child in reversed(walk.children(module)) if type(child) not in walk.TRIVIA
+    ]
+    while stack:
+        node, parent, fn = stack.pop()
+        parents[id(node)] = parent
+        nodes.append((fn, node))
+        if type(node) is cst.FunctionDef:
+            fn = facts.function(node)
+        stack.extend(
+            (child, node, fn) for child in reversed(walk.children(node)) if type(child) not in walk.TRIVIA
+        )
+    return nodes, parents
 
 
 def code(facts: FileFacts, node: cst.CSTNode) -> str:
@@ -307,10 +302,21 @@ def _factor(
     return None
 
 
+_CASTS = frozenset({"float", "double", "half", "bfloat16", "to", "type", "type_as", "contiguous"})
+
+
 def _rotation_term(
     index: RopeIndex, facts: FileFacts, expr: cst.BaseExpression, fn: FunctionFacts | None
 ) -> tuple[Rotation | None, str | None] | None:
-    """(rotation, layout) when ``expr`` is ``rot(x)`` or a name bound to a rotation."""
+    """(rotation, layout) when ``expr`` is ``rot(x)`` or a name bound to a rotation, cast or
+    not (``rotate_half(q).float()``)."""
+    while (
+        isinstance(expr, cst.Call)
+        and isinstance(expr.func, cst.Attribute)
+        and expr.func.attr.value in _CASTS
+        and isinstance(expr.func.value, cst.Call)
+    ):
+        expr = expr.func.value
     if isinstance(expr, cst.Call):
         name = last_name(expr.func)
         if name in index.rotations:
@@ -454,9 +460,7 @@ def _index_of_context(context: FileContext) -> RopeIndex:
 def build_rope_index(facts: FileFacts) -> RopeIndex:
     """Rotations, applications, cos/sin widenings and parent links of one file."""
     index = RopeIndex()
-    collector = _Collector(facts)
-    walk.visit(facts.module, collector, trivia=False)
-    index.nodes, index.parents = collector.nodes, collector.parents
+    index.nodes, index.parents = _collect(facts)
     index.scope_of = {id(node): fn for fn, node in index.nodes}
     for fn in facts.functions:
         found = _returned_rotation(facts, index, fn)

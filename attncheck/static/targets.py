@@ -96,13 +96,14 @@ def _class_target(context: FileContext, sem: semantics.Semantics, klass: ClassFa
     forward = klass.methods["forward"]
     init_params = _parameters(context.module, init.node)[1:] if init is not None else ()
     forward_params = _parameters(context.module, forward.node)[1:]
-    text = context.layout.statement_text(klass.node)
+    line = _line(context, klass.node)
+    text = _definition_text(context.source.text, line)
     kinds = ["mha"] if sem.has_heads(forward) else []
     kinds += _input_kinds(forward_params) + _text_kinds(text)
     return Target(
         path=context.source.path,
         name=klass.name,
-        line=_line(context, klass.node),
+        line=line,
         kinds=tuple(dict.fromkeys(kinds)),
         is_class=True,
         init_params=init_params,
@@ -115,13 +116,14 @@ def _class_target(context: FileContext, sem: semantics.Semantics, klass: ClassFa
 
 def _function_target(context: FileContext, sem: semantics.Semantics, fn: FunctionFacts) -> Target:
     params = _parameters(context.module, fn.node)
-    text = context.layout.statement_text(fn.node)
+    line = _line(context, fn.node)
+    text = _definition_text(context.source.text, line)
     rope_only = bool(_ROPE_NAME.search(fn.name)) and not _computes_attention(sem, fn)
     kinds = ["rope", "function"] if rope_only else _input_kinds(params) + _text_kinds(text) + ["function"]
     return Target(
         path=context.source.path,
         name=fn.name,
-        line=_line(context, fn.node),
+        line=line,
         kinds=tuple(dict.fromkeys(kinds)),
         is_class=False,
         forward_params=params,
@@ -182,6 +184,18 @@ def _config_class(context: FileContext, init_params: tuple[Parameter, ...]) -> s
     if any(p.name in {"config", "cfg", "args", "params"} for p in init_params):
         return next((name for name in classes if re.search(r"(Config|Cfg|Args)$", name)), None)
     return None
+
+
+def _definition_text(text: str, line: int) -> str:
+    """The file's text of the top-level definition whose keyword is on ``line``: up to the next
+    line that starts a top-level statement. Read from the file rather than generated from the
+    tree, which for a large file holds only the definition's attention parts."""
+    lines = text.splitlines(keepends=True)
+    end = next(
+        (i for i in range(line, len(lines)) if lines[i][:1] not in ("", " ", "\t", "\n", "\r", "#", ")", "]", "}")),
+        len(lines),
+    )
+    return "".join(lines[line - 1 : end])
 
 
 def _line(context: FileContext, node: cst.ClassDef | cst.FunctionDef) -> int:

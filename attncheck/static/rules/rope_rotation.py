@@ -87,6 +87,13 @@ class RopeRotation(Rule):
         _HF,
         _GPTJ,
         _META,
+        # Ernie 4.5 VL: interleaved pairs for text (cast after the rotation), half-split for vision.
+        "import torch\n"
+        "def rotate_half_text(x):\n    return torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)\n"
+        "def rotate_half(x):\n    h = x.shape[-1] // 2\n    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)\n"
+        "def widen(freqs):\n    return freqs.repeat_interleave(2, dim=-1)\n"
+        "def apply_text(q, cos, sin):\n    return q.float() * cos + rotate_half_text(q).float() * sin\n"
+        "def apply_vision(q, cos, sin):\n    return q * cos + rotate_half(q) * sin\n",
         # rotate_half written the other way round, compensated by the minus.
         _FLIPPED.replace("q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin",
                          "q * cos - rotate_half(q) * sin, k * cos - rotate_half(k) * sin"),

@@ -22,6 +22,9 @@ from attncheck.static.rule import Invalid, Rule
 
 _SCALE_NAME = re.compile(r"(scal|sqrt|temper|norm_fact|inv_freq|^d_?k$|head_dim|^dh$)", re.IGNORECASE)
 _RENORMALISED = re.compile(r"/=?\s*\(?\s*(torch\.sum\(|[\w.\[\]]+\.sum\()")
+# A softmax of a parameter is attention (a fragment handed its scores) only under a scores-like
+# name: a spline's ``unnormalized_widths`` or a router's ``router_logits`` are not.
+_SCORES_NAME = re.compile(r"score|attn|attention|weight|sim|energ|^[swa]$|qk", re.IGNORECASE)
 # Multiplying by these after the softmax is legitimate: HF's head_mask, manual dropout.
 _LEGIT_FACTOR = re.compile(r"(head|drop|keep_prob)", re.IGNORECASE)
 
@@ -52,6 +55,15 @@ class SoftmaxOrder(Rule):
         "def f(ctx, input, mask, dim):\n    rmask = ~(mask.to(torch.bool))\n"
         "    output = input.masked_fill(rmask, torch.tensor(torch.finfo(input.dtype).min))\n"
         "    output = torch.softmax(output, dim)\n    output.masked_fill_(rmask, 0)\n    return output",
+        # Not attention, though a softmax is rescaled or masked after: a spline's bin widths,
+        # a watermark's reweighting of sampling probabilities, an MoE router's top-2 choice.
+        "def f(unnormalized_widths, min_bin_width, num_bins):\n"
+        "    widths = F.softmax(unnormalized_widths, dim=-1)\n"
+        "    return min_bin_width + (1 - min_bin_width * num_bins) * widths",
+        "def f(scores, g):\n    probs = torch.softmax(scores, dim=1)\n"
+        "    return probs * (1 + g - (g * probs).sum(axis=1, keepdims=True))",
+        "def f(router_logits, top_2_mask):\n    router_probs = F.softmax(router_logits, dim=-1)\n"
+        "    return (router_probs * top_2_mask).sum(dim=1)",
         # ConViT's gated positional self-attention: a gated mix of two softmaxes, renormalised.
         "def f(self, q, k, pos_score, gating):\n    patch = (q @ k.transpose(-2, -1)) * self.scale\n"
         "    patch = patch.softmax(dim=-1)\n"
@@ -107,7 +119,8 @@ class SoftmaxOrder(Rule):
         if semantics.of(self.context).reaches_product(taken, fn):
             return source
         origin, _ = self.tracer.origin(taken, fn)
-        return source if isinstance(origin, cst.Name) and fn is not None and origin.value in fn.params else None
+        handed_in = isinstance(origin, cst.Name) and fn is not None and origin.value in fn.params
+        return source if handed_in and _SCORES_NAME.search(origin.value) else None
 
     def _is_probabilities(self, node: cst.BaseExpression) -> bool:
         return self._softmax_of(node) is not None
@@ -198,8 +211,13 @@ class SoftmaxOrder(Rule):
         )
 
     def _is_scale(self, node: cst.BaseExpression) -> bool:
-        if literal_value(node, self.context.facts) is not None or isinstance(node, cst.BinaryOperation):
+        """A constant, a square root, or a scale-named quantity, alone or in arithmetic
+        (``1 / math.sqrt(d)``); ``1 + g - g_mass`` (a watermark's reweighting) is no scale."""
+        if literal_value(node, self.context.facts) is not None:
             return True
+        if isinstance(node, cst.BinaryOperation):
+            sides = (node.left, node.right)
+            return any(self._is_scale(side) for side in sides if literal_value(side, self.context.facts) is None)
         if isinstance(node, cst.Call):
             return (self.context.facts.canonical(node.func) or "").endswith("sqrt")
         name = base_name(node) or ""

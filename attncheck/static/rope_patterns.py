@@ -65,6 +65,7 @@ class Application:
     rotation: Rotation | None  # the rotation used, when it is defined in the file
     layout: str | None
     sign: int  # the sign of the rotation term times the rotation's own sign
+    imported: bool = False  # the rotation is a helper imported under a usual name: its layout is assumed
 
 
 @dataclass(frozen=True)
@@ -305,11 +306,8 @@ def _factor(
 _CASTS = frozenset({"float", "double", "half", "bfloat16", "to", "type", "type_as", "contiguous"})
 
 
-def _rotation_term(
-    index: RopeIndex, facts: FileFacts, expr: cst.BaseExpression, fn: FunctionFacts | None
-) -> tuple[Rotation | None, str | None] | None:
-    """(rotation, layout) when ``expr`` is ``rot(x)`` or a name bound to a rotation, cast or
-    not (``rotate_half(q).float()``)."""
+def _uncast(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """``rotate_half(q)`` for ``rotate_half(q).float()`` and other casts of a call."""
     while (
         isinstance(expr, cst.Call)
         and isinstance(expr.func, cst.Attribute)
@@ -317,6 +315,15 @@ def _rotation_term(
         and isinstance(expr.func.value, cst.Call)
     ):
         expr = expr.func.value
+    return expr
+
+
+def _rotation_term(
+    index: RopeIndex, facts: FileFacts, expr: cst.BaseExpression, fn: FunctionFacts | None
+) -> tuple[Rotation | None, str | None] | None:
+    """(rotation, layout) when ``expr`` is ``rot(x)`` or a name bound to a rotation, cast or
+    not (``rotate_half(q).float()``)."""
+    expr = _uncast(expr)
     if isinstance(expr, cst.Call):
         name = last_name(expr.func)
         if name in index.rotations:
@@ -351,7 +358,9 @@ def _application(
             continue
         found, layout = term
         sign = term_sign * (found.sign if found is not None else 1)
-        return Application(node, tensor, found, layout, sign)
+        helper = _uncast(rotated)
+        imported = found is None and isinstance(helper, cst.Call) and last_name(helper.func) in facts.aliases
+        return Application(node, tensor, found, layout, sign, imported)
     return None
 
 

@@ -424,6 +424,7 @@ class Semantics:
         self._pipelines: dict[int, Pipeline | None] = {}
         self._orders: dict[int, _Layout] = {}
         self._products: dict[int, list[tuple[str, str]]] = {}
+        self._values: dict[tuple[int, int], list[tuple[cst.BaseExpression, FunctionFacts | None]]] = {}
 
     def code(self, node: cst.CSTNode) -> str:
         text = self.module.code_for_node(node).strip()
@@ -437,7 +438,12 @@ class Semantics:
         """Every value a Name or ``self.attr`` was assigned, with the function that wrote it,
         less the values that cannot reach this read of the name (``unreachable``)."""
         if isinstance(expr, cst.Name) and fn is not None:
-            return [(v, fn) for v in fn.assignments.get(expr.value, []) if not self.unreachable(v, expr, fn)]
+            key = (id(expr), id(fn))
+            found = self._values.get(key)
+            if found is None:
+                found = [(v, fn) for v in fn.assignments.get(expr.value, []) if not self.unreachable(v, expr, fn)]
+                self._values[key] = found
+            return list(found)
         attr = self_attribute(expr)
         owner = fn.owner if fn is not None else None
         if attr is not None and owner is not None:
@@ -739,9 +745,9 @@ class Semantics:
         return None
 
     def _softmax_module(self, func: cst.BaseExpression, fn: FunctionFacts | None) -> cst.Call | None:
-        candidates = [func] if isinstance(func, cst.Call) else [v for v, _ in self.values(func, fn)]
         if self_attribute(func) is None and not isinstance(func, cst.Call):
             return None
+        candidates = [func] if isinstance(func, cst.Call) else [v for v, _ in self.values(func, fn)]
         for value in candidates:
             if isinstance(value, cst.Call) and self.facts.canonical(value.func) == "torch.nn.Softmax":
                 return value

@@ -87,6 +87,11 @@ class RopeRotation(Rule):
         _HF,
         _GPTJ,
         _META,
+        # Ernie 4.5: GLM's rotate_half (interleaved) imported under the usual name.
+        "import torch\nfrom ..glm.modeling_glm import rotate_half\n"
+        "def apply(q, cos, sin):\n    cos = cos[..., : cos.shape[-1] // 2].repeat_interleave(2, dim=-1)\n"
+        "    sin = sin[..., : sin.shape[-1] // 2].repeat_interleave(2, dim=-1)\n"
+        "    return (q.float() * cos) + (rotate_half(q).float() * sin)\n",
         # Ernie 4.5 VL: interleaved pairs for text (cast after the rotation), half-split for vision.
         "import torch\n"
         "def rotate_half_text(x):\n    return torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)\n"
@@ -232,8 +237,8 @@ class RopeRotation(Rule):
 
     def _check_layouts(self, index: rp.RopeIndex) -> None:
         layouts = index.layouts()
-        if len(layouts) != 1:
-            return
+        if len(layouts) != 1 or any(a.imported for a in index.applications):
+            return  # mixed, or a helper imported under a usual name whose layout is only assumed
         (layout,) = layouts
         if any(w.undone is not None and w.layout == layout for w in index.widenings):
             return  # the other layout's cache is re-widened to this one before the rotation

@@ -25,6 +25,7 @@ from attncheck.discovery import Candidate
 from attncheck.findings import Finding, Severity, Target, TargetResult
 from attncheck.merge import merge
 from attncheck.sources import FileError, Source, from_bytes, read_path
+from attncheck.static.deadline import is_gave_up
 from attncheck.static.result import FileResult
 
 if TYPE_CHECKING:
@@ -88,9 +89,15 @@ Answer = tuple[list[Finding], list[Target], "str | None"]  # findings, targets, 
 
 def lint_source(source: Source, codes: tuple[str, ...]) -> Answer:
     """Lint text already read; the answer leaves the text out, so a worker sends back little."""
+    from attncheck.static import deadline
     from attncheck.static.engine import lint
 
-    result = lint(source, _rules(codes))
+    limit = deadline.STATIC_TIME_LIMIT_S
+    try:
+        with deadline.time_limit(limit):
+            result = lint(source, _rules(codes))
+    except deadline.TimeLimitError:
+        return [], [], deadline.gave_up(limit)
     return result.findings, result.targets, result.error
 
 
@@ -149,7 +156,8 @@ def lint_all(items: Iterable[Item], codes: tuple[str, ...], jobs: int,
             yield entry if entry is not None else lint_one(item, codes)
             continue
         findings, targets, error = next(answers)
-        cache.put(key, findings, targets, error)
+        if not is_gave_up(error):
+            cache.put(key, findings, targets, error)
         yield _as_result(source, findings, targets, error)
 
 

@@ -285,6 +285,8 @@ def _run_dynamic(
         reason = f"dynamic stage failed: {type(error).__name__}: {error} (please report this)"
         warn(reason)
         return [], [replace(t, status="error", reason=reason) for t in _skipped(results, reason)]
+    if settings.device == "cuda" and any(t.device == "cpu" for t in targets):
+        warn("--device cuda: no CUDA GPU is visible to torch, so the dynamic checks ran on the CPU")
     return list(found), list(targets)
 
 

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,9 +20,9 @@ from attncheck import pipeline
 from attncheck.config import Settings
 from attncheck.discovery import Candidate
 from attncheck.dynamic import launch, runner
-from attncheck.findings import Severity
+from attncheck.findings import Severity, TargetResult
 from attncheck.merge import PASSED_REASON
-from tests.dynamic_support import FIXTURES, in_process_child
+from tests.dynamic_support import FIXTURES, file_result, in_process_child
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -156,3 +157,13 @@ def test_option_values_are_checked():
     assert ran.returncode == 2 and "tpu" in ran.stderr and "Traceback" not in ran.stderr
     ran = attncheck(str(FIXTURES / "correct" / "dyn_self_attention.py"), "--timeout", "-1")
     assert ran.returncode == 2 and "positive number of seconds" in ran.stderr
+
+
+@pytest.mark.parametrize(("device", "warned"), [("cuda", True), ("auto", False), ("cpu", False)])
+def test_asking_for_cuda_without_a_gpu_says_the_checks_ran_on_the_cpu(monkeypatch, device, warned):
+    result = file_result(FIXTURES / "correct" / "dyn_self_attention.py")
+    ran_on_cpu = [TargetResult(t, "passed", device="cpu") for t in result.targets]
+    monkeypatch.setattr(launch, "run_dynamic", lambda results, options: ([], ran_on_cpu))
+    warnings: list[str] = []
+    pipeline._run_dynamic([result], replace(Settings(), device=device), 1, warnings.append)
+    assert any("no CUDA GPU" in w for w in warnings) == warned

@@ -6,14 +6,11 @@ more than parsing on attention files. But a finding needs the positions of one
 top-level statement only, and where a statement starts can be had from
 Python's own parser, which runs in C: the line of its first token (the first
 decorator of a decorated definition) less the blank and comment lines libcst
-gives the statement. ``Layout`` then
-
-- generates positions for one statement at a time (a statement of a top-level
-  class's body, else a top-level statement), starting at its line, and checks
-  the generated text against the parsed text at that line (any disagreement,
-  and punctuation, whitespace or the module itself, falls back to the
-  whole-module provider, so positions are always libcst's own), and
-- gives the text of a top-level statement as a slice of the parsed text.
+gives the statement. ``Layout`` then generates positions for one statement at a
+time (a statement of a top-level class's body, else a top-level statement),
+starting at its line, and checks the generated text against the parsed text at
+that line (any disagreement, and punctuation, whitespace or the module itself,
+falls back to the whole-module provider, so positions are always libcst's own).
 """
 
 from __future__ import annotations
@@ -82,24 +79,6 @@ class Layout:
             found.append(index)
             index += _width(statement)
         return found
-
-    def statement_text(self, statement: cst.CSTNode) -> str:
-        """``module.code_for_node(statement)`` for a top-level statement, sliced from the text."""
-        index = self._index_of_statement(statement)
-        starts = self.starts
-        if index is None or starts is None or not self.module.has_trailing_newline:
-            return self.module.code_for_node(statement)
-        begin = self._line_offsets[starts[index] - 1]
-        if index + 1 < len(starts):
-            end = self._line_offsets[starts[index + 1] - 1]
-        else:
-            end = self._line_offsets[len(self._line_offsets) - 1 - len(self.module.footer)]
-            if not self.text.endswith("\n"):
-                return self.module.code_for_node(statement)
-        return self.text[begin:end]
-
-    def _index_of_statement(self, statement: cst.CSTNode) -> int | None:
-        return next((i for i, s in enumerate(self.module.body) if s is statement), None)
 
     def positions(self) -> Mapping[cst.CSTNode, CodeRange]:
         """What ``PositionProvider`` gives for the module, generated a statement at a time."""

@@ -25,7 +25,7 @@ from attncheck.discovery import Candidate
 from attncheck.findings import Finding, Severity, Target, TargetResult
 from attncheck.merge import merge
 from attncheck.sources import FileError, Source, from_bytes, read_path
-from attncheck.static.deadline import is_gave_up
+from attncheck.static import deadline
 from attncheck.static.result import FileResult
 
 if TYPE_CHECKING:
@@ -89,7 +89,6 @@ Answer = tuple[list[Finding], list[Target], "str | None"]  # findings, targets, 
 
 def lint_source(source: Source, codes: tuple[str, ...]) -> Answer:
     """Lint text already read; the answer leaves the text out, so a worker sends back little."""
-    from attncheck.static import deadline
     from attncheck.static.engine import lint
 
     limit = deadline.STATIC_TIME_LIMIT_S
@@ -156,7 +155,7 @@ def lint_all(items: Iterable[Item], codes: tuple[str, ...], jobs: int,
             yield entry if entry is not None else lint_one(item, codes)
             continue
         findings, targets, error = next(answers)
-        if not is_gave_up(error):
+        if not deadline.is_gave_up(error):
             cache.put(key, findings, targets, error)
         yield _as_result(source, findings, targets, error)
 

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 STATIC_TIME_LIMIT_S = 60.0
+_GAVE_UP = "static analysis stopped after"
 
 
 class TimeLimitError(Exception):
@@ -24,12 +25,12 @@ class TimeLimitError(Exception):
 
 def gave_up(seconds: float) -> str:
     """The one-line reason reported for a file whose analysis was stopped."""
-    return f"static analysis stopped after {seconds:g} s on this file (please report it to attncheck)"
+    return f"{_GAVE_UP} {seconds:g} s on this file (please report it to attncheck)"
 
 
 def is_gave_up(reason: str | None) -> bool:
     """Whether a file's error is a time limit (machine-dependent, so never cached)."""
-    return reason is not None and reason.startswith("static analysis stopped after")
+    return reason is not None and reason.startswith(_GAVE_UP)
 
 
 @contextmanager

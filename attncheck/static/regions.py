@@ -151,35 +151,29 @@ def _bound_names(block: list[str]) -> set[str] | None:
     return names
 
 
-def _header_line(block: list[str]) -> str:
-    """The ``class``/``def`` line of a block, after its decorators."""
-    return next((line for line in block if line.lstrip().startswith(("class ", "def ", "async "))), "")
-
-
 def _is_config_class(block: list[str]) -> bool:
     return any(_CONFIG_CLASS.match(line) for line in block if not line.startswith("@"))
 
 
 def _header_keyword(block: list[str]) -> str:
-    """``class``, ``def __init__``, ``def``, or "" for a plain statement.
+    """``class``, ``def __init__``, ``def``, or "" for a plain statement."""
+    stripped = _header_line(block).lstrip()
+    if stripped.startswith("class "):
+        return "class"
+    if re.match(r"(?:async\s+)?def\s+__init__\b", stripped):
+        return "def __init__"
+    if re.match(r"(?:async\s+)?def\s", stripped):
+        return "def"
+    return ""
 
-    Decorators, including multi-line ones, are skipped: the first line at the
-    block's own indentation that is not part of a decorator decides.
-    """
+
+def _header_line(block: list[str]) -> str:
+    """The line that says what a block is: the first line at the block's own indentation
+    that is not part of a decorator (multi-line decorators included)."""
     indent = block[0][: len(block[0]) - len(block[0].lstrip())]
     for line in block:
-        if not _at_level(line, indent):
-            continue
-        stripped = line.lstrip()
-        if stripped.startswith("@") or stripped[0] in ")]}":
-            continue
-        if stripped.startswith("class "):
-            return "class"
-        if re.match(r"(?:async\s+)?def\s+__init__\b", stripped):
-            return "def __init__"
-        if re.match(r"(?:async\s+)?def\s", stripped):
-            return "def"
-        return ""
+        if _at_level(line, indent) and not line.lstrip().startswith("@") and line.lstrip()[0] not in ")]}":
+            return line
     return ""
 
 

@@ -97,7 +97,7 @@ def _class_target(context: FileContext, sem: semantics.Semantics, klass: ClassFa
     init_params = _parameters(context.module, init.node)[1:] if init is not None else ()
     forward_params = _parameters(context.module, forward.node)[1:]
     line = _line(context, klass.node)
-    text = _definition_text(context.source.text, line)
+    text = _definition_text(context.lines, line)
     kinds = ["mha"] if sem.has_heads(forward) else []
     kinds += _input_kinds(forward_params) + _text_kinds(text)
     return Target(
@@ -117,7 +117,7 @@ def _class_target(context: FileContext, sem: semantics.Semantics, klass: ClassFa
 def _function_target(context: FileContext, sem: semantics.Semantics, fn: FunctionFacts) -> Target:
     params = _parameters(context.module, fn.node)
     line = _line(context, fn.node)
-    text = _definition_text(context.source.text, line)
+    text = _definition_text(context.lines, line)
     rope_only = bool(_ROPE_NAME.search(fn.name)) and not _computes_attention(sem, fn)
     kinds = ["rope", "function"] if rope_only else _input_kinds(params) + _text_kinds(text) + ["function"]
     return Target(
@@ -186,11 +186,10 @@ def _config_class(context: FileContext, init_params: tuple[Parameter, ...]) -> s
     return None
 
 
-def _definition_text(text: str, line: int) -> str:
+def _definition_text(lines: list[str], line: int) -> str:
     """The file's text of the top-level definition whose keyword is on ``line``: up to the next
     line that starts a top-level statement. Read from the file rather than generated from the
     tree, which for a large file holds only the definition's attention parts."""
-    lines = text.splitlines(keepends=True)
     end = next(
         (i for i in range(line, len(lines)) if lines[i][:1] not in ("", " ", "\t", "\n", "\r", "#", ")", "]", "}")),
         len(lines),

@@ -157,14 +157,14 @@ MASK_NAMES = (
 )
 # Optional forward arguments that set token positions (for the RoPE relative-shift check): a tensor of
 # positions, or an integer offset added to 0..s-1.
-POSITION_TENSOR_NAMES = frozenset(
-    {"position_ids", "positions", "pos_ids", "pos", "position", "input_pos", "position_idx", "pos_idx"}
-    | {"token_positions"}
-)
-POSITION_OFFSET_NAMES = frozenset(
-    {"start_pos", "offset", "seqlen_offset", "pos_offset", "position_offset", "start_position"}
-    | {"past_length", "past_len"}
-)
+POSITION_TENSOR_NAMES = frozenset({
+    "position_ids", "positions", "pos_ids", "pos", "position", "input_pos", "position_idx", "pos_idx",
+    "token_positions",
+})
+POSITION_OFFSET_NAMES = frozenset({
+    "start_pos", "offset", "seqlen_offset", "pos_offset", "position_offset", "start_position",
+    "past_length", "past_len",
+})
 PositionKind = Literal["ids", "offset"]
 # Required forward arguments that are not tensors of hidden states: positions, rotary tables, caches.
 NOT_HIDDEN = re.compile(r"pos|freq|cos|sin|cache|past|rope|rotary|index|ids|offset|step", re.IGNORECASE)

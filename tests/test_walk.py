@@ -11,7 +11,7 @@ import pytest
 from libcst.metadata import MetadataWrapper
 
 from attncheck.sources import Source
-from attncheck.static import cst_fields, walk
+from attncheck.static import cst_fields, fast_tree, walk
 from attncheck.static.engine import lint
 from attncheck.static.rules import all_rules
 
@@ -102,6 +102,10 @@ def libcst_visit_batched(module, visitors, metadata) -> None:
     MetadataWrapper(module, unsafe_skip_copy=True).visit_batched(list(visitors))
 
 
+def refuse_fast_tree(text: str):
+    raise fast_tree.NotModelledError("libcst's own tree for this comparison")
+
+
 def test_rules_find_the_same_with_libcsts_traversal(monkeypatch):
     """The buggy and seed fixtures, linted with the fast walker and with libcst's own traversal."""
     paths = sorted((ROOT / "fixtures" / "buggy").rglob("*.py")) + sorted((ROOT / "fixtures" / "seeds").rglob("*.py"))
@@ -110,6 +114,7 @@ def test_rules_find_the_same_with_libcsts_traversal(monkeypatch):
     monkeypatch.setattr(walk, "visit", lambda node, visitor, trivia=True: node.visit(visitor))
     monkeypatch.setattr(walk, "children", lambda node: list(node.children))
     monkeypatch.setattr(walk, "visit_batched", libcst_visit_batched)
+    monkeypatch.setattr(fast_tree, "build", refuse_fast_tree)  # libcst's traversal rebuilds nodes: its own tree
     slow = [lint(source, all_rules()) for source in sources]
     assert sum(len(result.findings) for result in fast) > 50
     for a, b in zip(fast, slow, strict=True):

@@ -18,7 +18,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from attncheck.findings import Edit, Finding, Severity, Span
 from attncheck.sources import Source
-from attncheck.static import walk
+from attncheck.static import fast_tree, walk
 from attncheck.static.facts import ClassFacts, FileFacts, FunctionFacts
 from attncheck.static.layout import Layout
 from attncheck.static.regions import Reduced, attention_regions
@@ -66,11 +66,6 @@ class FileContext:
     @cached_property
     def facts(self) -> FileFacts:
         return FileFacts(self.module)
-
-    @cached_property
-    def layout(self) -> Layout:
-        """Where the module's top-level statements start in the text it was parsed from."""
-        return Layout(self.module, self.reduced.text if self.reduced is not None else self.source.text)
 
     @property
     def function(self) -> FunctionFacts | None:
@@ -143,9 +138,14 @@ class LazyMetadata(Mapping[type, Mapping[cst.CSTNode, object]]):
     time (``layout``).
     """
 
-    def __init__(self, module: cst.Module, providers: Iterable[type], layout: Layout | None = None) -> None:
+    def __init__(
+        self,
+        module: cst.Module,
+        providers: Iterable[type],
+        positions: Callable[[], Mapping[cst.CSTNode, object]] | None = None,
+    ) -> None:
         self.module = module
-        self.layout = layout
+        self.positions = positions
         self.providers = frozenset(providers)
         self._wrapper: MetadataWrapper | None = None
         self._resolved: dict[type, Mapping[cst.CSTNode, object]] = {}
@@ -153,9 +153,9 @@ class LazyMetadata(Mapping[type, Mapping[cst.CSTNode, object]]):
     def __getitem__(self, provider: type) -> Mapping[cst.CSTNode, object]:
         if provider not in self.providers:
             raise KeyError(provider)
-        if provider is PositionProvider and self.layout is not None:
+        if provider is PositionProvider and self.positions is not None:
             if provider not in self._resolved:
-                self._resolved[provider] = self.layout.positions()
+                self._resolved[provider] = self.positions()
             return self._resolved[provider]
         if self._wrapper is None:
             self._wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
@@ -208,7 +208,10 @@ def parse(source: Source) -> tuple[cst.Module, Reduced | None] | str:
     parse on their own), or a one-line reason the file cannot be linted."""
     if not source.text.strip():
         return "empty file: nothing to check"
-    reduced = attention_regions(source.text)
+    return _parse_exact(source, attention_regions(source.text))
+
+
+def _parse_exact(source: Source, reduced: Reduced | None) -> tuple[cst.Module, Reduced | None] | str:
     if reduced is not None:
         try:
             return cst.parse_module(reduced.text), reduced
@@ -224,14 +227,46 @@ def parse(source: Source) -> tuple[cst.Module, Reduced | None] | str:
         return "file too deeply nested to parse"
 
 
+# Why the fast tree may give up on a file: what it does not model, a position it did not
+# record, and whatever makes ``ast.parse`` fail (libcst's parser then says it plainly).
+_NOT_FAST = (fast_tree.NotModelledError, fast_tree.MissingPositionError, SyntaxError, ValueError,
+             RecursionError, MemoryError)
+
+
 def lint(source: Source, rules: Sequence[type[Rule]]) -> FileResult:
-    """Run ``rules`` over ``source`` in one batched traversal."""
-    result = FileResult(source)
-    parsed = parse(source)
-    if isinstance(parsed, str):
-        result.error = parsed
+    """Run ``rules`` over ``source`` in one batched traversal.
+
+    The tree comes from ``fast_tree`` first. A file it finds nothing in is
+    done; a file with a finding, or one the fast tree cannot model, is linted
+    again on libcst's own tree, so every finding, message and fix shown comes
+    from the exact tree, and the fast one only has to be right about "clean".
+    """
+    if not source.text.strip():
+        return FileResult(source, error="empty file: nothing to check")
+    reduced = attention_regions(source.text)
+    try:
+        module = fast_tree.build(reduced.text if reduced is not None else source.text)
+        result = _lint_module(source, rules, module, reduced, lambda: module.positions)
+    except _NOT_FAST:
+        result = None
+    if result is not None and not result.findings:
         return result
+    parsed = _parse_exact(source, reduced)
+    if isinstance(parsed, str):
+        return FileResult(source, error=parsed)
     module, reduced = parsed
+    layout = Layout(module, reduced.text if reduced is not None else source.text)
+    return _lint_module(source, rules, module, reduced, layout.positions)
+
+
+def _lint_module(
+    source: Source,
+    rules: Sequence[type[Rule]],
+    module: cst.Module,
+    reduced: Reduced | None,
+    positions: Callable[[], Mapping[cst.CSTNode, object]],
+) -> FileResult:
+    result = FileResult(source)
     parsed_text = reduced.text if reduced is not None else source.text
     wanted = [rule for rule in rules if rule.wants(parsed_text)]
     context = FileContext(source, module, reduced)
@@ -239,7 +274,7 @@ def lint(source: Source, rules: Sequence[type[Rule]]) -> FileResult:
         visitors: list[cst.BatchableCSTVisitor] = [_ScopeTracker(context)]
         visitors += [rule(context) for rule in wanted]
         providers = {p for rule in wanted for p in rule.get_inherited_dependencies()}
-        walk.visit_batched(module, visitors, LazyMetadata(module, providers, context.layout))
+        walk.visit_batched(module, visitors, LazyMetadata(module, providers, positions))
     result.findings = _unsuppressed(context.findings, source)
     result.targets = find_targets(context)
     return result

@@ -87,8 +87,9 @@ def derive_fields(cls: type[cst.CSTNode]) -> tuple[str, ...] | None:
 @cache
 def child_fields(cls: type[cst.CSTNode]) -> tuple[str, ...] | None:
     """The fields of ``cls`` that hold children, in visiting order (None: unknown)."""
-    if libcst_version == cst_fields.LIBCST_VERSION and cls.__name__ in cst_fields.FIELDS:
-        return cst_fields.FIELDS[cls.__name__]
+    name = _libcst_class(cls).__name__
+    if libcst_version == cst_fields.LIBCST_VERSION and name in cst_fields.FIELDS:
+        return cst_fields.FIELDS[name]
     return derive_fields(cls)
 
 
@@ -141,9 +142,10 @@ class _Walker:
         if self.every is not None:
             found = ((self.every[0],), (self.every[1],), child_fields(cls))
         else:
+            name = _libcst_class(cls).__name__
             found = (
-                tuple(self.table.get(f"visit_{cls.__name__}", ())),
-                tuple(self.table.get(f"leave_{cls.__name__}", ())),
+                tuple(self.table.get(f"visit_{name}", ())),
+                tuple(self.table.get(f"leave_{name}", ())),
                 child_fields(cls),
             )
         self.plans[cls] = found
@@ -172,6 +174,13 @@ class _Walker:
                         self.walk(value)
         for callback in leaves:
             callback(node)
+
+
+@cache
+def _libcst_class(cls: type) -> type:
+    """The libcst class a node class stands for: itself, or the one it extends
+    (``fast_tree.FastModule`` is visited as a ``Module``)."""
+    return next((base for base in cls.__mro__ if base.__module__.startswith("libcst.")), cls)
 
 
 def _is_attribute_hook(name: str) -> bool:

@@ -1,0 +1,716 @@
+"""libcst trees built from Python's own parser, for reading, about five times cheaper.
+
+libcst's parser keeps every space and comment so that a tree can be written
+back unchanged. The rules only read a tree, and a libcst parse costs about a
+third of a lint; ``ast.parse`` reads the same text about twelve times faster.
+``build(text)`` converts the ``ast`` tree into the libcst node classes the rules
+know, with the same shape as libcst's own tree for the same text (checked node
+by node against ``cst.parse_module`` in ``tests/test_fast_tree.py``). It leaves
+out what a reader does not need:
+
+- whitespace, comments and punctuation are libcst's defaults, so generating
+  code from a node normalises its spacing; ``FastModule.code_for_node`` returns
+  the user's own text instead;
+- parentheses around an expression are not recorded (``lpar`` is empty);
+- positions come from ``ast`` (``Positions``) rather than from code generation.
+
+A construct the conversion does not model raises ``NotModelledError``, and a
+position it does not know raises ``MissingPositionError``: the engine then lints the
+file with libcst's parser, so a gap here costs time, never a finding.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import io
+import re
+import tokenize
+from collections.abc import Iterator, Mapping, Sequence
+from functools import cache
+from typing import Any
+
+import libcst as cst
+from libcst.metadata import CodePosition, CodeRange
+
+Span = tuple[int, int, int, int]  # start line, start byte column, end line, end byte column
+_Located = ast.AST | Span
+
+
+class NotModelledError(Exception):
+    """The text holds a construct this conversion does not model."""
+
+
+class MissingPositionError(Exception):
+    """A rule asked where a node is, and the conversion did not record it.
+
+    Not a KeyError on purpose: ``get_metadata(..., default)`` would swallow that
+    and the rule would go on without a position libcst's tree has.
+    """
+
+
+@cache
+def _defaults(cls: type[cst.CSTNode]) -> tuple[tuple[str, Any], ...]:
+    found = []
+    for field in dataclasses.fields(cls):
+        if field.default is not dataclasses.MISSING:
+            found.append((field.name, field.default))
+        elif field.default_factory is not dataclasses.MISSING:
+            found.append((field.name, field.default_factory()))
+    return tuple(found)
+
+
+_set = object.__setattr__
+
+
+def _node(cls: type[cst.CSTNode], **fields: Any) -> Any:
+    """An instance of ``cls`` with ``fields`` and libcst's defaults for the rest,
+    without running the dataclass constructor's validation (the text parsed)."""
+    node = object.__new__(cls)
+    for name, value in _defaults(cls):
+        _set(node, name, value)
+    for name, value in fields.items():
+        _set(node, name, value)
+    return node
+
+
+class FastModule(cst.Module):
+    """A module built by ``build``: its code for a node is the user's own text."""
+
+    def code_for_node(self, node: cst.CSTNode) -> str:
+        located = self.positions.spans.get(node)
+        if located is None:
+            return super().code_for_node(node)
+        return self.positions.text_of(located)
+
+
+class Positions(Mapping[cst.CSTNode, CodeRange]):
+    """``PositionProvider``'s mapping for a built tree, computed on demand from
+    the ``ast`` spans (whose columns count UTF-8 bytes, libcst's count characters)."""
+
+    def __init__(self, lines: Sequence[str]) -> None:
+        self.lines = lines
+        self.spans: dict[cst.CSTNode, _Located] = {}
+
+    def __getitem__(self, node: cst.CSTNode) -> CodeRange:
+        located = self.spans.get(node)
+        if located is None:
+            raise MissingPositionError(type(node).__name__)
+        line, column, end_line, end_column = _span(located)
+        return CodeRange(
+            CodePosition(line, self._characters(line, column)),
+            CodePosition(end_line, self._characters(end_line, end_column)),
+        )
+
+    def __iter__(self) -> Iterator[cst.CSTNode]:
+        return iter(self.spans)
+
+    def __len__(self) -> int:
+        return len(self.spans)
+
+    def _characters(self, line: int, column: int) -> int:
+        text = self.lines[line - 1]
+        return column if text.isascii() else len(text.encode()[:column].decode(errors="ignore"))
+
+    def text_of(self, located: _Located) -> str:
+        line, column, end_line, end_column = _span(located)
+        if line == end_line:
+            return _byte_slice(self.lines[line - 1], column, end_column)
+        parts = [_byte_slice(self.lines[line - 1], column, None)]
+        parts += self.lines[line : end_line - 1]
+        parts.append(_byte_slice(self.lines[end_line - 1], 0, end_column))
+        return "".join(parts)
+
+
+def _span(located: _Located) -> Span:
+    if isinstance(located, tuple):
+        return located
+    return located.lineno, located.col_offset, located.end_lineno, located.end_col_offset  # type: ignore[attr-defined,return-value]
+
+
+def _byte_slice(line: str, start: int, end: int | None) -> str:
+    if line.isascii():
+        return line[start:end]
+    return line.encode()[start:end].decode(errors="replace")
+
+
+def build(text: str) -> FastModule:
+    """The libcst tree of ``text``, from ``ast.parse``; raises SyntaxError like it."""
+    if "\r" in text or "\f" in text or "\v" in text:
+        raise NotModelledError("line endings other than \\n")
+    tree = ast.parse(text)
+    lines = text.splitlines(keepends=True)
+    if len(lines) != text.count("\n") + (not text.endswith("\n") and bool(text)):
+        raise NotModelledError("a line separator ast does not split on")
+    converter = _Converter(lines)
+    module = _node(FastModule, body=converter.statements(tree.body),
+                   has_trailing_newline=text.endswith("\n") or not text)
+    _set(module, "positions", converter.positions)
+    return module
+
+
+_BINARY = {
+    ast.Add: cst.Add, ast.Sub: cst.Subtract, ast.Mult: cst.Multiply, ast.Div: cst.Divide,
+    ast.FloorDiv: cst.FloorDivide, ast.Mod: cst.Modulo, ast.Pow: cst.Power, ast.MatMult: cst.MatrixMultiply,
+    ast.LShift: cst.LeftShift, ast.RShift: cst.RightShift, ast.BitOr: cst.BitOr, ast.BitXor: cst.BitXor,
+    ast.BitAnd: cst.BitAnd,
+}
+_AUGMENTED = {
+    ast.Add: cst.AddAssign, ast.Sub: cst.SubtractAssign, ast.Mult: cst.MultiplyAssign,
+    ast.Div: cst.DivideAssign, ast.FloorDiv: cst.FloorDivideAssign, ast.Mod: cst.ModuloAssign,
+    ast.Pow: cst.PowerAssign, ast.MatMult: cst.MatrixMultiplyAssign, ast.LShift: cst.LeftShiftAssign,
+    ast.RShift: cst.RightShiftAssign, ast.BitOr: cst.BitOrAssign, ast.BitXor: cst.BitXorAssign,
+    ast.BitAnd: cst.BitAndAssign,
+}
+_UNARY = {ast.UAdd: cst.Plus, ast.USub: cst.Minus, ast.Invert: cst.BitInvert, ast.Not: cst.Not}
+_BOOLEAN = {ast.And: cst.And, ast.Or: cst.Or}
+_COMPARE = {
+    ast.Eq: cst.Equal, ast.NotEq: cst.NotEqual, ast.Lt: cst.LessThan, ast.LtE: cst.LessThanEqual,
+    ast.Gt: cst.GreaterThan, ast.GtE: cst.GreaterThanEqual, ast.Is: cst.Is, ast.IsNot: cst.IsNot,
+    ast.In: cst.In, ast.NotIn: cst.NotIn,
+}
+# One shared instance per operator: they carry only (default) whitespace. Augmented
+# assignments have their own table: ast spells ``+=`` with the same ast.Add as ``+``.
+_OPERATORS = {op: _node(cls) for table in (_BINARY, _UNARY, _BOOLEAN, _COMPARE) for op, cls in table.items()}
+_AUGMENTED_OPERATORS = {op: _node(cls) for op, cls in _AUGMENTED.items()}
+_SMALL = (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Return, ast.Pass, ast.Break,
+          ast.Continue, ast.Raise, ast.Assert, ast.Delete, ast.Import, ast.ImportFrom, ast.Global,
+          ast.Nonlocal)
+_NAME_CONSTANTS = {True: "True", False: "False", None: "None"}
+_DEF = re.compile(rb"(?:async\s+)?(?:def|class)\s+")
+_STRING_PREFIX = re.compile(r"[A-Za-z]*")
+
+
+class _Converter:
+    """One conversion: ast nodes in, libcst nodes out, each one's span recorded."""
+
+    def __init__(self, lines: Sequence[str]) -> None:
+        self.lines = lines
+        self.positions = Positions(lines)
+        self.spans = self.positions.spans
+
+    def at(self, node: cst.CSTNode, located: _Located) -> Any:
+        self.spans[node] = located
+        return node
+
+    # Statements ----------------------------------------------------------
+
+    def statements(self, body: Sequence[ast.stmt]) -> list[cst.BaseStatement]:
+        """Compound statements one by one; small ones grouped by line, as
+        libcst does for ``a = 1; b = 2``."""
+        out: list[cst.BaseStatement] = []
+        group: list[ast.stmt] = []
+        for statement in body:
+            if isinstance(statement, _SMALL):
+                if group and statement.lineno != group[-1].end_lineno:
+                    out.append(self.line(group))
+                    group = []
+                group.append(statement)
+                continue
+            if group:
+                out.append(self.line(group))
+                group = []
+            out.append(self.compound(statement))
+        if group:
+            out.append(self.line(group))
+        return out
+
+    def line(self, group: Sequence[ast.stmt]) -> cst.SimpleStatementLine:
+        body = [self.small(s) for s in group]
+        return self.at(_node(cst.SimpleStatementLine, body=body), _between(group[0], group[-1]))
+
+    def block(self, body: Sequence[ast.stmt]) -> cst.BaseSuite:
+        first = body[0]
+        before = self.lines[first.lineno - 1].encode()[: first.col_offset]
+        if before.strip():  # ``if x: return y``: the body shares the header's line
+            small = [self.small(s) for s in body]
+            return self.at(_node(cst.SimpleStatementSuite, body=small), _between(first, body[-1]))
+        return self.at(_node(cst.IndentedBlock, body=self.statements(body)), _between(first, body[-1]))
+
+    def small(self, node: ast.stmt) -> cst.BaseSmallStatement:
+        method = getattr(self, f"small_{type(node).__name__}")
+        return self.at(method(node), node)
+
+    def small_Expr(self, node: ast.Expr) -> cst.Expr:
+        return _node(cst.Expr, value=self.expr(node.value))
+
+    def small_Assign(self, node: ast.Assign) -> cst.Assign:
+        targets = [self.at(_node(cst.AssignTarget, target=self.expr(t)), t) for t in node.targets]
+        return _node(cst.Assign, targets=targets, value=self.expr(node.value))
+
+    def small_AugAssign(self, node: ast.AugAssign) -> cst.AugAssign:
+        return _node(cst.AugAssign, target=self.expr(node.target), operator=_AUGMENTED_OPERATORS[type(node.op)],
+                     value=self.expr(node.value))
+
+    def small_AnnAssign(self, node: ast.AnnAssign) -> cst.AnnAssign:
+        annotation = self.annotation(node.annotation)
+        value = self.expr(node.value) if node.value is not None else None
+        return _node(cst.AnnAssign, target=self.expr(node.target), annotation=annotation, value=value)
+
+    def small_Return(self, node: ast.Return) -> cst.Return:
+        return _node(cst.Return, value=self.optional(node.value))
+
+    def small_Pass(self, node: ast.Pass) -> cst.Pass:
+        return _node(cst.Pass)
+
+    def small_Break(self, node: ast.Break) -> cst.Break:
+        return _node(cst.Break)
+
+    def small_Continue(self, node: ast.Continue) -> cst.Continue:
+        return _node(cst.Continue)
+
+    def small_Raise(self, node: ast.Raise) -> cst.Raise:
+        cause = None
+        if node.cause is not None:
+            cause = self.at(_node(cst.From, item=self.expr(node.cause)), node.cause)
+        return _node(cst.Raise, exc=self.optional(node.exc), cause=cause)
+
+    def small_Assert(self, node: ast.Assert) -> cst.Assert:
+        return _node(cst.Assert, test=self.expr(node.test), msg=self.optional(node.msg))
+
+    def small_Delete(self, node: ast.Delete) -> cst.Del:
+        if len(node.targets) == 1:
+            target = self.expr(node.targets[0])
+        else:
+            elements = [self.at(_node(cst.Element, value=self.expr(t)), t) for t in node.targets]
+            target = self.at(_node(cst.Tuple, elements=elements), _between(node.targets[0], node.targets[-1]))
+        return _node(cst.Del, target=target)
+
+    def small_Import(self, node: ast.Import) -> cst.Import:
+        return _node(cst.Import, names=[self.alias(a) for a in node.names])
+
+    def small_ImportFrom(self, node: ast.ImportFrom) -> cst.ImportFrom:
+        module = self.dotted(node.module, node) if node.module else None
+        if len(node.names) == 1 and node.names[0].name == "*":
+            names: Any = _node(cst.ImportStar)
+        else:
+            names = [self.alias(a) for a in node.names]
+        relative = [_node(cst.Dot) for _ in range(node.level)]
+        return _node(cst.ImportFrom, module=module, names=names, relative=relative)
+
+    def small_Global(self, node: ast.Global) -> cst.Global:
+        return _node(cst.Global, names=[_node(cst.NameItem, name=_node(cst.Name, value=n)) for n in node.names])
+
+    def small_Nonlocal(self, node: ast.Nonlocal) -> cst.Nonlocal:
+        return _node(cst.Nonlocal, names=[_node(cst.NameItem, name=_node(cst.Name, value=n)) for n in node.names])
+
+    def alias(self, node: ast.alias) -> cst.ImportAlias:
+        asname = None
+        if node.asname is not None:
+            asname = _node(cst.AsName, name=_node(cst.Name, value=node.asname))
+        return self.at(_node(cst.ImportAlias, name=self.dotted(node.name, node), asname=asname), node)
+
+    def dotted(self, name: str, where: ast.AST) -> cst.Name | cst.Attribute:
+        """``a.b.c`` as libcst's Attribute chain (import names carry no spans of their own)."""
+        parts = name.split(".")
+        found: cst.Name | cst.Attribute = _node(cst.Name, value=parts[0])
+        for part in parts[1:]:
+            found = _node(cst.Attribute, value=found, attr=_node(cst.Name, value=part))
+        return found
+
+    def compound(self, node: ast.stmt) -> cst.BaseCompoundStatement:
+        # ``async def``/``async for``/``async with`` share the plain statement's conversion.
+        method = getattr(self, f"compound_{type(node).__name__.removeprefix('Async')}", None)
+        if method is None:
+            raise NotModelledError(type(node).__name__)
+        return self.at(method(node), node)
+
+    def compound_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> cst.FunctionDef:
+        returns = self.annotation(node.returns) if node.returns is not None else None
+        return _node(
+            cst.FunctionDef,
+            name=self.definition_name(node),
+            params=self.parameters(node.args),
+            body=self.block(node.body),
+            decorators=[self.decorator(d) for d in node.decorator_list],
+            returns=returns,
+            asynchronous=_node(cst.Asynchronous) if isinstance(node, ast.AsyncFunctionDef) else None,
+        )
+
+
+    def compound_ClassDef(self, node: ast.ClassDef) -> cst.ClassDef:
+        return _node(
+            cst.ClassDef,
+            name=self.definition_name(node),
+            body=self.block(node.body),
+            bases=[self.at(_node(cst.Arg, value=self.expr(b)), b) for b in node.bases],
+            keywords=[self.keyword(k) for k in node.keywords],
+            decorators=[self.decorator(d) for d in node.decorator_list],
+        )
+
+    def definition_name(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> cst.Name:
+        head = _DEF.match(self.lines[node.lineno - 1].encode(), node.col_offset)
+        if head is None:
+            raise NotModelledError("a definition whose name is not on its first line")
+        start = head.end()
+        return self.at(_node(cst.Name, value=node.name),
+                       (node.lineno, start, node.lineno, start + len(node.name.encode())))
+
+    def decorator(self, node: ast.expr) -> cst.Decorator:
+        return _node(cst.Decorator, decorator=self.expr(node))
+
+    def compound_If(self, node: ast.If) -> cst.If:
+        orelse = None
+        if node.orelse:
+            first = node.orelse[0]
+            if isinstance(first, ast.If) and len(node.orelse) == 1 and self._is_elif(first):
+                orelse = self.at(self.compound_If(first), first)
+            else:
+                orelse = _node(cst.Else, body=self.block(node.orelse))
+        return _node(cst.If, test=self.expr(node.test), body=self.block(node.body), orelse=orelse)
+
+    def _is_elif(self, node: ast.If) -> bool:
+        return self.lines[node.lineno - 1].encode()[node.col_offset : node.col_offset + 4] == b"elif"
+
+    def orelse(self, body: Sequence[ast.stmt]) -> cst.Else | None:
+        return _node(cst.Else, body=self.block(body)) if body else None
+
+    def compound_For(self, node: ast.For | ast.AsyncFor) -> cst.For:
+        return _node(
+            cst.For, target=self.expr(node.target), iter=self.expr(node.iter), body=self.block(node.body),
+            orelse=self.orelse(node.orelse),
+            asynchronous=_node(cst.Asynchronous) if isinstance(node, ast.AsyncFor) else None,
+        )
+
+
+    def compound_While(self, node: ast.While) -> cst.While:
+        return _node(cst.While, test=self.expr(node.test), body=self.block(node.body),
+                     orelse=self.orelse(node.orelse))
+
+    def compound_With(self, node: ast.With | ast.AsyncWith) -> cst.With:
+        items = []
+        for item in node.items:
+            asname = None
+            if item.optional_vars is not None:
+                asname = _node(cst.AsName, name=self.expr(item.optional_vars))
+            items.append(_node(cst.WithItem, item=self.expr(item.context_expr), asname=asname))
+        return _node(cst.With, items=items, body=self.block(node.body),
+                     asynchronous=_node(cst.Asynchronous) if isinstance(node, ast.AsyncWith) else None)
+
+
+    def compound_Try(self, node: ast.Try) -> cst.Try:
+        handlers = []
+        for handler in node.handlers:
+            name = None
+            if handler.name is not None:
+                name = _node(cst.AsName, name=_node(cst.Name, value=handler.name))
+            handlers.append(self.at(
+                _node(cst.ExceptHandler, body=self.block(handler.body), type=self.optional(handler.type), name=name),
+                handler,
+            ))
+        finalbody = _node(cst.Finally, body=self.block(node.finalbody)) if node.finalbody else None
+        return _node(cst.Try, body=self.block(node.body), handlers=handlers, orelse=self.orelse(node.orelse),
+                     finalbody=finalbody)
+
+    # Parameters and arguments -------------------------------------------
+
+    def parameters(self, args: ast.arguments) -> cst.Parameters:
+        positional = [*args.posonlyargs, *args.args]
+        defaults: list[ast.expr | None] = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+        params = [self.param(a, d) for a, d in zip(positional, defaults, strict=True)]
+        posonly = params[: len(args.posonlyargs)]
+        star_arg: Any = cst.MaybeSentinel.DEFAULT
+        if args.vararg is not None:
+            star_arg = self.param(args.vararg, None, star="*")
+        elif args.kwonlyargs:
+            star_arg = _node(cst.ParamStar)
+        kwonly = [self.param(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True)]
+        star_kwarg = self.param(args.kwarg, None, star="**") if args.kwarg is not None else None
+        return _node(
+            cst.Parameters, params=params[len(args.posonlyargs):], posonly_params=posonly,
+            posonly_ind=_node(cst.ParamSlash) if posonly else cst.MaybeSentinel.DEFAULT,
+            star_arg=star_arg, kwonly_params=kwonly, star_kwarg=star_kwarg,
+        )
+
+    def param(self, arg: ast.arg, default: ast.expr | None, star: str = "") -> cst.Param:
+        end = arg.col_offset + len(arg.arg.encode())
+        name = self.at(_node(cst.Name, value=arg.arg), (arg.lineno, arg.col_offset, arg.lineno, end))
+        located = (arg.lineno, arg.col_offset - len(star), arg.lineno, end)  # libcst's includes the stars
+        annotation = self.annotation(arg.annotation) if arg.annotation is not None else None
+        value = self.expr(default) if default is not None else None
+        return self.at(_node(cst.Param, name=name, annotation=annotation, default=value, star=star), located)
+
+    def annotation(self, node: ast.expr) -> cst.Annotation:
+        return self.at(_node(cst.Annotation, annotation=self.expr(node)), node)
+
+    def arguments(self, node: ast.Call) -> list[cst.Arg]:
+        found: list[tuple[tuple[int, int], cst.Arg]] = []
+        for value in node.args:
+            if isinstance(value, ast.Starred):
+                arg = self.at(_node(cst.Arg, value=self.expr(value.value), star="*"), value)
+            else:
+                converted = self.expr(value)
+                # A lone generator argument borrows the call's parentheses in ast's span.
+                located = self.spans.get(converted, value) if isinstance(value, ast.GeneratorExp) else value
+                arg = self.at(_node(cst.Arg, value=converted), located)
+            found.append(((value.lineno, value.col_offset), arg))
+        for keyword in node.keywords:
+            found.append(((keyword.lineno, keyword.col_offset), self.keyword(keyword)))
+        found.sort(key=lambda pair: pair[0])
+        return [arg for _, arg in found]
+
+    def keyword(self, node: ast.keyword) -> cst.Arg:
+        if node.arg is None:
+            return self.at(_node(cst.Arg, value=self.expr(node.value), star="**"), node)
+        name = self.at(_node(cst.Name, value=node.arg),
+                       (node.lineno, node.col_offset, node.lineno, node.col_offset + len(node.arg.encode())))
+        return self.at(_node(cst.Arg, value=self.expr(node.value), keyword=name), node)
+
+    # Expressions ---------------------------------------------------------
+
+    def optional(self, node: ast.expr | None) -> cst.BaseExpression | None:
+        return self.expr(node) if node is not None else None
+
+    def expr(self, node: ast.expr) -> Any:
+        method = getattr(self, f"expr_{type(node).__name__}", None)
+        if method is None:
+            raise NotModelledError(type(node).__name__)
+        return method(node)
+
+    def expr_Name(self, node: ast.Name) -> cst.Name:
+        return self.at(_node(cst.Name, value=node.id), node)
+
+    def expr_Constant(self, node: ast.Constant) -> Any:
+        value = node.value
+        if value is None or value is True or value is False:
+            return self.at(_node(cst.Name, value=_NAME_CONSTANTS[value]), node)
+        if value is Ellipsis:
+            return self.at(_node(cst.Ellipsis), node)
+        text = self.positions.text_of(node)
+        if isinstance(value, bool | int):
+            return self.at(_node(cst.Integer, value=text), node)
+        if isinstance(value, float):
+            return self.at(_node(cst.Float, value=text), node)
+        if isinstance(value, complex):
+            return self.at(_node(cst.Imaginary, value=text), node)
+        return self.strings(node, text)
+
+    def expr_JoinedStr(self, node: ast.JoinedStr) -> Any:
+        return self.strings(node, self.positions.text_of(node))
+
+    def strings(self, node: ast.expr, text: str) -> Any:
+        """One string literal, or libcst's right-nested ConcatenatedString of several."""
+        if _is_one_literal(text):
+            return self.at(self.string_token(text), node)
+        try:
+            tokens = [t for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type == tokenize.STRING]
+        except (tokenize.TokenError, SyntaxError) as error:
+            raise NotModelledError("a string literal tokenize cannot split") from error
+        if not tokens:
+            raise NotModelledError("a string without a string token")
+        segment = text.splitlines(keepends=True)
+        parts = [
+            self.at(self.string_token(token.string), _token_span(node.lineno, node.col_offset, segment, token))
+            for token in tokens
+        ]
+        found = parts[-1]
+        for part in reversed(parts[:-1]):
+            found = _node(cst.ConcatenatedString, left=part, right=found)
+        if len(parts) > 1:
+            self.at(found, node)
+        return found
+
+    def string_token(self, token: str) -> Any:
+        prefix = _STRING_PREFIX.match(token).group(0)  # type: ignore[union-attr]
+        if "f" not in prefix.lower():
+            return _node(cst.SimpleString, value=token)
+        quote = token[len(prefix) : len(prefix) + 3]
+        quote = quote if quote in ('"""', "'''") else quote[0]
+        joined = ast.parse(token, mode="eval").body
+        assert isinstance(joined, ast.JoinedStr)
+        return _node(cst.FormattedString, parts=self.formatted_parts(joined.values),
+                     start=prefix + quote, end=quote)
+
+    def formatted_parts(self, values: Sequence[ast.expr]) -> list[cst.BaseFormattedStringContent]:
+        parts: list[cst.BaseFormattedStringContent] = []
+        for value in values:
+            if isinstance(value, ast.Constant):
+                text = str(value.value).replace("{", "{{").replace("}", "}}")
+                parts.append(_node(cst.FormattedStringText, value=text))
+                continue
+            assert isinstance(value, ast.FormattedValue)
+            spec = None
+            if value.format_spec is not None:
+                assert isinstance(value.format_spec, ast.JoinedStr)
+                spec = self.formatted_parts(value.format_spec.values)
+            conversion = chr(value.conversion) if value.conversion > 0 else None
+            # Positions inside an f-string are not the file's: convert without recording them.
+            parts.append(_node(cst.FormattedStringExpression, expression=_Unplaced(self.lines).expr(value.value),
+                               conversion=conversion, format_spec=spec))
+        return parts
+
+    def expr_Attribute(self, node: ast.Attribute) -> cst.Attribute:
+        size = len(node.attr.encode())
+        attr = self.at(_node(cst.Name, value=node.attr),
+                       (node.end_lineno, node.end_col_offset - size, node.end_lineno, node.end_col_offset))
+        return self.at(_node(cst.Attribute, value=self.expr(node.value), attr=attr), node)
+
+    def expr_Call(self, node: ast.Call) -> cst.Call:
+        return self.at(_node(cst.Call, func=self.expr(node.func), args=self.arguments(node)), node)
+
+    def expr_BinOp(self, node: ast.BinOp) -> cst.BinaryOperation:
+        return self.at(_node(cst.BinaryOperation, left=self.expr(node.left), operator=_OPERATORS[type(node.op)],
+                             right=self.expr(node.right)), node)
+
+    def expr_UnaryOp(self, node: ast.UnaryOp) -> cst.UnaryOperation:
+        return self.at(_node(cst.UnaryOperation, operator=_OPERATORS[type(node.op)],
+                             expression=self.expr(node.operand)), node)
+
+    def expr_BoolOp(self, node: ast.BoolOp) -> cst.BooleanOperation:
+        """``a and b and c`` is libcst's left-nested ((a and b) and c)."""
+        operator = _OPERATORS[type(node.op)]
+        found = self.expr(node.values[0])
+        for value in node.values[1:]:
+            found = self.at(_node(cst.BooleanOperation, left=found, operator=operator, right=self.expr(value)),
+                            _between(node.values[0], value))
+        return found
+
+    def expr_Compare(self, node: ast.Compare) -> cst.Comparison:
+        targets = [_node(cst.ComparisonTarget, operator=_OPERATORS[type(op)], comparator=self.expr(c))
+                   for op, c in zip(node.ops, node.comparators, strict=True)]
+        return self.at(_node(cst.Comparison, left=self.expr(node.left), comparisons=targets), node)
+
+    def expr_IfExp(self, node: ast.IfExp) -> cst.IfExp:
+        return self.at(_node(cst.IfExp, test=self.expr(node.test), body=self.expr(node.body),
+                             orelse=self.expr(node.orelse)), node)
+
+    def expr_NamedExpr(self, node: ast.NamedExpr) -> cst.NamedExpr:
+        return self.at(_node(cst.NamedExpr, target=self.expr(node.target), value=self.expr(node.value)), node)
+
+    def expr_Lambda(self, node: ast.Lambda) -> cst.Lambda:
+        return self.at(_node(cst.Lambda, params=self.parameters(node.args), body=self.expr(node.body)), node)
+
+    def expr_Await(self, node: ast.Await) -> cst.Await:
+        return self.at(_node(cst.Await, expression=self.expr(node.value)), node)
+
+    def expr_Yield(self, node: ast.Yield) -> cst.Yield:
+        return self.at(_node(cst.Yield, value=self.optional(node.value)), node)
+
+    def expr_YieldFrom(self, node: ast.YieldFrom) -> cst.Yield:
+        item = self.at(_node(cst.From, item=self.expr(node.value)), node.value)
+        return self.at(_node(cst.Yield, value=item), node)
+
+    def expr_Starred(self, node: ast.Starred) -> cst.StarredElement:
+        return self.at(_node(cst.StarredElement, value=self.expr(node.value)), node)
+
+    def element(self, node: ast.expr) -> cst.BaseElement:
+        if isinstance(node, ast.Starred):
+            return self.expr_Starred(node)
+        return self.at(_node(cst.Element, value=self.expr(node)), node)
+
+    def expr_Tuple(self, node: ast.Tuple) -> cst.Tuple:
+        elements = [self.element(e) for e in node.elts]
+        if not node.elts:
+            return self.at(_node(cst.Tuple, elements=elements), node)
+        line, column, end_line, end_column = _between(node.elts[0], node.elts[-1])
+        if self.lines[end_line - 1].encode()[end_column : end_column + 1] == b",":
+            end_column += 1  # libcst's tuple ends after a trailing comma
+        return self.at(_node(cst.Tuple, elements=elements), (line, column, end_line, end_column))
+
+    def expr_List(self, node: ast.List) -> cst.List:
+        return self.at(_node(cst.List, elements=[self.element(e) for e in node.elts]), node)
+
+    def expr_Set(self, node: ast.Set) -> cst.Set:
+        return self.at(_node(cst.Set, elements=[self.element(e) for e in node.elts]), node)
+
+    def expr_Dict(self, node: ast.Dict) -> cst.Dict:
+        elements: list[cst.BaseDictElement] = []
+        for key, value in zip(node.keys, node.values, strict=True):
+            if key is None:
+                elements.append(_node(cst.StarredDictElement, value=self.expr(value)))
+            else:
+                elements.append(_node(cst.DictElement, key=self.expr(key), value=self.expr(value)))
+        return self.at(_node(cst.Dict, elements=elements), node)
+
+    def comprehension(self, generators: Sequence[ast.comprehension]) -> cst.CompFor:
+        inner = None
+        for generator in reversed(generators):
+            ifs = [_node(cst.CompIf, test=self.expr(test)) for test in generator.ifs]
+            inner = _node(cst.CompFor, target=self.expr(generator.target), iter=self.expr(generator.iter),
+                          ifs=ifs, inner_for_in=inner,
+                          asynchronous=_node(cst.Asynchronous) if generator.is_async else None)
+        assert inner is not None
+        return inner
+
+    def expr_ListComp(self, node: ast.ListComp) -> cst.ListComp:
+        elt = self.expr(node.elt)
+        return self.at(_node(cst.ListComp, elt=elt, for_in=self.comprehension(node.generators)), node)
+
+    def expr_SetComp(self, node: ast.SetComp) -> cst.SetComp:
+        elt = self.expr(node.elt)
+        return self.at(_node(cst.SetComp, elt=elt, for_in=self.comprehension(node.generators)), node)
+
+    def expr_GeneratorExp(self, node: ast.GeneratorExp) -> cst.GeneratorExp:
+        elt = self.expr(node.elt)
+        last = node.generators[-1]
+        end = last.ifs[-1] if last.ifs else last.iter
+        return self.at(_node(cst.GeneratorExp, elt=elt, for_in=self.comprehension(node.generators)),
+                       _between(node.elt, end))
+
+    def expr_DictComp(self, node: ast.DictComp) -> cst.DictComp:
+        key, value = self.expr(node.key), self.expr(node.value)
+        return self.at(_node(cst.DictComp, key=key, value=value, for_in=self.comprehension(node.generators)), node)
+
+    def expr_Subscript(self, node: ast.Subscript) -> cst.Subscript:
+        index = node.slice
+        if isinstance(index, ast.Tuple) and index.elts and not self._parenthesised(index):
+            elements = [self.subscript_element(e) for e in index.elts]
+        else:
+            elements = [self.subscript_element(index)]
+        return self.at(_node(cst.Subscript, value=self.expr(node.value), slice=elements), node)
+
+    def subscript_element(self, node: ast.expr) -> cst.SubscriptElement:
+        if isinstance(node, ast.Slice):
+            inner: Any = self.at(_node(cst.Slice, lower=self.optional(node.lower), upper=self.optional(node.upper),
+                                       step=self.optional(node.step)), node)
+        elif isinstance(node, ast.Starred):
+            raise NotModelledError("a starred subscript")
+        else:
+            inner = self.at(_node(cst.Index, value=self.expr(node)), node)
+        return self.at(_node(cst.SubscriptElement, slice=inner), node)
+
+    def _parenthesised(self, node: ast.expr) -> bool:
+        return self.lines[node.lineno - 1].encode()[node.col_offset : node.col_offset + 1] == b"("
+
+
+class _Unplaced(_Converter):
+    """A converter that records no positions: for expressions inside f-strings,
+    whose ast positions are not the file's (a rule asking for one gets MissingPositionError)."""
+
+    def at(self, node: cst.CSTNode, located: _Located) -> Any:
+        return node
+
+    def expr_Constant(self, node: ast.Constant) -> Any:
+        value = node.value
+        if isinstance(value, (int, float, complex)) and not isinstance(value, bool):
+            kind = cst.Integer if isinstance(value, int) else cst.Float if isinstance(value, float) else cst.Imaginary
+            return _node(kind, value=repr(value))
+        if isinstance(value, (str, bytes)):
+            return _node(cst.SimpleString, value=repr(value))
+        return super().expr_Constant(node)
+
+    def expr_JoinedStr(self, node: ast.JoinedStr) -> cst.FormattedString:
+        return _node(cst.FormattedString, parts=self.formatted_parts(node.values), start='f"', end='"')
+
+
+def _is_one_literal(text: str) -> bool:
+    """``text`` is a single string token (the common case, which skips tokenize):
+    its opening quote closes it and appears nowhere in between."""
+    prefix = _STRING_PREFIX.match(text).group(0)  # type: ignore[union-attr]
+    body = text[len(prefix):]
+    quote = body[:3] if body[:3] in ('"""', "'''") else body[:1]
+    inner = body[len(quote) : len(body) - len(quote)]
+    return len(body) >= 2 * len(quote) and body.endswith(quote) and quote[0] not in inner and "\\" not in inner
+
+
+def _between(first: ast.AST, last: ast.AST) -> Span:
+    return first.lineno, first.col_offset, last.end_lineno, last.end_col_offset  # type: ignore[attr-defined,return-value]
+
+
+def _token_span(line: int, column: int, segment: Sequence[str], token: tokenize.TokenInfo) -> Span:
+    """A token's span in the file, from its (row, character column) in ``segment``,
+    the text's lines from byte ``column`` of ``line`` on."""
+    def place(row: int, character: int) -> tuple[int, int]:
+        width = len(segment[row - 1][:character].encode())
+        return (line, column + width) if row == 1 else (line + row - 1, width)
+    return (*place(*token.start), *place(*token.end))

@@ -1,0 +1,145 @@
+"""fast_tree builds the tree libcst would, and the engine trusts it only for "clean"."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import libcst as cst
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from attncheck.config import Settings
+from attncheck.pipeline import _rules, enabled_codes
+from attncheck.sources import Source
+from attncheck.static import engine, fast_tree, walk
+
+ROOT = Path(__file__).resolve().parent.parent
+# Every fixture, and three of our own modules for breadth (f-strings, decorators, comprehensions).
+FILES = sorted([*ROOT.glob("fixtures/**/*.py"),
+                *(ROOT / "attncheck" / name for name in ("cli.py", "static/semantics.py", "dynamic/probes.py"))])
+_LEAVES = {cst.Name: "value", cst.Integer: "value", cst.Float: "value", cst.Imaginary: "value",
+           cst.SimpleString: "value", cst.Param: "star", cst.Arg: "star", cst.FormattedString: "start"}
+# Where findings are reported and rules look around: these must sit exactly where libcst puts them.
+_PLACED = (cst.Call, cst.Name, cst.Attribute, cst.BinaryOperation, cst.Subscript, cst.Integer, cst.Float,
+           cst.Assign, cst.AugAssign, cst.FunctionDef, cst.ClassDef, cst.SimpleStatementLine, cst.Return,
+           cst.UnaryOperation, cst.Comparison, cst.Lambda, cst.IfExp, cst.List, cst.Dict, cst.If, cst.For)
+
+
+def _children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    return [child for child in walk.children(node) if type(child) not in walk.TRIVIA]
+
+
+def _pairs(text: str) -> list[tuple[cst.CSTNode, cst.CSTNode]]:
+    """Corresponding nodes of libcst's tree and fast_tree's, asserting the same shape."""
+    exact, fast = cst.parse_module(text), fast_tree.build(text)
+    pairs, stack = [], [(exact, fast)]
+    while stack:
+        a, b = stack.pop()
+        assert walk._libcst_class(type(b)) is type(a), (type(a).__name__, type(b).__name__)
+        field = _LEAVES.get(type(a))
+        if field is not None:
+            assert getattr(a, field) == getattr(b, field)
+        pairs.append((a, b))
+        if isinstance(a, cst.FormattedString):
+            continue  # inside an f-string the fast tree is approximate and unplaced (see fast_tree)
+        left, right = _children(a), _children(b)
+        assert [type(n) for n in left] == [walk._libcst_class(type(n)) for n in right], type(a).__name__
+        stack.extend(zip(left, right, strict=True))
+    return pairs
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_same_tree_and_positions_as_libcst(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    pairs = _pairs(text)
+    exact_positions = MetadataWrapper(pairs[0][0], unsafe_skip_copy=True).resolve(PositionProvider)
+    fast_positions = pairs[0][1].positions
+    for a, b in pairs:
+        if isinstance(a, _PLACED) and b in fast_positions.spans:
+            assert fast_positions[b] == exact_positions[a], (type(a).__name__, fast_positions.text_of(
+                fast_positions.spans[b]))
+
+
+def test_a_node_without_a_position_is_a_gap_not_a_key_error() -> None:
+    module = fast_tree.build("x = f'{a + 1}'\n")
+    inner = module.body[0].body[0].value.parts[0].expression
+    with pytest.raises(fast_tree.MissingPositionError):
+        module.positions[inner]
+    with pytest.raises(fast_tree.MissingPositionError):  # get_metadata(..., default) must not hide it either
+        module.positions.get(inner, None)
+
+
+def test_code_for_node_is_the_users_text() -> None:
+    text = "y = torch.softmax( scores ,dim = -1 )  # keep\n"
+    module = fast_tree.build(text)
+    assert module.code_for_node(module.body[0].body[0].value) == "torch.softmax( scores ,dim = -1 )"
+
+
+def test_columns_count_characters_on_non_ascii_lines() -> None:
+    text = "s = 'héllo'; t = q @ k\n"
+    pairs = _pairs(text)
+    exact = MetadataWrapper(pairs[0][0], unsafe_skip_copy=True).resolve(PositionProvider)
+    product = next((a, b) for a, b in pairs if isinstance(a, cst.BinaryOperation))
+    assert pairs[0][1].positions[product[1]] == exact[product[0]]
+
+
+@pytest.mark.parametrize("text", [
+    "match x:\n    case 1:\n        pass\n",  # no conversion for match
+    "x = 1\r\ny = 2\r\n",  # CRLF: ast and libcst count lines differently
+])
+def test_unsupported_text_is_refused(text: str) -> None:
+    with pytest.raises(fast_tree.NotModelledError):
+        fast_tree.build(text)
+
+
+_CODES = _rules(enabled_codes(Settings()))
+
+
+def _exact_only(source: Source, monkeypatch: pytest.MonkeyPatch):
+    def refuse(text: str) -> cst.Module:
+        raise fast_tree.NotModelledError("disabled for the comparison")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(fast_tree, "build", refuse)
+        return engine.lint(source, _CODES)
+
+
+def _summary(result) -> tuple:
+    return ([(f.code, f.span.line, f.span.column, f.message, f.evidence, bool(f.fix)) for f in result.findings],
+            [(t.name, t.line, t.kinds) for t in result.targets], result.error)
+
+
+@pytest.mark.parametrize("path", sorted(ROOT.glob("fixtures/**/*.py")), ids=lambda p: str(p.relative_to(ROOT)))
+def test_lint_results_are_those_of_libcsts_tree(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = Source(str(path), path.read_text(encoding="utf-8"))
+    assert _summary(engine.lint(source, _CODES)) == _summary(_exact_only(source, monkeypatch))
+
+
+def test_a_file_the_fast_tree_refuses_is_still_linted() -> None:
+    text = ("import torch\n\ndef attend(q, k, v, mode):\n    match mode:\n        case _:\n            pass\n"
+            "    return torch.softmax(q @ k.transpose(-2, -1), dim=1) @ v\n")
+    codes = [f.code for f in engine.lint(Source("m.py", text), _CODES).findings]
+    assert "ATT202" in codes
+
+
+_NAMES = st.sampled_from(["q", "k", "v", "scores", "mask", "self.scale", "x.shape[-1]"])
+
+
+@st.composite
+def _expressions(draw: st.DrawFn, depth: int = 0) -> str:
+    if depth > 2 or draw(st.booleans()):
+        return draw(st.one_of(_NAMES, st.integers(-3, 64).map(str), st.sampled_from(["0.5", "1e-9", "None"])))
+    left, right = draw(_expressions(depth + 1)), draw(_expressions(depth + 1))
+    shape = draw(st.sampled_from(["({} @ {})", "({} * {})", "({} / {} ** 0.5)", "f({}, dim={})", "{}[..., :{}]",
+                                  "({}, {})", "[{}, {}]", "({} if {} else 1)", "(not {} or {})", "(-{} + {})"]))
+    return shape.format(left, right)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_expressions(), _expressions())
+def test_generated_expressions_build_libcsts_tree(target: str, value: str) -> None:
+    text = f"def forward(self, q, k, v, mask=None, *args, scale: float = 1.0, **kw):\n    out = {value}\n" \
+           f"    return {target}\n"
+    _pairs(text)

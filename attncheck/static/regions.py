@@ -28,12 +28,12 @@ answers every question about lines from those.
 
 from __future__ import annotations
 
-import ast
 import re
-import textwrap
 from bisect import bisect_right
 from dataclasses import dataclass
 from itertools import accumulate
+
+from attncheck.static.import_names import bound_names
 
 MIN_LINES = 400
 _STRONG_WORDS = (
@@ -253,7 +253,7 @@ def _relevant_members(index: _LineIndex, start: int, end: int) -> list[tuple[int
 def _unused_imports(index: _LineIndex, kept: list[tuple[int, int]], imports: list[tuple[int, int]]) -> set[int]:
     """The import blocks (by position in ``imports``) binding only names that no word of
     the kept code (comments included) spells."""
-    bound = [_bound_names("".join(index.lines[start:end])) for start, end in imports]
+    bound = [bound_names("".join(index.lines[start:end])) for start, end in imports]
     kept_text = "".join(index.text(start, end) for start, end in kept)
     used = {name for names in bound if names for name in names if _spells(kept_text, name)}
     return {number for number, names in enumerate(bound) if names is not None and names.isdisjoint(used)}
@@ -282,24 +282,6 @@ def _reduced(index: _LineIndex, spans: list[tuple[int, int]]) -> Reduced:
                 pieces.extend(index.lines[start:comment])
             start = comment + 1
     return Reduced("".join(pieces), tuple(numbers))
-
-
-def _bound_names(block: str) -> set[str] | None:
-    """The names a block of plain imports binds; None (keep it) for a star import or a
-    block that is more than imports (``try: import flash_attn`` ...)."""
-    try:
-        tree = ast.parse(textwrap.dedent(block))
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
-    names: set[str] = set()
-    for statement in tree.body:
-        if not isinstance(statement, (ast.Import, ast.ImportFrom)):
-            return None
-        for alias in statement.names:
-            if alias.name == "*":
-                return None
-            names.add(alias.asname or alias.name.split(".")[0])
-    return names
 
 
 def _is_config_class(block: str) -> bool:

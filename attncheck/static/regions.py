@@ -50,6 +50,9 @@ _STRONG_WORDS = (
 )
 # Common outside attention too (losses, generation): relevant only next to a product.
 _WEAK_WORDS = ("masked_fill", ".tril", ".triu")
+# ``@`` counts even as a decorator: a class holding a mask fill and a decorated
+# method is kept, and counting only a binary ``@`` would drop a finding on such a
+# class (timm's Gemma4VitEncoder: an -inf fill in a helper).
 _PRODUCT = re.compile(r"matmul|@|bmm|einsum")
 _ATTENTION_CLASS = re.compile(r"\s*class\s+\w*(?:Attention|Attn|MHA|MultiHead)\w*\s*[(:]")
 # ``self.name = Something(...)`` in a constructor: a module (or tensor) the class builds.
@@ -58,11 +61,12 @@ _SELF_ATTRIBUTE = re.compile(r"self\.(\w+)")
 _WORD_CHARACTER = re.compile(r"\w")
 _CONFIG_CLASS = re.compile(r"^[^\S\n]*class[^\S\n]+\w*(?:Config|Args|Params|Settings|Options)\b", re.M)
 _BLOCK_HEAD = re.compile(r"(?:class|def|async\s+def)\s|@")
+_ENTRY = re.compile(r"(?:async\s+)?def\s+(?:forward|__call__)\b")
 _INIT = re.compile(r"(?:async\s+)?def\s+__init__\b")
 _DEF = re.compile(r"(?:async\s+)?def\s")
 _COMMENT_ONLY = re.compile(r"\n[^\S\n]*#")
-# A code line's text after its indentation: not blank, not a comment (``str.strip``
-# whitespace other than space and tab may lead, as ``_at_level`` once allowed).
+# A code line's text after its indentation: not blank, not a comment. The indentation
+# is spaces and tabs only; other whitespace (a no-break space) may start the text.
 _CODE_AFTER_INDENT = r"(?:[^\s#]|[^ \t#\n][^\n]*?\S)"
 SMALL_CONFIG_LINES = 40
 
@@ -101,7 +105,6 @@ class _LineIndex:
         self._string_starts, self._string_ends = self._strings()
         self._strong = self._lines_holding(_STRONG_WORDS)
         self._weak = self._lines_holding(_WEAK_WORDS)
-        self._level_patterns: dict[str, re.Pattern[str]] = {}
 
     def line_at(self, position: int) -> int:
         return bisect_right(self.offsets, position) - 1
@@ -124,10 +127,7 @@ class _LineIndex:
     def at_level(self, indent: str, first: int, last: int) -> list[int]:
         """The code lines between ``first`` and ``last`` that start exactly at ``indent``
         (not blank, not a comment, not inside a triple-quoted string)."""
-        pattern = self._level_patterns.get(indent)
-        if pattern is None:
-            pattern = re.compile(f"\n{re.escape(indent)}{_CODE_AFTER_INDENT}")
-            self._level_patterns[indent] = pattern
+        pattern = re.compile(f"\n{re.escape(indent)}{_CODE_AFTER_INDENT}")  # re caches it
         found = pattern.finditer(self.scan, self.offsets[first] - 1, self.offsets[last])
         indices = [self.line_at(match.start() + 1) for match in found]
         if self._string_starts:
@@ -229,7 +229,9 @@ def attention_regions(text: str) -> Reduced | None:
 
 
 def _relevant_members(index: _LineIndex, start: int, end: int) -> list[tuple[int, int]]:
-    """The spans of a relevant class to keep: its header and the members that matter."""
+    """The spans of a relevant class to keep: its header, plain statements, nested
+    classes, ``__init__``, the attention methods, and the methods that show each module
+    the constructor builds in use (``_keep_first_uses``)."""
     indent = _body_indent(index.lines, start, end)
     if indent is None:
         return [(start, end)]
@@ -237,17 +239,34 @@ def _relevant_members(index: _LineIndex, start: int, end: int) -> list[tuple[int
     header_end = members[0].start if members else end
     heads = [_header_keyword(index, member) for member in members]
     texts = [index.text(member.start, member.end) for member in members]
+    keep = [
+        head in ("class", "", "def __init__") or index.is_relevant(member.start, member.end)
+        for member, head in zip(members, heads, strict=True)
+    ]
     constructors = [text for head, text in zip(heads, texts, strict=True) if head == "def __init__"]
     built = {name for text in constructors for name in _BUILT.findall(text)}
-    spans = [(start, header_end)]
-    for member, head, text in zip(members, heads, texts, strict=True):
-        if (
-            head in ("class", "", "def __init__")
-            or index.is_relevant(member.start, member.end)
-            or (built and not built.isdisjoint(_SELF_ATTRIBUTE.findall(text)))
-        ):
-            spans.append((member.start, member.end))
+    if built:
+        _keep_first_uses(keep, heads, [built.intersection(_SELF_ATTRIBUTE.findall(text)) for text in texts])
+    spans = [(start, header_end)] + [(m.start, m.end) for m, kept in zip(members, keep, strict=True) if kept]
     return spans if len(spans) > 1 else [(start, end)]
+
+
+def _keep_first_uses(keep: list[bool], heads: list[str], uses: list[set[str]]) -> None:
+    """Keep ``forward`` when it uses a built module (a target is a class with one), then
+    each other member that uses a built module no kept member uses yet. A dropout
+    applied in a helper is applied, so rules must see one use of each module (an unused
+    dropout, a missing output projection); a second use adds nothing for them."""
+    seen = {
+        name
+        for used, kept, head in zip(uses, keep, heads, strict=True)
+        if kept and head != "def __init__"
+        for name in used
+    }
+    entries = [number for number, head in enumerate(heads) if head == "def forward"]
+    for number in [*entries, *range(len(keep))]:
+        if not keep[number] and uses[number] and (heads[number] == "def forward" or not uses[number] <= seen):
+            keep[number] = True
+            seen |= uses[number]
 
 
 def _unused_imports(index: _LineIndex, kept: list[tuple[int, int]], imports: list[tuple[int, int]]) -> set[int]:
@@ -289,12 +308,15 @@ def _is_config_class(block: str) -> bool:
 
 
 def _header_keyword(index: _LineIndex, statement: _Statement) -> str:
-    """``class``, ``def __init__``, ``def``, or "" for a plain statement."""
+    """``class``, ``def __init__``, ``def forward`` (``__call__`` too), ``def``, or "" for
+    a plain statement."""
     stripped = _header_line(index, statement).lstrip()
     if stripped.startswith("class "):
         return "class"
     if _INIT.match(stripped):
         return "def __init__"
+    if _ENTRY.match(stripped):
+        return "def forward"
     if _DEF.match(stripped):
         return "def"
     return ""

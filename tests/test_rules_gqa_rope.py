@@ -183,3 +183,34 @@ def test_a_returned_name_rebound_from_itself_ends_the_rotation_search():
     source = "def transpose_for_scores(x):\n    x = x.view(2, 3, 4)\n    return x.view(6, 4)\n"
     index = rp.build_rope_index(FileFacts(cst.parse_module(source)))
     assert index.rotations == {}
+
+
+def test_a_file_with_no_rope_words_is_never_walked():
+    """The index's parts ask the text first: ``using`` alone (ATT403's prefilter) walks nothing."""
+    index = _index("def norm(x):\n    # using the mean\n    return x / x.sum(-1) + x * 2\n")
+    assert (index.applications, index.powers, index.base_products, index.rotations) == ([], [], [], {})
+    assert not index.uses_rotation_formula
+    assert "_nodes" not in vars(index)
+
+
+def test_renamed_imports_are_still_recognised():
+    """The words the text is asked for come from the import when a helper is renamed."""
+    source = (
+        "from torch import cat as join, arange as span\n\n"
+        "def rot(x):\n    x1, x2 = x.chunk(2, dim=-1)\n    return join((x2, -x1), dim=-1)\n\n"
+        "def apply(q, cos, sin):\n    return q * cos + rot(q) * sin\n\n"
+        "def freqs(d):\n    return 10000 ** (span(0, d, 2) / d)\n"
+    )
+    index = _index(source)
+    assert (index.rotations["rot"].sign, [a.sign for a in index.applications]) == (-1, [-1])
+    assert len(index.powers) == 1
+
+
+def test_each_node_knows_its_parent_and_function():
+    index = _index("import torch\n\ndef rope(d):\n    inv = 1.0 / (10000 ** (torch.arange(0, d, 2) / d))\n")
+    (power,) = index.powers
+    (fn,) = index.facts.functions
+    assert isinstance(index.parent(power.node), cst.BinaryOperation)
+    assert index.scope(power.node) is fn
+    assert index.scope(power.arange) is fn
+    assert power.arange in index.nodes_in(fn)

@@ -465,11 +465,11 @@ def rotation(facts: FileFacts, call: cst.CSTNode, fn: FunctionFacts | None) -> R
     """The Rotation ``call`` computes, if it is ``cat``/``stack`` of a negated swap."""
     if not isinstance(call, cst.Call) or not call.args:
         return None
+    items = call.args[0].value  # tested before the canonical name, which costs more
+    if not isinstance(items, (cst.Tuple, cst.List)) or len(items.elements) != 2:
+        return None
     func = facts.canonical(call.func)
     if func not in _CONCAT and func != "torch.stack":
-        return None
-    items = call.args[0].value
-    if not isinstance(items, (cst.Tuple, cst.List)) or len(items.elements) != 2:
         return None
     first, second = (e.value for e in items.elements)
     if (inner := _negated(first)) is not None:
@@ -602,10 +602,13 @@ def _explicit(facts: FileFacts, node: cst.BinaryOperation) -> bool:
 
 
 def _widening(facts: FileFacts, call: cst.Call, fn: FunctionFacts | None) -> Widening | None:
+    items = call.args[0].value if call.args else None
+    pair = isinstance(items, (cst.Tuple, cst.List)) and len(items.elements) == 2
+    if not pair and last_name(call.func) != "repeat_interleave":
+        return None  # neither spelling: spare the canonical name
     func = facts.canonical(call.func)
     if func in _CONCAT or func == "torch.stack":
-        items = call.args[0].value if call.args else None
-        if isinstance(items, (cst.Tuple, cst.List)) and len(items.elements) == 2:
+        if pair:
             first, second = (code(facts, e.value) for e in items.elements)
             if first == second and _FREQ_LIKE.search(first):
                 return Widening(call, HALF if func in _CONCAT else PAIR)
@@ -661,7 +664,7 @@ def first_call(node: cst.CSTNode, facts: FileFacts, canonical: str) -> cst.Call 
 def _frequency_power(facts: FileFacts, node: cst.CSTNode) -> FrequencyPower | None:
     if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Power):
         base, exponent = node.left, node.right
-    elif isinstance(node, cst.Call) and facts.canonical(node.func) == "torch.pow" and len(node.args) == 2:
+    elif isinstance(node, cst.Call) and len(node.args) == 2 and facts.canonical(node.func) == "torch.pow":
         base, exponent = node.args[0].value, node.args[1].value
     else:
         return None

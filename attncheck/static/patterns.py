@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Literal
 
 import libcst as cst
 
-from attncheck.static import walk
+from attncheck.static import subtree
 from attncheck.static.facts import FileFacts, FunctionFacts, dotted_name, self_attribute
 
 if TYPE_CHECKING:
@@ -126,7 +126,53 @@ class LocalFlow:
     def __init__(self, function: cst.FunctionDef) -> None:
         self.order: dict[int, int] = {}
         self.writes: dict[str, list[tuple[int, cst.BaseExpression]]] = {}
-        walk.visit(function.body, _FlowRecorder(self), trivia=False)
+        self._record(function.body)
+
+    def _record(self, body: cst.BaseSuite) -> None:
+        """Number the nodes of ``body`` in source order (pre-order, trivia and nested scopes
+        left out), and each write to a name once its right-hand side was read: an
+        assignment's targets are written after every node under it, one tick per target."""
+        order, clock = self.order, 0
+        stack: list[cst.CSTNode | tuple[cst.CSTNode]] = [body]
+        while stack:
+            node = stack.pop()
+            if type(node) is tuple:
+                clock = self._assigned(node[0], clock)
+                continue
+            if isinstance(node, _SCOPES):
+                continue
+            order[id(node)] = clock
+            clock += 1
+            if isinstance(node, _ASSIGNMENTS):
+                stack.append((node,))
+            found = subtree.children(node)
+            found.reverse()
+            stack.extend(found)
+
+    def _assigned(self, node: cst.CSTNode, clock: int) -> int:
+        """Record the writes of an assignment statement from ``clock`` on; the next tick."""
+        if isinstance(node, cst.Assign):
+            for target in node.targets:
+                self._write(target.target, node.value, clock)
+                clock += 1
+        elif isinstance(node, cst.AnnAssign):
+            if node.value is not None:
+                self._write(node.target, node.value, clock)
+                clock += 1
+        else:
+            operator = getattr(cst, type(node.operator).__name__.replace("Assign", ""))()
+            self._write(node.target, cst.BinaryOperation(node.target, operator, node.value), clock)
+            clock += 1
+        return clock
+
+    def _write(self, target: cst.BaseExpression, value: cst.BaseExpression, at: int) -> None:
+        if isinstance(target, cst.Name):
+            self.writes.setdefault(target.value, []).append((at, value))
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for index, element in enumerate(target.elements):
+                if isinstance(element.value, cst.Name):
+                    item = cst.Subscript(value, [cst.SubscriptElement(cst.Index(cst.Integer(str(index))))])
+                    self.writes.setdefault(element.value.value, []).append((at, item))
 
     def contains(self, node: cst.CSTNode) -> bool:
         return id(node) in self.order
@@ -136,51 +182,17 @@ class LocalFlow:
         position = self.order.get(id(name))
         if position is None:
             return None
-        earlier = [value for at, value in self.writes.get(name.value, []) if at < position]
-        return earlier[-1] if earlier else None
+        for at, value in reversed(self.writes.get(name.value, ())):  # written in clock order
+            if at < position:
+                return value
+        return None
 
     def is_after(self, later: cst.CSTNode, earlier: cst.CSTNode) -> bool:
         return self.order.get(id(later), -1) > self.order.get(id(earlier), -1)
 
 
-class _FlowRecorder(cst.CSTVisitor):
-    def __init__(self, flow: LocalFlow) -> None:
-        super().__init__()
-        self.flow = flow
-        self.clock = 0
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-            return False
-        self.flow.order[id(node)] = self.clock
-        self.clock += 1
-        return True
-
-    def leave_Assign(self, original_node: cst.Assign) -> None:
-        for target in original_node.targets:
-            self._write(target.target, original_node.value)
-
-    def leave_AnnAssign(self, original_node: cst.AnnAssign) -> None:
-        if original_node.value is not None:
-            self._write(original_node.target, original_node.value)
-
-    def leave_AugAssign(self, original_node: cst.AugAssign) -> None:
-        operator = getattr(cst, type(original_node.operator).__name__.replace("Assign", ""))()
-        self._write(
-            original_node.target, cst.BinaryOperation(original_node.target, operator, original_node.value)
-        )
-
-    def _write(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
-        # The write happens after its right-hand side was read.
-        at = self.clock
-        self.clock += 1
-        if isinstance(target, cst.Name):
-            self.flow.writes.setdefault(target.value, []).append((at, value))
-        elif isinstance(target, (cst.Tuple, cst.List)):
-            for index, element in enumerate(target.elements):
-                if isinstance(element.value, cst.Name):
-                    item = cst.Subscript(value, [cst.SubscriptElement(cst.Index(cst.Integer(str(index))))])
-                    self.flow.writes.setdefault(element.value.value, []).append((at, item))
+_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
+_ASSIGNMENTS = (cst.Assign, cst.AnnAssign, cst.AugAssign)
 
 
 # Calls that hand back their receiver's values unchanged, as far as the layout
@@ -478,15 +490,7 @@ def shape_arguments(node: cst.Call) -> Sequence[cst.BaseExpression] | None:
 
 def mentions_heads(node: cst.BaseExpression) -> bool:
     """True when a heads-like name occurs anywhere in ``node`` (``b * self.num_heads``)."""
-    found = False
-
-    class _Finder(cst.CSTVisitor):
-        def visit_Name(self, name: cst.Name) -> None:
-            nonlocal found
-            found = found or bool(_HEADS.match(name.value))
-
-    walk.visit(node, _Finder())
-    return found
+    return any(isinstance(n, cst.Name) and _HEADS.match(n.value) for n in subtree.preorder(node))
 
 
 # -- masks ------------------------------------------------------------------------

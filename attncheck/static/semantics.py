@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
-from attncheck.static import subtree, walk
+from attncheck.static import subtree
 from attncheck.static.facts import ClassFacts, FileFacts, FunctionFacts, dotted_name, self_attribute
 
 if TYPE_CHECKING:
@@ -216,24 +216,48 @@ class _Index:
     returns: dict[int, list[cst.Return]] = field(default_factory=dict)
 
 
-class _IndexBuilder(cst.CSTVisitor):
+class _IndexBuilder:
+    """One pre-order walk of the file that fills an ``_Index``: the functions around a node
+    are on ``stack``, lambdas are not entered, trivia are never read (``subtree``)."""
+
     def __init__(self, facts: FileFacts, index: _Index) -> None:
         self.facts = facts
         self.index = index
         self.stack: list[FunctionFacts] = []
+
+    def build(self, module: cst.Module) -> None:
+        handlers: dict[type, Callable[[Any], None]] = {
+            cst.FunctionDef: self.visit_FunctionDef,
+            cst.Return: self.visit_Return,
+            cst.Expr: self.visit_Expr,
+            cst.Assign: self.visit_Assign,
+            cst.AnnAssign: self.visit_AnnAssign,
+            cst.Attribute: self.visit_Attribute,
+            cst.Call: self.visit_Call,
+        }
+        pending: list[cst.CSTNode | None] = [module]  # None: leave the function on top of ``stack``
+        while pending:
+            node = pending.pop()
+            if node is None:
+                self.stack.pop()
+                continue
+            kind = type(node)
+            if kind is cst.Lambda:
+                continue
+            handler = handlers.get(kind)
+            if handler is not None:
+                handler(node)
+                if kind is cst.FunctionDef and self.facts.function(node) is not None:
+                    pending.append(None)
+            found = subtree.children(node)
+            found.reverse()
+            pending.extend(found)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         fn = self.facts.function(node)
         if fn is not None:
             self.stack.append(fn)
             self.index.returns.setdefault(id(fn), [])
-
-    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        if self.facts.function(original_node) is not None:
-            self.stack.pop()
-
-    def visit_Lambda(self, node: cst.Lambda) -> bool:
-        return False
 
     def visit_Return(self, node: cst.Return) -> None:
         if self.stack:
@@ -419,7 +443,7 @@ class Semantics:
         self.module = module
         self.facts = facts
         self.index = _Index()
-        walk.visit(module, _IndexBuilder(facts, self.index))
+        _IndexBuilder(facts, self.index).build(module)
         self._reaches: dict[int, bool] = {}
         self._pipelines: dict[int, Pipeline | None] = {}
         self._orders: dict[int, _Layout] = {}

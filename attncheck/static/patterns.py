@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -125,7 +125,7 @@ class LocalFlow:
 
     def __init__(self, function: cst.FunctionDef) -> None:
         self.order: dict[int, int] = {}
-        self.writes: dict[str, list[tuple[int, cst.BaseExpression]]] = {}
+        self.writes: dict[str, list[tuple[int, cst.BaseExpression | _Written]]] = {}
         self._record(function.body)
 
     def _record(self, body: cst.BaseSuite) -> None:
@@ -136,16 +136,17 @@ class LocalFlow:
         stack: list[cst.CSTNode | tuple[cst.CSTNode]] = [body]
         while stack:
             node = stack.pop()
-            if type(node) is tuple:
-                clock = self._assigned(node[0], clock)
+            kind = type(node)
+            if kind is tuple:
+                clock = self._assigned(node[0], clock)  # type: ignore[index]
                 continue
-            if isinstance(node, _SCOPES):
+            if kind in _SCOPES:
                 continue
             order[id(node)] = clock
             clock += 1
-            if isinstance(node, _ASSIGNMENTS):
+            if kind in _ASSIGNMENTS:
                 stack.append((node,))
-            found = subtree.children(node)
+            found = subtree.children(node)  # type: ignore[arg-type]
             found.reverse()
             stack.extend(found)
 
@@ -159,20 +160,18 @@ class LocalFlow:
             if node.value is not None:
                 self._write(node.target, node.value, clock)
                 clock += 1
-        else:
-            operator = getattr(cst, type(node.operator).__name__.replace("Assign", ""))()
-            self._write(node.target, cst.BinaryOperation(node.target, operator, node.value), clock)
+        elif isinstance(node, cst.AugAssign):
+            self._write(node.target, _Written(node), clock)
             clock += 1
         return clock
 
-    def _write(self, target: cst.BaseExpression, value: cst.BaseExpression, at: int) -> None:
+    def _write(self, target: cst.BaseExpression, value: cst.BaseExpression | _Written, at: int) -> None:
         if isinstance(target, cst.Name):
             self.writes.setdefault(target.value, []).append((at, value))
         elif isinstance(target, (cst.Tuple, cst.List)):
             for index, element in enumerate(target.elements):
                 if isinstance(element.value, cst.Name):
-                    item = cst.Subscript(value, [cst.SubscriptElement(cst.Index(cst.Integer(str(index))))])
-                    self.writes.setdefault(element.value.value, []).append((at, item))
+                    self.writes.setdefault(element.value.value, []).append((at, _Written(value, index)))
 
     def contains(self, node: cst.CSTNode) -> bool:
         return id(node) in self.order
@@ -184,15 +183,65 @@ class LocalFlow:
             return None
         for at, value in reversed(self.writes.get(name.value, ())):  # written in clock order
             if at < position:
-                return value
+                return value.expression() if isinstance(value, _Written) else value
         return None
 
     def is_after(self, later: cst.CSTNode, earlier: cst.CSTNode) -> bool:
         return self.order.get(id(later), -1) > self.order.get(id(earlier), -1)
 
 
-_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
-_ASSIGNMENTS = (cst.Assign, cst.AnnAssign, cst.AugAssign)
+class _Written:
+    """The value a write gave a name, where no parsed node is that value: ``x += s`` wrote
+    ``x + s``, ``a, b = t`` wrote ``t[0]`` to ``a``. Built once, when first read: most writes
+    never are, and building libcst nodes validates them."""
+
+    def __init__(self, source: cst.AugAssign | cst.BaseExpression | _Written, index: int | None = None) -> None:
+        self.source = source
+        self.index = index
+        self.built: cst.BaseExpression | None = None
+
+    def expression(self) -> cst.BaseExpression:
+        if self.built is None:
+            source = self.source
+            if isinstance(source, cst.AugAssign):
+                operator = getattr(cst, type(source.operator).__name__.replace("Assign", ""))()
+                self.built = cst.BinaryOperation(source.target, operator, source.value)
+            else:
+                value = source.expression() if isinstance(source, _Written) else source
+                element = cst.SubscriptElement(cst.Index(cst.Integer(str(self.index))))
+                self.built = cst.Subscript(value, [element])
+        return self.built
+
+
+# Exact classes: ``isinstance`` on libcst's abstract node classes is several times slower.
+_SCOPES = frozenset({cst.FunctionDef, cst.ClassDef, cst.Lambda})
+_ASSIGNMENTS = frozenset({cst.Assign, cst.AnnAssign, cst.AugAssign})
+
+
+# The nodes that hold statements, other than the scopes a LocalFlow does not enter.
+_STATEMENT_HOLDERS = (
+    cst.BaseSuite, cst.SimpleStatementLine, cst.BaseCompoundStatement, cst.Else,
+    cst.ExceptHandler, cst.ExceptStarHandler, cst.Finally, cst.MatchCase,
+)
+
+
+def _assigned_values(function: cst.FunctionDef) -> Iterator[cst.BaseExpression]:
+    """The right-hand sides of the assignment statements of ``function`` (and the items of a
+    tuple or list assigned), outside nested scopes: nodes that its LocalFlow holds, found
+    without walking into any expression."""
+    stack: list[cst.CSTNode] = [function.body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.Assign, cst.AnnAssign)) and node.value is not None:
+            values = [node.value]
+            while values:
+                value = values.pop()
+                if type(value) not in _SCOPES:  # a lambda is not in the flow, only its parts
+                    yield value
+                if isinstance(value, (cst.Tuple, cst.List)):
+                    values.extend(e.value for e in value.elements)
+        elif isinstance(node, _STATEMENT_HOLDERS) and type(node) not in _SCOPES:
+            stack.extend(subtree.children(node))
 
 
 # Calls that hand back their receiver's values unchanged, as far as the layout
@@ -228,6 +277,7 @@ class Tracer:
     def __init__(self, facts: FileFacts) -> None:
         self.facts = facts
         self._flows: dict[int, LocalFlow] = {}
+        self._assigned: dict[int, dict[int, FunctionFacts]] = {}  # per class: see _method_holding
 
     def flow(self, fn: FunctionFacts) -> LocalFlow:
         found = self._flows.get(id(fn.node))
@@ -250,9 +300,21 @@ class Tracer:
         return None
 
     def _method_holding(self, node: cst.CSTNode, fn: FunctionFacts) -> FunctionFacts | None:
+        """The method whose flow holds ``node`` (an attribute's value). A parsed node is in one
+        method at most, so the right-hand sides of the methods' assignment statements, found
+        without walking any expression, answer for ``self.x = ...``; the flows of every method
+        answer for the rest (``register_buffer`` arguments)."""
         owner = fn.owner
         if owner is None:
             return None
+        assigned = self._assigned.get(id(owner))
+        if assigned is None:
+            assigned = self._assigned[id(owner)] = {
+                id(value): method for method in owner.methods.values() for value in _assigned_values(method.node)
+            }
+        found = assigned.get(id(node))
+        if found is not None:
+            return found
         return next((m for m in owner.methods.values() if self.flow(m).contains(node)), None)
 
     def origin(

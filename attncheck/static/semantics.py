@@ -334,8 +334,13 @@ class Softmax:
     input: cst.BaseExpression
     dim: cst.BaseExpression | None
     has_dim: bool
-    where: str  # how it is spelled, for messages
+    spelled: Callable[[], str] = field(compare=False, repr=False)  # ``where``, built for messages only
     module: cst.Call | None = None  # the ``nn.Softmax(...)`` whose dim applies, for module calls
+
+    @property
+    def where(self) -> str:
+        """How the softmax is spelled, for messages (``F.softmax``, ``attn.softmax``)."""
+        return self.spelled()
 
 
 @dataclass
@@ -402,11 +407,12 @@ class _Layout:
         while stack:
             node, inside, loops = stack.pop()
             where[id(node)] = (len(where), inside, loops)
-            if isinstance(node, (cst.For, cst.While)):
+            kind = type(node)  # exact classes: isinstance on libcst's abstract classes is slow
+            if kind is cst.For or kind is cst.While:
                 loops = loops | {id(node)}
             found = subtree.children(node)
             found.reverse()
-            if isinstance(node, cst.If):
+            if kind is cst.If:
                 stack.extend((child, _arm(node, child, inside), loops) for child in found)
             else:
                 stack.extend((child, inside, loops) for child in found)
@@ -499,7 +505,6 @@ class Semantics:
         """What dimension a Python number is, with the evidence; None when unknown."""
         if depth > 6:
             return None
-        shown = self.code(expr)
         name = expr.value if isinstance(expr, cst.Name) else self_attribute(expr)
         if name is not None:
             unpacked = self.index.unpacks.get((id(fn), name)) if isinstance(expr, cst.Name) and fn else None
@@ -512,11 +517,11 @@ class Semantics:
             if hop is not None:
                 found = self.quantity(hop[0], hop[1], operands, depth + 1)
                 if found is not None:
-                    return Quantity(found.kind, f"{shown} = {self.code(hop[0])}")
+                    return Quantity(found.kind, f"{self.code(expr)} = {self.code(hop[0])}")
             kind = name_quantity(name)
             if kind == "d_model" and self._times_heads(expr, fn):
-                return Quantity("head_dim", f"{shown} (times the head count it is a projection's width)")
-            return Quantity(kind, shown) if kind else None
+                return Quantity("head_dim", f"{self.code(expr)} (times the head count it is a projection's width)")
+            return Quantity(kind, self.code(expr)) if kind else None
         if isinstance(expr, cst.Call):
             func = self.facts.canonical(expr.func) or ""
             args = positional(expr)
@@ -527,7 +532,7 @@ class Semantics:
                 index = number(dim) if dim is not None else None
                 if index is not None:
                     kind = self._axis_of_tensor(expr.func.value, int(index), None, fn, operands)
-                    return Quantity(kind, shown) if kind else None
+                    return Quantity(kind, self.code(expr)) if kind else None
             return None
         if isinstance(expr, cst.Subscript) and len(expr.slice) == 1:
             element = expr.slice[0].slice
@@ -536,13 +541,13 @@ class Semantics:
             if index is not None and self._is_shape(base):
                 tensor = base.value if isinstance(base, cst.Attribute) else base.func.value  # type: ignore[union-attr]
                 kind = self._axis_of_tensor(tensor, int(index), None, fn, operands)
-                return Quantity(kind, shown) if kind else None
+                return Quantity(kind, self.code(expr)) if kind else None
             return None
         if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.FloorDivide, cst.Divide)):
             left = self.quantity(expr.left, fn, operands, depth + 1)
             right = self.quantity(expr.right, fn, operands, depth + 1)
             if right and right.kind == "num_heads" and (left is None or left.kind == "d_model"):
-                return Quantity("head_dim", shown)
+                return Quantity("head_dim", self.code(expr))
         return None
 
     def _times_heads(self, expr: cst.BaseExpression, fn: FunctionFacts | None) -> bool:
@@ -753,7 +758,7 @@ class Semantics:
         args = positional(call)
         if func in _SOFTMAX and args:
             dim = args[1] if len(args) > 1 else keyword(call, "dim")
-            return Softmax(call, args[0], dim, dim is not None, self.code(call.func))
+            return Softmax(call, args[0], dim, dim is not None, lambda: self.code(call.func))
         if (
             method_name(call) == "softmax"
             and not func.startswith("torch.")
@@ -761,14 +766,13 @@ class Semantics:
             and self_attribute(call.func) is None
         ):
             dim = args[0] if args else keyword(call, "dim")
-            return Softmax(
-                call, call.func.value, dim, dim is not None, f"{self.code(call.func.value)}.softmax"
-            )
+            receiver = call.func.value
+            return Softmax(call, receiver, dim, dim is not None, lambda: f"{self.code(receiver)}.softmax")
         module = self._softmax_module(call.func, fn)
         if module is not None and args:
             margs = positional(module)
             dim = margs[0] if margs else keyword(module, "dim")
-            return Softmax(call, args[0], dim, dim is not None, self.code(module), module)
+            return Softmax(call, args[0], dim, dim is not None, lambda: self.code(module), module)
         return None
 
     def _softmax_module(self, func: cst.BaseExpression, fn: FunctionFacts | None) -> cst.Call | None:
@@ -1060,7 +1064,7 @@ class Semantics:
     def operand_factors(self, expr: cst.BaseExpression, fn: FunctionFacts) -> bool:
         """Whether a scale factor (or a ``scale=`` argument) is applied to ``expr``'s lineage:
         what a caller passes as q or k to a helper that computes the scores."""
-        scratch = Pipeline(Softmax(cst.Call(cst.Name("softmax")), expr, None, False, ""), fn)
+        scratch = Pipeline(Softmax(cst.Call(cst.Name("softmax")), expr, None, False, lambda: ""), fn)
         self._walk_operand(expr, fn, scratch, set())
         return bool(scratch.factors) or scratch.scale_argument
 
@@ -1177,25 +1181,24 @@ class Semantics:
         depth: int = 0,
     ) -> list[Term]:
         """``expr`` as a product of quantities to powers: ``1/math.sqrt(d_k)`` is head_dim**-0.5."""
-        shown = self.code(expr)
         if depth > 8:
-            return [Term(None, power, shown)]
+            return [Term(None, power, self.code(expr))]
         found = self.quantity(expr, fn, operands)
         if found is not None:
             return [Term(found.kind, power, found.evidence)]
         value = number(expr)
         if value is not None:
-            return [] if value == 1 else [Term("const", power, shown)]
+            return [] if value == 1 else [Term("const", power, self.code(expr))]
         if isinstance(expr, cst.Name) or self_attribute(expr):
             hop = self.single(expr, fn)
             if hop is not None:
                 return self.terms(hop[0], hop[1], power, operands, depth + 1)
-            return [Term(None, power, shown)]
+            return [Term(None, power, self.code(expr))]
         if isinstance(expr, cst.BinaryOperation):
             return self._binary_terms(expr, fn, power, operands, depth)
         if isinstance(expr, cst.Call):
             return self._call_terms(expr, fn, power, operands, depth)
-        return [Term(None, power, shown)]
+        return [Term(None, power, self.code(expr))]
 
     def _binary_terms(
         self,

@@ -136,3 +136,38 @@ def test_only_imports_of_names_the_kept_code_uses_are_kept():
     assert "import torch.nn.functional as F" in kept and "auto_docstring" in kept.split("\n@")[0]
     assert "import flash_attn" in kept and "from foo import *" in kept
     assert "UnusedConfig" not in kept and "import torch\n" not in kept
+
+
+COVERAGE = textwrap.dedent('''
+    class Attention(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.q_proj = nn.Linear(d, d)
+            self.dropout = nn.Dropout(0.1)
+
+        def _project_again(self, x):
+            return self.q_proj(x)
+
+        def forward(self, x):
+            return self._attend(self.q_proj(x))
+
+        def _attend(self, q):
+            return torch.softmax(q @ q.transpose(-2, -1), dim=-1)
+
+        def _project_once_more(self, x):
+            return self.q_proj(x)
+
+        def _drop(self, x):
+            return self.dropout(x)
+''')
+
+
+def test_a_member_is_kept_for_a_built_module_only_when_no_kept_member_uses_it():
+    fillers = "".join(FILLER.format(n=n) for n in range(MIN_LINES // 10))
+    text = "import torch\nimport torch.nn as nn\n" + COVERAGE + fillers
+    reduced = attention_regions(text)
+    assert reduced is not None
+    kept = reduced.text
+    assert "def forward" in kept and "def _attend" in kept and "def __init__" in kept
+    assert "def _drop" in kept  # the only use of self.dropout
+    assert "def _project_again" not in kept and "def _project_once_more" not in kept  # forward uses q_proj

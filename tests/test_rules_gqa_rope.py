@@ -183,3 +183,97 @@ def test_a_returned_name_rebound_from_itself_ends_the_rotation_search():
     source = "def transpose_for_scores(x):\n    x = x.view(2, 3, 4)\n    return x.view(6, 4)\n"
     index = rp.build_rope_index(FileFacts(cst.parse_module(source)))
     assert index.rotations == {}
+
+
+def test_a_file_with_no_rope_words_is_never_walked():
+    """The index's parts ask the text first: ``using`` alone (ATT403's prefilter) walks nothing."""
+    index = _index("def norm(x):\n    # using the mean\n    return x / x.sum(-1) + x * 2\n")
+    assert (index.applications, index.powers, index.base_products, index.rotations) == ([], [], [], {})
+    assert not index.uses_rotation_formula
+    assert "_nodes" not in vars(index)
+
+
+def test_renamed_imports_are_still_recognised():
+    """The words the text is asked for come from the import when a helper is renamed."""
+    source = (
+        "from torch import cat as join, arange as span\n\n"
+        "def rot(x):\n    x1, x2 = x.chunk(2, dim=-1)\n    return join((x2, -x1), dim=-1)\n\n"
+        "def apply(q, cos, sin):\n    return q * cos + rot(q) * sin\n\n"
+        "def freqs(d):\n    return 10000 ** (span(0, d, 2) / d)\n"
+    )
+    index = _index(source)
+    assert (index.rotations["rot"].sign, [a.sign for a in index.applications]) == (-1, [-1])
+    assert len(index.powers) == 1
+
+
+def test_each_node_knows_its_parent_and_function():
+    index = _index("import torch\n\ndef rope(d):\n    inv = 1.0 / (10000 ** (torch.arange(0, d, 2) / d))\n")
+    (power,) = index.powers
+    (fn,) = index.facts.functions
+    assert isinstance(index.parent(power.node), cst.BinaryOperation)
+    assert index.scope(power.node) is fn
+    assert index.scope(power.arange) is fn
+    assert power.arange in index.nodes_in(fn)
+
+
+class _Reference(cst.CSTVisitor):
+    """libcst's own walk: every call, binary operation, subscript and return in pre-order,
+    with the function whose own scope holds it, and each one's parent."""
+
+    def __init__(self, facts: FileFacts) -> None:
+        self.facts, self.scopes, self.found, self.parents = facts, [None], [], {}
+        self.stack: list[cst.CSTNode] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, (cst.Call, cst.BinaryOperation, cst.Subscript, cst.Return)):
+            self.found.append((type(node).__name__, self.scopes[-1], node))
+            self.parents[id(node)] = self.stack[-1]
+        self.stack.append(node)
+        if isinstance(node, cst.FunctionDef):
+            self.scopes.append(self.facts.function(node))
+        return True
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        self.stack.pop()
+        if isinstance(original_node, cst.FunctionDef):
+            self.scopes.pop()
+
+
+_EVERY_PLACE = '''
+@decorate(torch.cat((-a[1:], b), -1))
+def f(x, y=g(2) ** 3, *, z: h(1) = None):
+    lam = lambda q: q * cos(q) + k[0]
+    data = [t.sin() for t in xs if t[0] / 2] + {u: v(u) for u in w}
+    print(f"{x[0] * 2!r:>{width(3)}}")
+    with ctx(x) as (p, r[0]):
+        for i in range(n(1)):
+            while x[i] - 1:
+                del d[i]
+                yield x @ y
+    match m(x):
+        case [a, *rest] if a[0] > f(1):
+            return a[1:] ** 2
+    class Inner(Base(1)):
+        def method(self, s=self.v[0]):
+            return s / norm(s)
+    return (yield from gen(x)), not x[0], -x @ y, await z(1) if c(0) else {**kw(1)}
+'''
+
+
+@pytest.mark.parametrize(
+    "path", [None, *_fixtures("buggy"), *_fixtures("correct")], ids=lambda p: p.name if p else "every-place"
+)
+def test_the_index_walk_finds_what_libcst_visits(path):
+    """The walk skips leaves and whitespace fields by their annotations: nothing else is lost."""
+    source = _EVERY_PLACE if path is None else path.read_text()
+    facts = FileFacts(cst.parse_module(source))
+    reference = _Reference(facts)
+    facts.module.visit(reference)
+    nodes = rp.build_rope_index(facts, source)._nodes
+    kinds = (("Call", nodes.calls), ("BinaryOperation", nodes.binops), ("Subscript", nodes.subscripts))
+    for kind, walked in kinds:
+        expected = [(fn, node) for name, fn, node in reference.found if name == kind]
+        assert [(id(fn), id(node)) for fn, node in walked] == [(id(fn), id(node)) for fn, node in expected]
+    returns = [(id(fn), id(node)) for name, fn, node in reference.found if name == "Return"]
+    assert sorted(returns) == sorted((key, id(node)) for key, found in nodes.returns.items() for node in found)
+    assert all(nodes.parents[key] is parent for key, parent in reference.parents.items())

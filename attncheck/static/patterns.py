@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 import libcst as cst
 
-from attncheck.static import walk
+from attncheck.static import subtree
 from attncheck.static.facts import FileFacts, FunctionFacts, dotted_name, self_attribute
 
 if TYPE_CHECKING:
@@ -125,8 +125,53 @@ class LocalFlow:
 
     def __init__(self, function: cst.FunctionDef) -> None:
         self.order: dict[int, int] = {}
-        self.writes: dict[str, list[tuple[int, cst.BaseExpression]]] = {}
-        walk.visit(function.body, _FlowRecorder(self), trivia=False)
+        self.writes: dict[str, list[tuple[int, cst.BaseExpression | _Written]]] = {}
+        self._record(function.body)
+
+    def _record(self, body: cst.BaseSuite) -> None:
+        """Number the nodes of ``body`` in source order (pre-order, trivia and nested scopes
+        left out), and each write to a name once its right-hand side was read: an
+        assignment's targets are written after every node under it, one tick per target."""
+        order, clock = self.order, 0
+        stack: list[cst.CSTNode | tuple[cst.CSTNode]] = [body]
+        while stack:
+            node = stack.pop()
+            kind = type(node)
+            if kind is tuple:
+                clock = self._assigned(node[0], clock)  # type: ignore[index]
+                continue
+            if kind in _SCOPES:
+                continue
+            order[id(node)] = clock
+            clock += 1
+            if kind in _ASSIGNMENTS:
+                stack.append((node,))
+            found = subtree.children(node)  # type: ignore[arg-type]
+            found.reverse()
+            stack.extend(found)
+
+    def _assigned(self, node: cst.CSTNode, clock: int) -> int:
+        """Record the writes of an assignment statement from ``clock`` on; the next tick."""
+        if isinstance(node, cst.Assign):
+            for target in node.targets:
+                self._write(target.target, node.value, clock)
+                clock += 1
+        elif isinstance(node, cst.AnnAssign):
+            if node.value is not None:
+                self._write(node.target, node.value, clock)
+                clock += 1
+        elif isinstance(node, cst.AugAssign):
+            self._write(node.target, _Written(node), clock)
+            clock += 1
+        return clock
+
+    def _write(self, target: cst.BaseExpression, value: cst.BaseExpression | _Written, at: int) -> None:
+        if isinstance(target, cst.Name):
+            self.writes.setdefault(target.value, []).append((at, value))
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for index, element in enumerate(target.elements):
+                if isinstance(element.value, cst.Name):
+                    self.writes.setdefault(element.value.value, []).append((at, _Written(value, index)))
 
     def contains(self, node: cst.CSTNode) -> bool:
         return id(node) in self.order
@@ -136,51 +181,67 @@ class LocalFlow:
         position = self.order.get(id(name))
         if position is None:
             return None
-        earlier = [value for at, value in self.writes.get(name.value, []) if at < position]
-        return earlier[-1] if earlier else None
+        for at, value in reversed(self.writes.get(name.value, ())):  # written in clock order
+            if at < position:
+                return value.expression() if isinstance(value, _Written) else value
+        return None
 
     def is_after(self, later: cst.CSTNode, earlier: cst.CSTNode) -> bool:
         return self.order.get(id(later), -1) > self.order.get(id(earlier), -1)
 
 
-class _FlowRecorder(cst.CSTVisitor):
-    def __init__(self, flow: LocalFlow) -> None:
-        super().__init__()
-        self.flow = flow
-        self.clock = 0
+class _Written:
+    """The value a write gave a name, where no parsed node is that value: ``x += s`` wrote
+    ``x + s``, ``a, b = t`` wrote ``t[0]`` to ``a``. Built once, when first read: most writes
+    never are, and building libcst nodes validates them."""
 
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-            return False
-        self.flow.order[id(node)] = self.clock
-        self.clock += 1
-        return True
+    def __init__(self, source: cst.AugAssign | cst.BaseExpression | _Written, index: int | None = None) -> None:
+        self.source = source
+        self.index = index
+        self.built: cst.BaseExpression | None = None
 
-    def leave_Assign(self, original_node: cst.Assign) -> None:
-        for target in original_node.targets:
-            self._write(target.target, original_node.value)
+    def expression(self) -> cst.BaseExpression:
+        if self.built is None:
+            source = self.source
+            if isinstance(source, cst.AugAssign):
+                operator = getattr(cst, type(source.operator).__name__.replace("Assign", ""))()
+                self.built = cst.BinaryOperation(source.target, operator, source.value)
+            else:
+                value = source.expression() if isinstance(source, _Written) else source
+                element = cst.SubscriptElement(cst.Index(cst.Integer(str(self.index))))
+                self.built = cst.Subscript(value, [element])
+        return self.built
 
-    def leave_AnnAssign(self, original_node: cst.AnnAssign) -> None:
-        if original_node.value is not None:
-            self._write(original_node.target, original_node.value)
 
-    def leave_AugAssign(self, original_node: cst.AugAssign) -> None:
-        operator = getattr(cst, type(original_node.operator).__name__.replace("Assign", ""))()
-        self._write(
-            original_node.target, cst.BinaryOperation(original_node.target, operator, original_node.value)
-        )
+# Exact classes: ``isinstance`` on libcst's abstract node classes is several times slower.
+_SCOPES = frozenset({cst.FunctionDef, cst.ClassDef, cst.Lambda})
+_ASSIGNMENTS = frozenset({cst.Assign, cst.AnnAssign, cst.AugAssign})
 
-    def _write(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
-        # The write happens after its right-hand side was read.
-        at = self.clock
-        self.clock += 1
-        if isinstance(target, cst.Name):
-            self.flow.writes.setdefault(target.value, []).append((at, value))
-        elif isinstance(target, (cst.Tuple, cst.List)):
-            for index, element in enumerate(target.elements):
-                if isinstance(element.value, cst.Name):
-                    item = cst.Subscript(value, [cst.SubscriptElement(cst.Index(cst.Integer(str(index))))])
-                    self.flow.writes.setdefault(element.value.value, []).append((at, item))
+
+# The nodes that hold statements, other than the scopes a LocalFlow does not enter.
+_STATEMENT_HOLDERS = (
+    cst.BaseSuite, cst.SimpleStatementLine, cst.BaseCompoundStatement, cst.Else,
+    cst.ExceptHandler, cst.ExceptStarHandler, cst.Finally, cst.MatchCase,
+)
+
+
+def _assigned_values(function: cst.FunctionDef) -> Iterator[cst.BaseExpression]:
+    """The right-hand sides of the assignment statements of ``function`` (and the items of a
+    tuple or list assigned), outside nested scopes: nodes that its LocalFlow holds, found
+    without walking into any expression."""
+    stack: list[cst.CSTNode] = [function.body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.Assign, cst.AnnAssign)) and node.value is not None:
+            values = [node.value]
+            while values:
+                value = values.pop()
+                if type(value) not in _SCOPES:  # a lambda is not in the flow, only its parts
+                    yield value
+                if isinstance(value, (cst.Tuple, cst.List)):
+                    values.extend(e.value for e in value.elements)
+        elif isinstance(node, _STATEMENT_HOLDERS) and type(node) not in _SCOPES:
+            stack.extend(subtree.children(node))
 
 
 # Calls that hand back their receiver's values unchanged, as far as the layout
@@ -216,6 +277,7 @@ class Tracer:
     def __init__(self, facts: FileFacts) -> None:
         self.facts = facts
         self._flows: dict[int, LocalFlow] = {}
+        self._assigned: dict[int, dict[int, FunctionFacts]] = {}  # per class: see _method_holding
 
     def flow(self, fn: FunctionFacts) -> LocalFlow:
         found = self._flows.get(id(fn.node))
@@ -238,9 +300,21 @@ class Tracer:
         return None
 
     def _method_holding(self, node: cst.CSTNode, fn: FunctionFacts) -> FunctionFacts | None:
+        """The method whose flow holds ``node`` (an attribute's value). A parsed node is in one
+        method at most, so the right-hand sides of the methods' assignment statements, found
+        without walking any expression, answer for ``self.x = ...``; the flows of every method
+        answer for the rest (``register_buffer`` arguments)."""
         owner = fn.owner
         if owner is None:
             return None
+        assigned = self._assigned.get(id(owner))
+        if assigned is None:
+            assigned = self._assigned[id(owner)] = {
+                id(value): method for method in owner.methods.values() for value in _assigned_values(method.node)
+            }
+        found = assigned.get(id(node))
+        if found is not None:
+            return found
         return next((m for m in owner.methods.values() if self.flow(m).contains(node)), None)
 
     def origin(
@@ -478,15 +552,7 @@ def shape_arguments(node: cst.Call) -> Sequence[cst.BaseExpression] | None:
 
 def mentions_heads(node: cst.BaseExpression) -> bool:
     """True when a heads-like name occurs anywhere in ``node`` (``b * self.num_heads``)."""
-    found = False
-
-    class _Finder(cst.CSTVisitor):
-        def visit_Name(self, name: cst.Name) -> None:
-            nonlocal found
-            found = found or bool(_HEADS.match(name.value))
-
-    walk.visit(node, _Finder())
-    return found
+    return any(isinstance(n, cst.Name) and _HEADS.match(n.value) for n in subtree.preorder(node))
 
 
 # -- masks ------------------------------------------------------------------------

@@ -19,31 +19,55 @@ maps each kept line back to its line in the file, so findings point at the
 user's real lines; columns are untouched because whole lines are dropped.
 
 This is a text scan, not a parse, so a pathological file can fool it; the
-engine then parses the whole file instead (see ``engine.parse``).
+engine then parses the whole file instead (see ``engine.parse``). The scan is
+cheap because it never walks the file line by line in Python: regular
+expressions over the whole text find the few lines that matter (statement
+starts at one indentation, lines holding a triple quote), and ``_LineIndex``
+answers every question about lines from those.
 """
 
 from __future__ import annotations
 
-import ast
 import re
-import textwrap
+from bisect import bisect_right
 from dataclasses import dataclass
+from itertools import accumulate
+
+from attncheck.static.import_names import bound_names
 
 MIN_LINES = 400
-_STRONG = re.compile(
-    r"scaled_dot_product|attention_interface|rotate_half|rotate_every_two|apply_rotary|repeat_kv"
-    r"|baddbmm|inv_freq|cos_cached|softmax"
+_STRONG_WORDS = (
+    "scaled_dot_product",
+    "attention_interface",
+    "rotate_half",
+    "rotate_every_two",
+    "apply_rotary",
+    "repeat_kv",
+    "baddbmm",
+    "inv_freq",
+    "cos_cached",
+    "softmax",
 )
 # Common outside attention too (losses, generation): relevant only next to a product.
-_WEAK = re.compile(r"masked_fill|\.tril|\.triu")
+_WEAK_WORDS = ("masked_fill", ".tril", ".triu")
+# ``@`` counts even as a decorator: a class holding a mask fill and a decorated
+# method is kept, and counting only a binary ``@`` would drop a finding on such a
+# class (timm's Gemma4VitEncoder: an -inf fill in a helper).
 _PRODUCT = re.compile(r"matmul|@|bmm|einsum")
 _ATTENTION_CLASS = re.compile(r"\s*class\s+\w*(?:Attention|Attn|MHA|MultiHead)\w*\s*[(:]")
 # ``self.name = Something(...)`` in a constructor: a module (or tensor) the class builds.
 _BUILT = re.compile(r"self\.(\w+)\s*=\s*[\w.]+\(")
-_WORD = re.compile(r"\w+")
-_CONFIG_CLASS = re.compile(r"\s*class\s+\w*(?:Config|Args|Params|Settings|Options)\b")
+_SELF_ATTRIBUTE = re.compile(r"self\.(\w+)")
+_WORD_CHARACTER = re.compile(r"\w")
+_CONFIG_CLASS = re.compile(r"^[^\S\n]*class[^\S\n]+\w*(?:Config|Args|Params|Settings|Options)\b", re.M)
 _BLOCK_HEAD = re.compile(r"(?:class|def|async\s+def)\s|@")
-_TRIPLE_QUOTE_OR_COMMENT = re.compile(r"(\"\"\"|''')|#")
+_ENTRY = re.compile(r"(?:async\s+)?def\s+(?:forward|__call__)\b")
+_INIT = re.compile(r"(?:async\s+)?def\s+__init__\b")
+_DEF = re.compile(r"(?:async\s+)?def\s")
+_COMMENT_ONLY = re.compile(r"\n[^\S\n]*#")
+# A code line's text after its indentation: not blank, not a comment. The indentation
+# is spaces and tabs only; other whitespace (a no-break space) may start the text.
+_CODE_AFTER_INDENT = r"(?:[^\s#]|[^ \t#\n][^\n]*?\S)"
 SMALL_CONFIG_LINES = 40
 
 
@@ -58,9 +82,120 @@ class Reduced:
         return self.lines[line - 1] if 0 < line <= len(self.lines) else line
 
 
-def is_relevant(text: str) -> bool:
-    """Whether a block's text contains the makings of attention."""
-    return bool(_STRONG.search(text) or (_WEAK.search(text) and _PRODUCT.search(text)))
+class _LineIndex:
+    """One file's lines, searchable as a whole.
+
+    ``scan`` is a newline followed by a text whose line ``i`` starts at
+    ``offsets[i]`` and holds the file's line ``i`` (the file's own text unless it
+    breaks lines at characters other than ``\\n``), so a regex starting with
+    ``\\n`` finds lines by number without a Python loop over them. Which lines
+    start inside a triple-quoted string, and which hold attention words, is
+    worked out once per file.
+    """
+
+    def __init__(self, text: str, lines: list[str]) -> None:
+        self.lines = lines
+        if len(lines) == text.count("\n") + (not text.endswith("\n")):
+            self.scan = "\n" + text
+            self.offsets = list(accumulate(map(len, lines), initial=1))
+        else:  # ``str.splitlines`` also breaks at \r, \f, \x1c...: one \n per line instead
+            plain = text.splitlines()
+            self.scan = "".join(f"\n{line}" for line in plain) + "\n"
+            self.offsets = list(accumulate((len(line) + 1 for line in plain), initial=1))
+        self._string_starts, self._string_ends = self._strings()
+        self._strong = self._lines_holding(_STRONG_WORDS)
+        self._weak = self._lines_holding(_WEAK_WORDS)
+
+    def line_at(self, position: int) -> int:
+        return bisect_right(self.offsets, position) - 1
+
+    def text(self, start: int, end: int) -> str:
+        """Lines ``start`` to ``end`` (exclusive) as one string."""
+        return self.scan[self.offsets[start] : self.offsets[end]]
+
+    def in_string(self, index: int) -> bool:
+        """Whether line ``index`` starts inside a triple-quoted string."""
+        run = bisect_right(self._string_starts, index) - 1
+        return run >= 0 and index < self._string_ends[run]
+
+    def is_relevant(self, start: int, end: int) -> bool:
+        """Whether lines ``start`` to ``end`` contain the makings of attention."""
+        if _any_between(self._strong, start, end):
+            return True
+        return _any_between(self._weak, start, end) and _PRODUCT.search(self.text(start, end)) is not None
+
+    def at_level(self, indent: str, first: int, last: int) -> list[int]:
+        """The code lines between ``first`` and ``last`` that start exactly at ``indent``
+        (not blank, not a comment, not inside a triple-quoted string)."""
+        pattern = re.compile(f"\n{re.escape(indent)}{_CODE_AFTER_INDENT}")  # re caches it
+        found = pattern.finditer(self.scan, self.offsets[first] - 1, self.offsets[last])
+        indices = [self.line_at(match.start() + 1) for match in found]
+        if self._string_starts:
+            indices = [index for index in indices if not self.in_string(index)]
+        return indices
+
+    def comment_only(self, start: int, end: int) -> list[int]:
+        """The comment-only lines between ``start`` and ``end``."""
+        found = _COMMENT_ONLY.finditer(self.scan, self.offsets[start] - 1, self.offsets[end])
+        return [self.line_at(match.start() + 1) for match in found]
+
+    def _lines_holding(self, words: tuple[str, ...]) -> list[int]:
+        """The sorted lines holding any of ``words`` (a plain search per word is several
+        times faster than one regex alternating them)."""
+        found: set[int] = set()
+        for word in words:
+            position = self.scan.find(word)
+            while position >= 0:
+                line = self.line_at(position)
+                found.add(line)
+                position = self.scan.find(word, self.offsets[line + 1])
+        return sorted(found)
+
+    def _strings(self) -> tuple[list[int], list[int]]:
+        """The runs ``[start, end)`` of lines that start inside a triple-quoted string.
+
+        Outside a string, a ``#`` earlier on a triple quote's line makes it a comment;
+        inside one, only the same triple quote closes it, wherever it is."""
+        starts: list[int] = []
+        ends: list[int] = []
+        scan, position = self.scan, 0
+        upcoming = {quote: scan.find(quote) for quote in ('"""', "'''")}
+        while True:
+            for quote, at in upcoming.items():
+                if 0 <= at < position:
+                    upcoming[quote] = scan.find(quote, position)
+            found = [(at, quote) for quote, at in upcoming.items() if at >= 0]
+            if not found:
+                break
+            opening, quote = min(found)
+            line = self.line_at(opening)
+            if scan.find("#", max(position, self.offsets[line]), opening) >= 0:
+                position = self.offsets[line + 1]
+                continue
+            closing = scan.find(quote, opening + 3)
+            last = self.line_at(closing) if closing >= 0 else len(self.lines)
+            if last > line:
+                starts.append(line + 1)
+                ends.append(last + 1 if closing >= 0 else last)
+            if closing < 0:
+                break
+            position = closing + 3
+        return starts, ends
+
+
+def _any_between(sorted_lines: list[int], start: int, end: int) -> bool:
+    at = bisect_right(sorted_lines, start - 1)
+    return at < len(sorted_lines) and sorted_lines[at] < end
+
+
+@dataclass(frozen=True)
+class _Statement:
+    """A statement's lines ``[start, end)`` and the line saying what it is (past its
+    decorators), or None when it has none."""
+
+    start: int
+    end: int
+    header: int | None
 
 
 def attention_regions(text: str) -> Reduced | None:
@@ -68,113 +203,127 @@ def attention_regions(text: str) -> Reduced | None:
     lines = text.splitlines(keepends=True)
     if len(lines) < MIN_LINES:
         return None
-    keep = [False] * len(lines)
+    index = _LineIndex(text, lines)
+    kept: list[tuple[int, int]] = []
     imports: list[tuple[int, int]] = []
-    for start, end in _statements(lines, 0, len(lines), ""):
-        block = lines[start:end]
-        head = _header_keyword(block)
+    for statement in _statements(index, 0, len(index.lines), ""):
+        start, end = statement.start, statement.end
+        head = _header_keyword(index, statement)
+        block = index.text(start, end)
         if not head:
-            if any("import" in line for line in block):
+            if "import" in block:
                 imports.append((start, end))
             continue
-        text = "".join(block)
-        if not is_relevant(text) and not (head == "class" and _ATTENTION_CLASS.match(_header_line(block))):
+        named_attention = head == "class" and _ATTENTION_CLASS.match(_header_line(index, statement))
+        if not (named_attention or index.is_relevant(start, end)):
             if head == "class" and end - start <= SMALL_CONFIG_LINES and _is_config_class(block):
-                _mark(keep, start, end)
+                kept.append((start, end))
             continue
         if head != "class":
-            _mark(keep, start, end)
+            kept.append((start, end))
             continue
-        _keep_relevant_members(lines, keep, start, end)
-    used = set(_WORD.findall("".join(line for line, flag in zip(lines, keep, strict=True) if flag)))
-    for start, end in imports:
-        names = _bound_names(lines[start:end])
-        if names is None or not names.isdisjoint(used):
-            _mark(keep, start, end)
-    kept = [index for index, flag in enumerate(keep) if flag and not _is_comment_only(lines[index])]
-    if not kept:
-        return Reduced("", ())
-    return Reduced("".join(lines[i] for i in kept), tuple(i + 1 for i in kept))
+        kept += _relevant_members(index, start, end)
+    unused = _unused_imports(index, kept, imports)
+    kept += [span for number, span in enumerate(imports) if number not in unused]
+    return _reduced(index, sorted(kept))
 
 
-def _keep_relevant_members(lines: list[str], keep: list[bool], start: int, end: int) -> None:
-    indent = _body_indent(lines, start, end)
+def _relevant_members(index: _LineIndex, start: int, end: int) -> list[tuple[int, int]]:
+    """The spans of a relevant class to keep: its header, plain statements, nested
+    classes, ``__init__``, the attention methods, and the methods that show each module
+    the constructor builds in use (``_keep_first_uses``)."""
+    indent = _body_indent(index.lines, start, end)
     if indent is None:
-        _mark(keep, start, end)
-        return
-    body_start = start + 1
-    members = _statements(lines, body_start, end, indent)
-    header_end = members[0][0] if members else end
-    _mark(keep, start, header_end)
-    heads = [_header_keyword(lines[a:b]) for a, b in members]
-    texts = ["".join(lines[a:b]) for a, b in members]
+        return [(start, end)]
+    members = _statements(index, start + 1, end, indent)
+    header_end = members[0].start if members else end
+    heads = [_header_keyword(index, member) for member in members]
+    texts = [index.text(member.start, member.end) for member in members]
+    keep = [
+        head in ("class", "", "def __init__") or index.is_relevant(member.start, member.end)
+        for member, head in zip(members, heads, strict=True)
+    ]
     constructors = [text for head, text in zip(heads, texts, strict=True) if head == "def __init__"]
     built = {name for text in constructors for name in _BUILT.findall(text)}
-    uses_built = re.compile(rf"self\.(?:{'|'.join(map(re.escape, sorted(built)))})\b") if built else None
-    kept_any = False
-    for (member_start, member_end), head, text in zip(members, heads, texts, strict=True):
-        if (
-            head in ("class", "", "def __init__")
-            or is_relevant(text)
-            or (uses_built is not None and uses_built.search(text))
+    if built:
+        _keep_first_uses(keep, heads, [built.intersection(_SELF_ATTRIBUTE.findall(text)) for text in texts])
+    spans = [(start, header_end)] + [(m.start, m.end) for m, kept in zip(members, keep, strict=True) if kept]
+    return spans if len(spans) > 1 else [(start, end)]
+
+
+def _keep_first_uses(keep: list[bool], heads: list[str], uses: list[set[str]]) -> None:
+    """Keep ``forward`` when it uses a built module (a target is a class with one), then
+    each other member that uses a built module no kept member uses yet. A dropout
+    applied in a helper is applied, so rules must see one use of each module (an unused
+    dropout, a missing output projection); a second use adds nothing for them."""
+    seen = {
+        name
+        for used, kept, head in zip(uses, keep, heads, strict=True)
+        if kept and head != "def __init__"
+        for name in used
+    }
+    entries = [number for number, head in enumerate(heads) if head == "def forward"]
+    for number in [*entries, *range(len(keep))]:
+        if not keep[number] and uses[number] and (heads[number] == "def forward" or not uses[number] <= seen):
+            keep[number] = True
+            seen |= uses[number]
+
+
+def _unused_imports(index: _LineIndex, kept: list[tuple[int, int]], imports: list[tuple[int, int]]) -> set[int]:
+    """The import blocks (by position in ``imports``) binding only names that no word of
+    the kept code (comments included) spells."""
+    bound = [bound_names("".join(index.lines[start:end])) for start, end in imports]
+    kept_text = "".join(index.text(start, end) for start, end in kept)
+    used = {name for names in bound if names for name in names if _spells(kept_text, name)}
+    return {number for number, names in enumerate(bound) if names is not None and names.isdisjoint(used)}
+
+
+def _spells(text: str, name: str) -> bool:
+    """Whether ``name`` is a whole word of ``text``."""
+    position = text.find(name)
+    while position >= 0:
+        if not _WORD_CHARACTER.match(text, position + len(name)) and (
+            position == 0 or not _WORD_CHARACTER.match(text, position - 1)
         ):
-            _mark(keep, member_start, member_end)
-            kept_any = True
-    if not kept_any:
-        _mark(keep, start, end)
+            return True
+        position = text.find(name, position + 1)
+    return False
 
 
-def _mark(keep: list[bool], start: int, end: int) -> None:
-    for index in range(start, end):
-        keep[index] = True
+def _reduced(index: _LineIndex, spans: list[tuple[int, int]]) -> Reduced:
+    """The kept spans (sorted, disjoint) less their comment-only lines."""
+    numbers: list[int] = []
+    pieces: list[str] = []
+    for start, end in spans:
+        for comment in [*index.comment_only(start, end), end]:
+            if start < comment:
+                numbers.extend(range(start + 1, comment + 1))
+                pieces.extend(index.lines[start:comment])
+            start = comment + 1
+    return Reduced("".join(pieces), tuple(numbers))
 
 
-def _is_comment_only(line: str) -> bool:
-    return line.lstrip().startswith("#")
+def _is_config_class(block: str) -> bool:
+    return _CONFIG_CLASS.search(block) is not None
 
 
-def _bound_names(block: list[str]) -> set[str] | None:
-    """The names a block of plain imports binds; None (keep it) for a star import or a
-    block that is more than imports (``try: import flash_attn`` ...)."""
-    try:
-        tree = ast.parse(textwrap.dedent("".join(block)))
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
-    names: set[str] = set()
-    for statement in tree.body:
-        if not isinstance(statement, (ast.Import, ast.ImportFrom)):
-            return None
-        for alias in statement.names:
-            if alias.name == "*":
-                return None
-            names.add(alias.asname or alias.name.split(".")[0])
-    return names
-
-
-def _is_config_class(block: list[str]) -> bool:
-    return any(_CONFIG_CLASS.match(line) for line in block if not line.startswith("@"))
-
-
-def _header_keyword(block: list[str]) -> str:
-    """``class``, ``def __init__``, ``def``, or "" for a plain statement."""
-    stripped = _header_line(block).lstrip()
+def _header_keyword(index: _LineIndex, statement: _Statement) -> str:
+    """``class``, ``def __init__``, ``def forward`` (``__call__`` too), ``def``, or "" for
+    a plain statement."""
+    stripped = _header_line(index, statement).lstrip()
     if stripped.startswith("class "):
         return "class"
-    if re.match(r"(?:async\s+)?def\s+__init__\b", stripped):
+    if _INIT.match(stripped):
         return "def __init__"
-    if re.match(r"(?:async\s+)?def\s", stripped):
+    if _ENTRY.match(stripped):
+        return "def forward"
+    if _DEF.match(stripped):
         return "def"
     return ""
 
 
-def _header_line(block: list[str]) -> str:
-    """The line that says what a block is: the first line at the block's own indentation
-    that is not part of a decorator (multi-line decorators included)."""
-    indent = block[0][: len(block[0]) - len(block[0].lstrip())]
-    for line in block:
-        if _at_level(line, indent) and not line.lstrip().startswith("@") and line.lstrip()[0] not in ")]}":
-            return line
-    return ""
+def _header_line(index: _LineIndex, statement: _Statement) -> str:
+    return index.lines[statement.header] if statement.header is not None else ""
 
 
 def _body_indent(lines: list[str], start: int, end: int) -> str | None:
@@ -186,52 +335,29 @@ def _body_indent(lines: list[str], start: int, end: int) -> str | None:
     return None
 
 
-def _statements(lines: list[str], first: int, last: int, indent: str) -> list[tuple[int, int]]:
-    """(start, end) of each statement at exactly ``indent`` between ``first`` and ``last``.
+def _statements(index: _LineIndex, first: int, last: int, indent: str) -> list[_Statement]:
+    """Each statement at exactly ``indent`` between ``first`` and ``last``.
 
     A statement runs from a line at ``indent`` through every following line that
     is deeper, blank, a comment, a closing bracket at ``indent``, or inside a
-    triple-quoted string; decorators join the definition they decorate.
+    triple-quoted string; decorators join the definition they decorate. Its
+    header is its first line at ``indent`` that is neither a decorator nor a
+    closing bracket.
     """
-    spans: list[tuple[int, int]] = []
-    open_quote: str | None = None
+    statements: list[_Statement] = []
     start: int | None = None
+    header: int | None = None
     decorating = False
-    for index in range(first, last):
-        line = lines[index]
-        if open_quote is None and _at_level(line, indent):
-            body = line[len(indent):]
-            continues = body[:1] in ")]}" or (decorating and _BLOCK_HEAD.match(body))
-            if not continues:
-                if start is not None:
-                    spans.append((start, index))
-                start = index
-            decorating = body.startswith("@") or (decorating and body[:1] in ")]}")
-        open_quote = _string_state_after(line, open_quote)
+    for line in index.at_level(indent, first, last):
+        body = index.lines[line][len(indent) :]
+        continues = body[:1] in ")]}" or (decorating and _BLOCK_HEAD.match(body))
+        if not continues:
+            if start is not None:
+                statements.append(_Statement(start, line, header))
+            start, header = line, None
+        if header is None and body[:1] not in "@)]}":
+            header = line
+        decorating = body.startswith("@") or (decorating and body[:1] in ")]}")
     if start is not None:
-        spans.append((start, last))
-    return spans
-
-
-def _at_level(line: str, indent: str) -> bool:
-    """A code line starting exactly at ``indent`` (not blank, not a comment)."""
-    if not line.startswith(indent):
-        return False
-    rest = line[len(indent):]
-    return bool(rest.strip()) and rest[0] not in " \t#"
-
-
-def _string_state_after(line: str, open_quote: str | None) -> str | None:
-    """Which triple quote (if any) is still open after ``line``."""
-    position = 0
-    while True:
-        if open_quote is None:
-            match = _TRIPLE_QUOTE_OR_COMMENT.search(line, position)
-            if match is None or match.group(0) == "#":
-                return None
-            open_quote, position = match.group(1), match.end()
-        else:
-            close = line.find(open_quote, position)
-            if close < 0:
-                return open_quote
-            open_quote, position = None, close + 3
+        statements.append(_Statement(start, last, header))
+    return statements

@@ -11,15 +11,21 @@ RoPE code is written in two layouts, both legitimate:
 
 The rules ATT402-ATT404 judge only what this module recognises; anything it
 does not recognise is left alone, so an unusual but correct spelling costs a
-missed finding, never a false one. ``rope_index`` walks a file once and is
-shared through the file's context, so the rules share the work.
+missed finding, never a false one. ``rope_index`` is shared through the file's
+context, so the rules share the work; it walks the file at most once, and only
+when the text holds a word some RoPE pattern needs.
 """
 
 from __future__ import annotations
 
+import inspect
 import re
-from collections.abc import Iterator
+import sys
+import types
+import typing
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cache, cached_property
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -41,6 +47,7 @@ _SIN = re.compile(r"sin", re.IGNORECASE)
 _FREQ_LIKE = re.compile(r"freq|cos|sin|theta|angle|sinus|phase", re.IGNORECASE)
 ROPE_WORDS = re.compile(r"rotary|\brope|rotate", re.IGNORECASE)
 _CONCAT = {"torch.cat", "torch.concat", "torch.concatenate"}
+_COMPLEX = ("torch.polar", "torch.view_as_complex")
 
 
 @dataclass(frozen=True)
@@ -88,22 +95,145 @@ class FrequencyPower:
     arange: cst.Call
 
 
-@dataclass
 class RopeIndex:
-    """Everything RoPE-shaped in one file."""
+    """Everything RoPE-shaped in one file, each part found on first use.
 
-    rotations: dict[str, Rotation] = field(default_factory=dict)  # by function name
-    inline_rotations: list[Rotation] = field(default_factory=list)
-    applications: list[Application] = field(default_factory=list)
-    widenings: list[Widening] = field(default_factory=list)
-    explicit_form: bool = False  # ``x1 * cos - x2 * sin`` written out
-    complex_form: bool = False  # ``torch.polar`` / ``view_as_complex`` (Meta)
-    powers: list[FrequencyPower] = field(default_factory=list)
-    base_products: list[cst.BinaryOperation] = field(default_factory=list)  # ``10000 * (arange / d)``
-    divisors: set[str] = field(default_factory=set)  # the code of every right operand of ``/``
-    parents: dict[int, cst.CSTNode] = field(default_factory=dict)
-    scope_of: dict[int, FunctionFacts | None] = field(default_factory=dict)
-    nodes: list[tuple[FunctionFacts | None, cst.CSTNode]] = field(default_factory=list)  # source order
+    Most files the RoPE rules run on are not RoPE code (ATT403 runs on any file
+    that says ``using``), so nothing is computed up front: each part first asks
+    the parsed text for a word no match of it can do without (``arange`` for
+    the frequency powers, ``cos`` and ``sin`` for ``x * cos + rot(x) * sin``,
+    ``cat`` or ``stack`` for a rotation), and only a part whose word is there
+    walks the tree, once for all parts (``_Nodes``). A canonical name's last
+    part is in the text, in the call itself or in the import that aliases it;
+    the code of a node is the text of the node, less block indentation.
+    """
+
+    def __init__(self, facts: FileFacts, text: str) -> None:
+        self.facts = facts
+        self.text = text
+
+    @cached_property
+    def _nodes(self) -> _Nodes:
+        return _walk(self.facts)
+
+    def _says(self, *words: str) -> bool:
+        return any(word in self.text for word in words)
+
+    @cached_property
+    def _says_cos_and_sin(self) -> bool:
+        return bool(_COS.search(self.text)) and bool(_SIN.search(self.text))
+
+    # -- the parts the rules read ----------------------------------------------
+
+    @cached_property
+    def rotations(self) -> dict[str, Rotation]:
+        """The rotations functions of the file return, by function name."""
+        found: dict[str, Rotation] = {}
+        if not self._says("cat", "stack"):
+            return found
+        nodes = self._nodes
+        for fn in self.facts.functions:
+            rotated = _returned_rotation(self.facts, nodes.returns.get(id(fn), ()), fn)
+            if rotated is None:
+                continue
+            previous = found.get(fn.name)
+            if previous is not None and (previous.layout, previous.sign) != (rotated.layout, rotated.sign):
+                found.pop(fn.name)  # two different helpers share a name: judge neither
+            else:
+                found[fn.name] = rotated
+        return found
+
+    @cached_property
+    def inline_rotations(self) -> list[Rotation]:
+        """Rotations computed in place, not returned by a helper."""
+        if not self._says("cat", "stack"):
+            return []
+        named = {id(r.node) for r in self.rotations.values()}
+        found = []
+        for fn, call in self._nodes.calls:
+            rotated = rotation(self.facts, call, fn)
+            if rotated is not None and id(call) not in named:
+                found.append(rotated)
+        return found
+
+    @cached_property
+    def applications(self) -> list[Application]:
+        """``x * cos + rot(x) * sin`` and its variants, in source order."""
+        if not self._says_cos_and_sin:
+            return []
+        found = []
+        for fn, node in self._nodes.binops:
+            applied = _application(self, self.facts, node, fn)
+            if applied is not None:
+                found.append(applied)
+        return found
+
+    @cached_property
+    def explicit_form(self) -> bool:
+        """``x1 * cos - x2 * sin`` is written out somewhere."""
+        if not self._says_cos_and_sin:
+            return False
+        applied = {id(a.node) for a in self.applications}
+        return any(id(node) not in applied and _explicit(self.facts, node) for _, node in self._nodes.binops)
+
+    @cached_property
+    def complex_form(self) -> bool:
+        """``torch.polar`` / ``view_as_complex`` (Meta) is called somewhere."""
+        if not self._says("polar", "view_as_complex"):
+            return False
+        canonical = self.facts.canonical
+        return any(canonical(call.func) in _COMPLEX for _, call in self._nodes.calls)
+
+    @cached_property
+    def widenings(self) -> list[Widening]:
+        if not self._says("cat", "stack", "repeat_interleave"):
+            return []
+        found = []
+        for fn, call in self._nodes.calls:
+            widening = _widening(self.facts, call, fn)
+            if widening is not None:
+                found.append(widening)
+        return found
+
+    @cached_property
+    def powers(self) -> list[FrequencyPower]:
+        if "arange" not in self.text:
+            return []
+        found = []
+        for _, node in self._nodes.expressions:
+            power = _frequency_power(self.facts, node)
+            if power is not None:
+                found.append(power)
+        return found
+
+    @cached_property
+    def base_products(self) -> list[cst.BinaryOperation]:
+        """``10000 * (arange / d)``."""
+        if "arange" not in self.text:
+            return []
+        return [node for _, node in self._nodes.binops if _base_product(self.facts, node)]
+
+    @cached_property
+    def divisors(self) -> set[str]:
+        """The code of every right operand of ``/`` (its subscripts taken off)."""
+        found = set()
+        for _, node in self._nodes.binops:
+            if type(node.operator) is cst.Divide:
+                divisor = node.right
+                while isinstance(divisor, cst.Subscript):  # ``t / inv[None, :]``
+                    divisor = divisor.value
+                found.add(code(self.facts, divisor))
+        return found
+
+    @property
+    def calls(self) -> list[tuple[FunctionFacts | None, cst.Call]]:
+        """Every call of the file in source order, with the function whose own scope holds it."""
+        return self._nodes.calls
+
+    @property
+    def subscripts(self) -> list[tuple[FunctionFacts | None, cst.Subscript]]:
+        """Every subscript of the file in source order, with its function."""
+        return self._nodes.subscripts
 
     @property
     def uses_rotation_formula(self) -> bool:
@@ -116,40 +246,136 @@ class RopeIndex:
         return found or {r.layout for r in self.rotations.values()}
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
-        return self.parents.get(id(node))
+        """The parent of a call, binary operation or subscript, or of one of their ancestors."""
+        return self._nodes.parents.get(id(node))
 
-    def nodes_in(self, fn: FunctionFacts) -> Iterator[cst.CSTNode]:
-        """The nodes of one function's own scope (its nested functions excluded)."""
-        return (node for scope, node in self.nodes if scope is fn)
+    def scope(self, node: cst.CSTNode) -> FunctionFacts | None:
+        """The function whose own scope holds a call, binary operation or subscript."""
+        return self._nodes.scope_of.get(id(node))
+
+    def nodes_in(self, fn: FunctionFacts) -> list[cst.CSTNode]:
+        """The calls and binary operations of one function's own scope (its nested functions excluded)."""
+        return self._nodes.by_function.get(id(fn), [])
 
     def is_rope_file(self, text: str) -> bool:
         """The file implements RoPE (so sinusoidal absolute encodings are not judged)."""
-        found = self.applications or self.rotations or self.inline_rotations or self.complex_form
-        return bool(found) or bool(ROPE_WORDS.search(text))
+        if ROPE_WORDS.search(text):
+            return True
+        return bool(self.applications or self.rotations or self.inline_rotations or self.complex_form)
 
 
 # -- walking ------------------------------------------------------------------
 
+# Nodes below which no call, binary operation, subscript, return or function
+# can be, and whose parent no rule asks for: not walked.
+_LEAVES: frozenset[type] = walk.TRIVIA | {
+    cst.Name, cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.Ellipsis,
+    cst.Pass, cst.Break, cst.Continue, cst.Import, cst.ImportFrom, cst.Global, cst.Nonlocal,
+    type(None), cst.MaybeSentinel,
+}
 
-def _collect(facts: FileFacts) -> tuple[list[tuple[FunctionFacts | None, cst.CSTNode]], dict[int, cst.CSTNode]]:
-    """Every node below the module in source order (pre-order) with the function it belongs
-    to, and each node's parent: one explicit-stack walk, trivia left out."""
-    nodes: list[tuple[FunctionFacts | None, cst.CSTNode]] = []
-    parents: dict[int, cst.CSTNode] = {}
-    module = facts.module
-    stack: list[tuple[cst.CSTNode, cst.CSTNode, FunctionFacts | None]] = [
-        (child, module, None) for child in reversed(walk.children(module)) if type(child) not in walk.TRIVIA
-    ]
-    while stack:
-        node, parent, fn = stack.pop()
+
+def _concrete(cls: type) -> list[type]:
+    """``cls`` and its subclasses that nodes can be instances of: not abstract, and the class
+    its module names (libcst's slotted classes leave their slot-less originals behind)."""
+    live = getattr(sys.modules.get(cls.__module__), cls.__qualname__, None) is cls
+    found = [cls] if live and not inspect.isabstract(cls) else []
+    for sub in cls.__subclasses__():
+        found += _concrete(sub)
+    return found
+
+
+def _only_leaves(annotation: object) -> bool:
+    """The annotation of a node's field admits nothing but leaves (and None or the sentinel)."""
+    if annotation is type(None) or annotation is cst.MaybeSentinel:
+        return True
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType, Sequence):
+        return all(_only_leaves(a) for a in typing.get_args(annotation))
+    if isinstance(annotation, type) and issubclass(annotation, cst.CSTNode):
+        return all(c in _LEAVES for c in _concrete(annotation))
+    return False  # anything else: walk it
+
+
+@cache
+def _walked_fields(cls: type[cst.CSTNode]) -> tuple[str, ...] | None:
+    """``walk.child_fields(cls)`` less the fields that by their annotation hold only leaves
+    (whitespace, punctuation, names): on most nodes that is more than half of them."""
+    fields = walk.child_fields(cls)
+    if fields is None:
+        return None
+    try:
+        hints = typing.get_type_hints(cls)
+    except (NameError, TypeError):
+        return fields
+    return tuple(f for f in fields if f not in hints or not _only_leaves(hints[f]))
+
+
+@dataclass
+class _Nodes:
+    """What one walk of a file records, each list in source order (pre-order) with the
+    function whose own scope holds the node."""
+
+    calls: list[tuple[FunctionFacts | None, cst.Call]] = field(default_factory=list)
+    binops: list[tuple[FunctionFacts | None, cst.BinaryOperation]] = field(default_factory=list)
+    expressions: list[tuple[FunctionFacts | None, cst.CSTNode]] = field(default_factory=list)  # both
+    subscripts: list[tuple[FunctionFacts | None, cst.Subscript]] = field(default_factory=list)
+    returns: dict[int, list[cst.Return]] = field(default_factory=dict)  # by id of the function
+    parents: dict[int, cst.CSTNode | None] = field(default_factory=dict)  # leaves left out
+    scope_of: dict[int, FunctionFacts | None] = field(default_factory=dict)  # calls, binops, subscripts
+
+    @cached_property
+    def by_function(self) -> dict[int, list[cst.CSTNode]]:
+        found: dict[int, list[cst.CSTNode]] = {}
+        for fn, node in self.expressions:
+            found.setdefault(id(fn), []).append(node)
+        return found
+
+
+def _walk(facts: FileFacts) -> _Nodes:
+    """One recursive walk of the module (as ``walk.py`` does: libcst's own walk rebuilds nodes)."""
+    found = _Nodes()
+    parents, scope_of = found.parents, found.scope_of
+    calls, binops, expressions, subscripts = found.calls, found.binops, found.expressions, found.subscripts
+    skip = _LEAVES
+    fields_of = _walked_fields
+
+    def visit(node: cst.CSTNode, parent: cst.CSTNode | None, fn: FunctionFacts | None) -> None:
         parents[id(node)] = parent
-        nodes.append((fn, node))
-        if type(node) is cst.FunctionDef:
+        cls = type(node)
+        if cls is cst.Call:
+            calls.append((fn, node))
+            expressions.append((fn, node))
+            scope_of[id(node)] = fn
+        elif cls is cst.BinaryOperation:
+            binops.append((fn, node))
+            expressions.append((fn, node))
+            scope_of[id(node)] = fn
+        elif cls is cst.Subscript:
+            subscripts.append((fn, node))
+            scope_of[id(node)] = fn
+        elif cls is cst.Return:
+            found.returns.setdefault(id(fn), []).append(node)
+        elif cls is cst.FunctionDef:
             fn = facts.function(node)
-        stack.extend(
-            (child, node, fn) for child in reversed(walk.children(node)) if type(child) not in walk.TRIVIA
-        )
-    return nodes, parents
+        fields = fields_of(cls)
+        if fields is None:
+            for child in node.children:
+                if type(child) not in skip:
+                    visit(child, node, fn)
+            return
+        for name in fields:
+            value = getattr(node, name)
+            kind = type(value)
+            if kind is tuple or kind is list:
+                for child in value:
+                    if type(child) not in skip:
+                        visit(child, node, fn)
+            elif kind not in skip:
+                visit(value, node, fn)
+
+    visit(facts.module, None, None)
+    return found
 
 
 def code(facts: FileFacts, node: cst.CSTNode) -> str:
@@ -239,11 +465,11 @@ def rotation(facts: FileFacts, call: cst.CSTNode, fn: FunctionFacts | None) -> R
     """The Rotation ``call`` computes, if it is ``cat``/``stack`` of a negated swap."""
     if not isinstance(call, cst.Call) or not call.args:
         return None
+    items = call.args[0].value  # tested before the canonical name, which costs more
+    if not isinstance(items, (cst.Tuple, cst.List)) or len(items.elements) != 2:
+        return None
     func = facts.canonical(call.func)
     if func not in _CONCAT and func != "torch.stack":
-        return None
-    items = call.args[0].value
-    if not isinstance(items, (cst.Tuple, cst.List)) or len(items.elements) != 2:
         return None
     first, second = (e.value for e in items.elements)
     if (inner := _negated(first)) is not None:
@@ -262,9 +488,10 @@ def rotation(facts: FileFacts, call: cst.CSTNode, fn: FunctionFacts | None) -> R
     return Rotation(call, layout_a, sign) if layout_a == expected else None
 
 
-def _returned_rotation(facts: FileFacts, index: RopeIndex, fn: FunctionFacts) -> Rotation | None:
-    for node in index.nodes_in(fn):
-        if isinstance(node, cst.Return) and node.value is not None:
+def _returned_rotation(facts: FileFacts, returns: Iterable[cst.Return], fn: FunctionFacts) -> Rotation | None:
+    """The rotation one of ``fn``'s own ``return`` statements gives back, if any."""
+    for node in returns:
+        if node.value is not None:
             value = facts.resolve(node.value, fn)
             seen: set[int] = set()  # ``x = x.view(...)`` resolves back to itself
             while isinstance(value, cst.Call) and last_name(value.func) in ("flatten", "reshape", "view"):
@@ -375,10 +602,13 @@ def _explicit(facts: FileFacts, node: cst.BinaryOperation) -> bool:
 
 
 def _widening(facts: FileFacts, call: cst.Call, fn: FunctionFacts | None) -> Widening | None:
+    items = call.args[0].value if call.args else None
+    pair = isinstance(items, (cst.Tuple, cst.List)) and len(items.elements) == 2
+    if not pair and last_name(call.func) != "repeat_interleave":
+        return None  # neither spelling: spare the canonical name
     func = facts.canonical(call.func)
     if func in _CONCAT or func == "torch.stack":
-        items = call.args[0].value if call.args else None
-        if isinstance(items, (cst.Tuple, cst.List)) and len(items.elements) == 2:
+        if pair:
             first, second = (code(facts, e.value) for e in items.elements)
             if first == second and _FREQ_LIKE.search(first):
                 return Widening(call, HALF if func in _CONCAT else PAIR)
@@ -434,7 +664,7 @@ def first_call(node: cst.CSTNode, facts: FileFacts, canonical: str) -> cst.Call 
 def _frequency_power(facts: FileFacts, node: cst.CSTNode) -> FrequencyPower | None:
     if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Power):
         base, exponent = node.left, node.right
-    elif isinstance(node, cst.Call) and facts.canonical(node.func) == "torch.pow" and len(node.args) == 2:
+    elif isinstance(node, cst.Call) and len(node.args) == 2 and facts.canonical(node.func) == "torch.pow":
         base, exponent = node.args[0].value, node.args[1].value
     else:
         return None
@@ -463,48 +693,11 @@ def rope_index(context: FileContext) -> RopeIndex:
 
 
 def _index_of_context(context: FileContext) -> RopeIndex:
-    return build_rope_index(context.facts)
+    parsed = context.reduced.text if context.reduced is not None else context.source.text
+    return build_rope_index(context.facts, parsed)
 
 
-def build_rope_index(facts: FileFacts) -> RopeIndex:
-    """Rotations, applications, cos/sin widenings and parent links of one file."""
-    index = RopeIndex()
-    index.nodes, index.parents = _collect(facts)
-    index.scope_of = {id(node): fn for fn, node in index.nodes}
-    for fn in facts.functions:
-        found = _returned_rotation(facts, index, fn)
-        if found is None:
-            continue
-        previous = index.rotations.get(fn.name)
-        if previous is not None and (previous.layout, previous.sign) != (found.layout, found.sign):
-            index.rotations.pop(fn.name)  # two different helpers share a name: judge neither
-        else:
-            index.rotations[fn.name] = found
-    named = {id(r.node) for r in index.rotations.values()}
-    for fn, node in index.nodes:
-        power = _frequency_power(facts, node)
-        if power is not None:
-            index.powers.append(power)
-        if isinstance(node, cst.Call):
-            found = rotation(facts, node, fn)
-            if found is not None and id(node) not in named:
-                index.inline_rotations.append(found)
-            widening = _widening(facts, node, fn)
-            if widening is not None:
-                index.widenings.append(widening)
-            if facts.canonical(node.func) in ("torch.polar", "torch.view_as_complex"):
-                index.complex_form = True
-        elif isinstance(node, cst.BinaryOperation):
-            if isinstance(node.operator, cst.Divide):
-                divisor = node.right
-                while isinstance(divisor, cst.Subscript):  # ``t / inv[None, :]``
-                    divisor = divisor.value
-                index.divisors.add(code(facts, divisor))
-            applied = _application(index, facts, node, fn)
-            if applied is not None:
-                index.applications.append(applied)
-            elif _explicit(facts, node):
-                index.explicit_form = True
-            elif _base_product(facts, node):
-                index.base_products.append(node)
-    return index
+def build_rope_index(facts: FileFacts, text: str | None = None) -> RopeIndex:
+    """The RoPE index of the module ``facts`` index; ``text`` is the text it was parsed from
+    (generated from the module when not given)."""
+    return RopeIndex(facts, facts.module.code if text is None else text)

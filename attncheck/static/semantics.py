@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
-from attncheck.static import walk
+from attncheck.static import subtree
 from attncheck.static.facts import ClassFacts, FileFacts, FunctionFacts, dotted_name, self_attribute
 
 if TYPE_CHECKING:
@@ -216,24 +216,48 @@ class _Index:
     returns: dict[int, list[cst.Return]] = field(default_factory=dict)
 
 
-class _IndexBuilder(cst.CSTVisitor):
+class _IndexBuilder:
+    """One pre-order walk of the file that fills an ``_Index``: the functions around a node
+    are on ``stack``, lambdas are not entered, trivia are never read (``subtree``)."""
+
     def __init__(self, facts: FileFacts, index: _Index) -> None:
         self.facts = facts
         self.index = index
         self.stack: list[FunctionFacts] = []
+
+    def build(self, module: cst.Module) -> None:
+        handlers: dict[type, Callable[[Any], None]] = {
+            cst.FunctionDef: self.visit_FunctionDef,
+            cst.Return: self.visit_Return,
+            cst.Expr: self.visit_Expr,
+            cst.Assign: self.visit_Assign,
+            cst.AnnAssign: self.visit_AnnAssign,
+            cst.Attribute: self.visit_Attribute,
+            cst.Call: self.visit_Call,
+        }
+        pending: list[cst.CSTNode | None] = [module]  # None: leave the function on top of ``stack``
+        while pending:
+            node = pending.pop()
+            if node is None:
+                self.stack.pop()
+                continue
+            kind = type(node)
+            if kind is cst.Lambda:
+                continue
+            handler = handlers.get(kind)
+            if handler is not None:
+                handler(node)
+                if kind is cst.FunctionDef and self.facts.function(node) is not None:
+                    pending.append(None)
+            found = subtree.children(node)
+            found.reverse()
+            pending.extend(found)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         fn = self.facts.function(node)
         if fn is not None:
             self.stack.append(fn)
             self.index.returns.setdefault(id(fn), [])
-
-    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        if self.facts.function(original_node) is not None:
-            self.stack.pop()
-
-    def visit_Lambda(self, node: cst.Lambda) -> bool:
-        return False
 
     def visit_Return(self, node: cst.Return) -> None:
         if self.stack:
@@ -310,8 +334,13 @@ class Softmax:
     input: cst.BaseExpression
     dim: cst.BaseExpression | None
     has_dim: bool
-    where: str  # how it is spelled, for messages
+    spelled: Callable[[], str] = field(compare=False, repr=False)  # ``where``, built for messages only
     module: cst.Call | None = None  # the ``nn.Softmax(...)`` whose dim applies, for module calls
+
+    @property
+    def where(self) -> str:
+        """How the softmax is spelled, for messages (``F.softmax``, ``attn.softmax``)."""
+        return self.spelled()
 
 
 @dataclass
@@ -364,33 +393,34 @@ class Pipeline:
 # -- the analysis ---------------------------------------------------------------
 
 
-@dataclass
 class _Layout:
-    """Where each node of a function sits: its source order (pre-order), the arms of the
-    ``if`` statements around it, as (id of the If, 0 for its body or 1 for its else), and
-    the loops around it."""
+    """Where each node of a function sits, as ``where[id(node)]``: its source order
+    (pre-order; trivia, which no analysis asks about, left out), the arms of the ``if``
+    statements around it, as (id of the If, 0 for its body or 1 for its else), and the
+    loops around it. One walk per function, shared by every query about it."""
 
-    order: dict[int, int]
-    arms: dict[int, tuple[tuple[int, int], ...]]
-    loops: dict[int, frozenset[int]]
-
-    @staticmethod
-    def of(function: cst.FunctionDef) -> _Layout:
-        layout = _Layout({}, {}, {})
+    def __init__(self, function: cst.FunctionDef) -> None:
+        where: dict[int, tuple[int, tuple[tuple[int, int], ...], frozenset[int]]] = {}
         stack: list[tuple[cst.CSTNode, tuple[tuple[int, int], ...], frozenset[int]]] = [
             (function, (), frozenset())
         ]
         while stack:
             node, inside, loops = stack.pop()
-            layout.order[id(node)] = len(layout.order)
-            layout.arms[id(node)] = inside
-            layout.loops[id(node)] = loops
-            if isinstance(node, (cst.For, cst.While)):
+            where[id(node)] = (len(where), inside, loops)
+            kind = type(node)  # exact classes: isinstance on libcst's abstract classes is slow
+            if kind is cst.For or kind is cst.While:
                 loops = loops | {id(node)}
-            for child in reversed(walk.children(node)):
-                arm = _arm(node, child, inside) if isinstance(node, cst.If) else inside
-                stack.append((child, arm, loops))
-        return layout
+            found = subtree.children(node)
+            found.reverse()
+            if kind is cst.If:
+                stack.extend((child, _arm(node, child, inside), loops) for child in found)
+            else:
+                stack.extend((child, inside, loops) for child in found)
+        self.where = where
+
+    def position(self, node: cst.CSTNode, default: int) -> int:
+        found = self.where.get(id(node))
+        return found[0] if found is not None else default
 
 
 def _arm(branch: cst.If, child: cst.CSTNode, inside: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
@@ -419,12 +449,15 @@ class Semantics:
         self.module = module
         self.facts = facts
         self.index = _Index()
-        walk.visit(module, _IndexBuilder(facts, self.index))
+        _IndexBuilder(facts, self.index).build(module)
         self._reaches: dict[int, bool] = {}
         self._pipelines: dict[int, Pipeline | None] = {}
         self._orders: dict[int, _Layout] = {}
         self._products: dict[int, list[tuple[str, str]]] = {}
         self._values: dict[tuple[int, int], list[tuple[cst.BaseExpression, FunctionFacts | None]]] = {}
+        self._lineages: dict[int, dict[int, cst.CSTNode]] = {}  # per function: _attention_lineage
+        self._multiplications_in: dict[int, dict[int, cst.BinaryOperation]] = {}  # per function
+        self._iterated: dict[int, set[str]] = {}  # per function: _modules_iterated
 
     def code(self, node: cst.CSTNode) -> str:
         text = self.module.code_for_node(node).strip()
@@ -472,7 +505,6 @@ class Semantics:
         """What dimension a Python number is, with the evidence; None when unknown."""
         if depth > 6:
             return None
-        shown = self.code(expr)
         name = expr.value if isinstance(expr, cst.Name) else self_attribute(expr)
         if name is not None:
             unpacked = self.index.unpacks.get((id(fn), name)) if isinstance(expr, cst.Name) and fn else None
@@ -485,11 +517,11 @@ class Semantics:
             if hop is not None:
                 found = self.quantity(hop[0], hop[1], operands, depth + 1)
                 if found is not None:
-                    return Quantity(found.kind, f"{shown} = {self.code(hop[0])}")
+                    return Quantity(found.kind, f"{self.code(expr)} = {self.code(hop[0])}")
             kind = name_quantity(name)
             if kind == "d_model" and self._times_heads(expr, fn):
-                return Quantity("head_dim", f"{shown} (times the head count it is a projection's width)")
-            return Quantity(kind, shown) if kind else None
+                return Quantity("head_dim", f"{self.code(expr)} (times the head count it is a projection's width)")
+            return Quantity(kind, self.code(expr)) if kind else None
         if isinstance(expr, cst.Call):
             func = self.facts.canonical(expr.func) or ""
             args = positional(expr)
@@ -500,7 +532,7 @@ class Semantics:
                 index = number(dim) if dim is not None else None
                 if index is not None:
                     kind = self._axis_of_tensor(expr.func.value, int(index), None, fn, operands)
-                    return Quantity(kind, shown) if kind else None
+                    return Quantity(kind, self.code(expr)) if kind else None
             return None
         if isinstance(expr, cst.Subscript) and len(expr.slice) == 1:
             element = expr.slice[0].slice
@@ -509,13 +541,13 @@ class Semantics:
             if index is not None and self._is_shape(base):
                 tensor = base.value if isinstance(base, cst.Attribute) else base.func.value  # type: ignore[union-attr]
                 kind = self._axis_of_tensor(tensor, int(index), None, fn, operands)
-                return Quantity(kind, shown) if kind else None
+                return Quantity(kind, self.code(expr)) if kind else None
             return None
         if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.FloorDivide, cst.Divide)):
             left = self.quantity(expr.left, fn, operands, depth + 1)
             right = self.quantity(expr.right, fn, operands, depth + 1)
             if right and right.kind == "num_heads" and (left is None or left.kind == "d_model"):
-                return Quantity("head_dim", shown)
+                return Quantity("head_dim", self.code(expr))
         return None
 
     def _times_heads(self, expr: cst.BaseExpression, fn: FunctionFacts | None) -> bool:
@@ -726,7 +758,7 @@ class Semantics:
         args = positional(call)
         if func in _SOFTMAX and args:
             dim = args[1] if len(args) > 1 else keyword(call, "dim")
-            return Softmax(call, args[0], dim, dim is not None, self.code(call.func))
+            return Softmax(call, args[0], dim, dim is not None, lambda: self.code(call.func))
         if (
             method_name(call) == "softmax"
             and not func.startswith("torch.")
@@ -734,14 +766,13 @@ class Semantics:
             and self_attribute(call.func) is None
         ):
             dim = args[0] if args else keyword(call, "dim")
-            return Softmax(
-                call, call.func.value, dim, dim is not None, f"{self.code(call.func.value)}.softmax"
-            )
+            receiver = call.func.value
+            return Softmax(call, receiver, dim, dim is not None, lambda: f"{self.code(receiver)}.softmax")
         module = self._softmax_module(call.func, fn)
         if module is not None and args:
             margs = positional(module)
             dim = margs[0] if margs else keyword(module, "dim")
-            return Softmax(call, args[0], dim, dim is not None, self.code(module), module)
+            return Softmax(call, args[0], dim, dim is not None, lambda: self.code(module), module)
         return None
 
     def _softmax_module(self, func: cst.BaseExpression, fn: FunctionFacts | None) -> cst.Call | None:
@@ -779,29 +810,31 @@ class Semantics:
         if key in self._reaches:
             return self._reaches[key]
         self._reaches[key] = False  # cycles end here
-        found = depth < 12 and any(self._children_reach(expr, fn, depth))
+        found = depth < 12 and self._children_reach(expr, fn, depth)
         self._reaches[key] = found
         return found
 
-    def _children_reach(
-        self, expr: cst.BaseExpression, fn: FunctionFacts | None, depth: int
-    ) -> Iterator[bool]:
+    def _children_reach(self, expr: cst.BaseExpression, fn: FunctionFacts | None, depth: int) -> bool:
+        """Whether ``expr`` is a product or one of its parts reaches one, in order, stopping at
+        the first that does (what the memo of ``reaches_product`` records depends on it)."""
         if self.product_operands(expr) is not None:
-            yield True
-            return
+            return True
+        deeper = depth + 1
         if isinstance(expr, cst.Name):
-            for value, vfn in self.values(expr, fn):
-                yield self.reaches_product(value, vfn, depth + 1)
-        elif isinstance(expr, cst.BinaryOperation):
-            yield self.reaches_product(expr.left, fn, depth + 1)
-            yield self.reaches_product(expr.right, fn, depth + 1)
-        elif isinstance(expr, cst.Subscript):
-            yield self.reaches_product(expr.value, fn, depth + 1)
-        elif isinstance(expr, cst.Call) and self.softmax(expr, fn) is None:
-            if isinstance(expr.func, cst.Attribute) and not self_attribute(expr.func):
-                yield self.reaches_product(expr.func.value, fn, depth + 1)
-            for arg in expr.args:
-                yield self.reaches_product(arg.value, fn, depth + 1)
+            return any(self.reaches_product(value, vfn, deeper) for value, vfn in self.values(expr, fn))
+        if isinstance(expr, cst.BinaryOperation):
+            return self.reaches_product(expr.left, fn, deeper) or self.reaches_product(expr.right, fn, deeper)
+        if isinstance(expr, cst.Subscript):
+            return self.reaches_product(expr.value, fn, deeper)
+        if isinstance(expr, cst.Call) and self.softmax(expr, fn) is None:
+            if (
+                isinstance(expr.func, cst.Attribute)
+                and not self_attribute(expr.func)
+                and self.reaches_product(expr.func.value, fn, deeper)
+            ):
+                return True
+            return any(self.reaches_product(arg.value, fn, deeper) for arg in expr.args)
+        return False
 
     # -- the pipeline from products to a softmax ----------------------------------
 
@@ -822,24 +855,29 @@ class Semantics:
         and the similarity is not attention."""
         if fn is None or softmax.dim is None:
             return False
-        stack: list[cst.CSTNode] = [fn.node.body]
-        while stack:
-            node = stack.pop()
-            stack.extend(walk.children(node))
-            if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply)):
-                continue
-            sides = [node.left, node.right]
-            if softmax.call not in sides:
-                continue
-            other = sides[1] if sides[0] is softmax.call else sides[0]
-            found = self.softmax(other, fn) if isinstance(other, cst.Call) else None
-            return (
-                found is not None
-                and found.dim is not None
-                and self.code(found.input) == self.code(softmax.input)
-                and self.code(found.dim) != self.code(softmax.dim)
-            )
-        return False
+        product = self._multiplied(fn).get(id(softmax.call))
+        if product is None:
+            return False
+        other = product.right if product.left is softmax.call else product.left
+        found = self.softmax(other, fn) if isinstance(other, cst.Call) else None
+        return (
+            found is not None
+            and found.dim is not None
+            and self.code(found.input) == self.code(softmax.input)
+            and self.code(found.dim) != self.code(softmax.dim)
+        )
+
+    def _multiplied(self, fn: FunctionFacts) -> dict[int, cst.BinaryOperation]:
+        """Each node of ``fn``'s body that is a side of an ``a * b``, by id, with that product:
+        a parsed node has one parent, so one product at most. Built once per function."""
+        found = self._multiplications_in.get(id(fn))
+        if found is None:
+            found = {}
+            for node in subtree.preorder(fn.node.body):
+                if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply):
+                    found[id(node.left)] = found[id(node.right)] = node
+            self._multiplications_in[id(fn)] = found
+        return found
 
     def _walk_scores(
         self, expr: cst.BaseExpression, fn: FunctionFacts, out: Pipeline, seen: set[int]
@@ -868,18 +906,14 @@ class Semantics:
         """``value`` is written after ``softmax`` and computed from its result."""
         if vfn is not fn:
             return False
-        order = self._source_order(fn)
-        after = order.get(id(value), -1) > order.get(id(softmax), len(order))
+        layout = self._layout(fn)
+        after = layout.position(value, -1) > layout.position(softmax, len(layout.where))
         return after and self._consumes(value, vfn, softmax)
-
-    def _source_order(self, fn: FunctionFacts) -> dict[int, int]:
-        """The position of every node of ``fn`` in source order (pre-order), built once."""
-        return self._layout(fn).order
 
     def _layout(self, fn: FunctionFacts) -> _Layout:
         found = self._orders.get(id(fn))
         if found is None:
-            found = _Layout.of(fn.node)
+            found = _Layout(fn.node)
             self._orders[id(fn)] = found
         return found
 
@@ -889,16 +923,15 @@ class Semantics:
         ``attention_scores``), or later with no loop around both (SAM's ``q = q * self.scale``
         after ``attn_bias`` was computed from ``q``). Nodes facts.py built (``x /= s`` as
         ``x / s``, ``a, b = t`` as ``t[0]``) stand for their first parsed part."""
-        layout = self._layout(fn)
-        written, seen_at = id(_written(value)), id(read)
-        if written not in layout.order or seen_at not in layout.order:
+        where = self._layout(fn).where
+        written, seen_at = where.get(id(_written(value))), where.get(id(read))
+        if written is None or seen_at is None:
             return False
-        chosen = dict(layout.arms[written])
-        if any(chosen.get(branch, arm) != arm for branch, arm in layout.arms[seen_at]):
-            return True
-        return layout.order[written] > layout.order[seen_at] and not (
-            layout.loops[written] & layout.loops[seen_at]
-        )
+        if seen_at[1]:
+            chosen = dict(written[1])
+            if any(chosen.get(branch, arm) != arm for branch, arm in seen_at[1]):
+                return True
+        return written[0] > seen_at[0] and not (written[2] & seen_at[2])
 
     def _consumes(self, expr: cst.BaseExpression, fn: FunctionFacts | None, target: cst.Call) -> bool:
         """Whether ``expr`` is computed from ``target``'s result. A name rebound after the
@@ -1031,7 +1064,7 @@ class Semantics:
     def operand_factors(self, expr: cst.BaseExpression, fn: FunctionFacts) -> bool:
         """Whether a scale factor (or a ``scale=`` argument) is applied to ``expr``'s lineage:
         what a caller passes as q or k to a helper that computes the scores."""
-        scratch = Pipeline(Softmax(cst.Call(cst.Name("softmax")), expr, None, False, ""), fn)
+        scratch = Pipeline(Softmax(cst.Call(cst.Name("softmax")), expr, None, False, lambda: ""), fn)
         self._walk_operand(expr, fn, scratch, set())
         return bool(scratch.factors) or scratch.scale_argument
 
@@ -1148,25 +1181,24 @@ class Semantics:
         depth: int = 0,
     ) -> list[Term]:
         """``expr`` as a product of quantities to powers: ``1/math.sqrt(d_k)`` is head_dim**-0.5."""
-        shown = self.code(expr)
         if depth > 8:
-            return [Term(None, power, shown)]
+            return [Term(None, power, self.code(expr))]
         found = self.quantity(expr, fn, operands)
         if found is not None:
             return [Term(found.kind, power, found.evidence)]
         value = number(expr)
         if value is not None:
-            return [] if value == 1 else [Term("const", power, shown)]
+            return [] if value == 1 else [Term("const", power, self.code(expr))]
         if isinstance(expr, cst.Name) or self_attribute(expr):
             hop = self.single(expr, fn)
             if hop is not None:
                 return self.terms(hop[0], hop[1], power, operands, depth + 1)
-            return [Term(None, power, shown)]
+            return [Term(None, power, self.code(expr))]
         if isinstance(expr, cst.BinaryOperation):
             return self._binary_terms(expr, fn, power, operands, depth)
         if isinstance(expr, cst.Call):
             return self._call_terms(expr, fn, power, operands, depth)
-        return [Term(None, power, shown)]
+        return [Term(None, power, self.code(expr))]
 
     def _binary_terms(
         self,
@@ -1309,7 +1341,10 @@ class Semantics:
     def _modules_iterated(self, fn: FunctionFacts) -> set[str]:
         """Names a ``for`` loop or comprehension of ``fn`` binds to the modules of a
         ``self.`` ModuleList (``for lin, x in zip(self.linears, inputs)``)."""
-        names: set[str] = set()
+        names = self._iterated.get(id(fn))
+        if names is not None:
+            return names
+        names = set()
         for node in _walk_expression(fn.node.body):
             if not isinstance(node, (cst.For, cst.CompFor)):
                 continue
@@ -1319,6 +1354,7 @@ class Semantics:
             ]
             if containers:
                 names.update(n.value for n in _walk_expression(node.target) if isinstance(n, cst.Name))
+        self._iterated[id(fn)] = names
         return names
 
     def is_dropout(self, klass: ClassFacts | None, attr: str) -> bool:
@@ -1494,22 +1530,29 @@ class Semantics:
         function (SDPA, ``attention_interface``, ``eager_attention_forward``). Patchify and
         feature reshapes, ALiBi slopes, and states that a Linear projects afterwards
         (wav2vec2-conformer rotates hidden states before ``linear_q``) are not."""
+        return id(node) in self._attention_lineage(fn)
+
+    def _attention_lineage(self, fn: FunctionFacts) -> dict[int, cst.CSTNode]:
+        """Every node the q, k and v of ``fn`` are computed from (by id), up to 4000 of them,
+        walked back once per function: what a projection or a softmax reads is not q, k or v."""
+        found = self._lineages.get(id(fn))
+        if found is not None:
+            return found
         stack: list[cst.CSTNode] = list(self._attention_inputs(fn))
-        seen: set[int] = set()
+        seen: dict[int, cst.CSTNode] = {}
         while stack and len(seen) < 4000:
             expr = stack.pop()
             if id(expr) in seen:
                 continue
-            seen.add(id(expr))
-            if expr is node:
-                return True
+            seen[id(expr)] = expr
             if isinstance(expr, cst.Call) and (self.is_projection_call(expr, fn) or self.softmax(expr, fn)):
-                continue  # what a projection reads is not q, k or v; nor is what a softmax reads
+                continue
             if isinstance(expr, cst.Name):
                 stack.extend(v for v, _ in self.values(expr, fn))
             else:
                 stack.extend(_value_parts(expr))
-        return False
+        self._lineages[id(fn)] = seen
+        return seen
 
     def _attention_inputs(self, fn: FunctionFacts) -> list[cst.BaseExpression]:
         """q, k and v of ``fn``: the operands of the q·kᵀ products that reach a softmax, the
@@ -1620,7 +1663,7 @@ def _walk_expression(expr: cst.CSTNode) -> Iterator[cst.CSTNode]:
         if isinstance(node, cst.Call) and (isinstance(node.func, cst.Name) or self_attribute(node.func)):
             stack.extend(node.args)
             continue
-        stack.extend(child for child in walk.children(node) if isinstance(child, cst.CSTNode))
+        stack.extend(subtree.children(node))
 
 
 _LAYOUT_METHODS = {

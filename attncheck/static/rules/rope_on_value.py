@@ -83,9 +83,8 @@ class RopeOnValue(Rule):
                     "q and k only, so the output now depends on absolute positions",
                     hint=f"leave {shown} unrotated",
                 )
-        for fn, call in index.nodes:
-            if isinstance(call, cst.Call):
-                self._check_call(index, call, fn)
+        for fn, call in index.calls:
+            self._check_call(index, call, fn)
 
     def _check_call(self, index: rp.RopeIndex, call: cst.Call, fn: FunctionFacts | None) -> None:
         name = rp.last_name(call.func) or ""

@@ -185,7 +185,7 @@ class RopeRotation(Rule):
         index = rp.rope_index(self.context)
         self._check_signs(index)
         self._check_layouts(index)
-        if index.is_rope_file(self.context.source.text):
+        if (index.powers or index.base_products) and index.is_rope_file(self.context.source.text):
             for power in index.powers:
                 self._check_power(index, power)
             for product in index.base_products:
@@ -222,7 +222,7 @@ class RopeRotation(Rule):
 
     def _report_flipped(self, index: rp.RopeIndex, rotation: rp.Rotation) -> None:
         shown = "cat((x2, -x1))" if rotation.layout == rp.HALF else "stack((x2, -x1), -1)"
-        fn = index.scope_of.get(id(rotation.node))
+        fn = index.scope(rotation.node)
         documented = fn is not None and bool(_DOCUMENTED_FLIP.search(fn.node.get_docstring() or ""))
         self.report(
             rotation.node,
@@ -255,7 +255,7 @@ class RopeRotation(Rule):
             self.report(widening.node, message)
 
     def _check_power(self, index: rp.RopeIndex, power: rp.FrequencyPower) -> None:
-        facts, fn = self.context.facts, index.scope_of.get(id(power.node))
+        facts, fn = self.context.facts, index.scope(power.node)
         negative = any(
             isinstance(n, cst.UnaryOperation) and isinstance(n.operator, cst.Minus)
             for n in _subtree(power.exponent)

@@ -172,10 +172,11 @@ class RopeShape(Rule):
         """A full-width cache sliced back to d/2 before ``q * cos + rot(q) * sin``."""
         facts = self.context.facts
         undone = {id(w.undone) for w in index.widenings if w.undone is not None}
-        for fn, node in index.nodes:
-            if not isinstance(node, cst.Subscript) or not _TRIG.search(rp.code(facts, node.value)):
+        for fn, node in index.subscripts:
+            # the structural test first: it is cheaper than generating the code of the sliced value
+            if id(node) in undone or not rp.first_half(facts, node, fn):
                 continue
-            if id(node) not in undone and rp.first_half(facts, node, fn):
+            if _TRIG.search(rp.code(facts, node.value)):
                 self.report(
                     node,
                     f"{rp.code(facts, node)} slices the cos/sin cache to half the head width, "
@@ -187,7 +188,7 @@ class RopeShape(Rule):
     def _check_unwidened(self, index: rp.RopeIndex) -> None:
         """cos/sin of the d/2 frequencies used directly with a full-width rotate_half."""
         facts = self.context.facts
-        for fn, node in index.nodes:
+        for fn, node in index.calls:
             argument = _trig_argument(facts, node)
             if argument is None or _combined_or_transformed(index, facts, node, fn):
                 continue
@@ -205,7 +206,7 @@ class RopeShape(Rule):
         if len(positional) < 2:
             return
         width = rp.last_name(positional[1])
-        fn = index.scope_of.get(id(power.node))
+        fn = index.scope(power.node)
         owner = fn.owner if fn is not None else None
         if width not in _MODEL_WIDTHS or owner is None:
             return

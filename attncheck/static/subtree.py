@@ -1,0 +1,154 @@
+"""Pre-order traversal of a libcst subtree that never touches trivia.
+
+The per-function analyses of ``semantics`` and ``patterns`` (source order, the
+arms of ``if`` statements, straight-line data flow) visit every expression
+node of a function, once per function. Whitespace, comments, punctuation and
+operator tokens are half of all nodes and none of them matters there, so
+``fields(cls)`` keeps only the child fields of a node class whose declared type
+can hold something other than trivia: a walk neither reads nor tests the rest
+(``Call`` keeps ``func`` and ``args`` of its six fields). The visiting order of
+the nodes it keeps is ``walk.children``'s.
+
+``children`` is the inner loop of those walks, so each node class gets a reader
+of its own, generated once from the declared field types (``[n.func, *n.args]``
+for ``Call``), instead of a loop that tests every field of every node.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import inspect
+import sys
+import typing
+from collections.abc import Callable, Iterator
+from functools import cache
+
+import libcst as cst
+
+from attncheck.static import walk
+
+
+def _concrete_subclasses(cls: type) -> Iterator[type]:
+    """Every class that can be instantiated as ``cls``. libcst's ``add_slots`` rebuilds each
+    node class, leaving the original behind as a subclass of its bases: the module holds the
+    class in use."""
+    module = sys.modules.get(cls.__module__)
+    if not inspect.isabstract(cls) and getattr(module, cls.__qualname__, None) is cls:
+        yield cls
+    for sub in cls.__subclasses__():
+        yield from _concrete_subclasses(sub)
+
+
+_NOTHING = (type(None), cst.MaybeSentinel)
+
+
+def _only_trivia(annotation: object) -> bool:
+    """Whether a field declared as ``annotation`` can only hold trivia (or nothing)."""
+    if isinstance(annotation, type):
+        if not issubclass(annotation, cst.CSTNode):
+            return annotation in _NOTHING
+        return all(sub in walk.TRIVIA for sub in _concrete_subclasses(annotation))
+    arguments = typing.get_args(annotation)
+    return bool(arguments) and all(_only_trivia(a) for a in arguments)
+
+
+def _hints(cls: type) -> dict[str, object] | None:
+    try:
+        return typing.get_type_hints(cls)
+    except Exception:  # an annotation this libcst version cannot resolve
+        return None
+
+
+@cache
+def fields(cls: type[cst.CSTNode]) -> tuple[str, ...] | None:
+    """The child fields of ``cls`` that may hold non-trivia, in visiting order (None: unknown)."""
+    every = walk.child_fields(cls)
+    hints = _hints(cls)
+    if every is None or hints is None:
+        return every
+    return tuple(name for name in every if name not in hints or not _only_trivia(hints[name]))
+
+
+def _shape(annotation: object) -> str | None:
+    """How a field holds its children, when it never holds trivia: "one" node, "either" of
+    several node classes, "many" (a sequence), "maybe" (a node or None/MaybeSentinel); None
+    when the reader must test."""
+    if isinstance(annotation, type):
+        never_trivia = issubclass(annotation, cst.CSTNode) and not any(
+            sub in walk.TRIVIA for sub in _concrete_subclasses(annotation)
+        )
+        return "one" if never_trivia else None
+    arguments = typing.get_args(annotation)
+    if typing.get_origin(annotation) is collections.abc.Sequence:
+        return "many" if [_shape(a) for a in arguments] in (["one"], ["either"]) else None
+    if typing.get_origin(annotation) is typing.Union:
+        shapes = {_shape(a) for a in arguments if a not in _NOTHING}
+        if shapes == {"one"}:
+            return "maybe" if any(a in _NOTHING for a in arguments) else "either"
+    return None
+
+
+_TRIVIA = walk.TRIVIA
+_DEFAULT = cst.MaybeSentinel.DEFAULT
+
+
+def _tested(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The reader for a class whose fields are not all known to hold non-trivia nodes."""
+    names = fields(type(node))
+    if names is None:
+        return [c for c in node.children if type(c) not in _TRIVIA]
+    found: list[cst.CSTNode] = []
+    for name in names:
+        value = getattr(node, name)
+        kind = type(value)
+        if kind is tuple or kind is list:
+            found.extend(c for c in value if type(c) not in _TRIVIA)
+        elif value is not None and value is not _DEFAULT and kind not in _TRIVIA:
+            found.append(value)
+    return found
+
+
+Reader = Callable[[cst.CSTNode], "list[cst.CSTNode]"]
+_READERS: dict[type, Reader] = {}
+
+
+def reader(cls: type[cst.CSTNode]) -> Reader:
+    """The function giving a ``cls`` node's non-trivia children, generated once per class."""
+    found = _READERS.get(cls)
+    if found is not None:
+        return found
+    names, hints = fields(cls), _hints(cls)
+    shapes = [_shape(hints[name]) if hints and name in hints else None for name in names or ()]
+    if names is None or None in shapes:
+        found = _tested
+    else:
+        lines = ["def read(n):", "    out = []"]
+        for name, shape in zip(names, shapes, strict=True):
+            if shape in ("one", "either"):
+                lines.append(f"    out.append(n.{name})")
+            elif shape == "many":
+                lines.append(f"    out.extend(n.{name})")
+            else:
+                lines += [f"    v = n.{name}", "    if v is not None and v is not DEFAULT:", "        out.append(v)"]
+        lines.append("    return out")
+        namespace: dict[str, object] = {"DEFAULT": _DEFAULT}
+        exec("\n".join(lines), namespace)  # the source is built above from field names
+        found = namespace["read"]  # type: ignore[assignment]
+    _READERS[cls] = found
+    return found
+
+
+def children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The children of ``node`` that are not trivia, in visiting order (a new list)."""
+    return (_READERS.get(type(node)) or reader(type(node)))(node)
+
+
+def preorder(root: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """``root`` and every non-trivia node under it, parents before children, in source order."""
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        yield node
+        found = children(node)
+        found.reverse()
+        stack.extend(found)

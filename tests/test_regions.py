@@ -84,6 +84,16 @@ def test_kept_lines_map_back_to_the_same_text(position):
     assert reduced.text.count("\n") < len(original) // 4
 
 
+@pytest.mark.parametrize("newline", ["\r\n", "\r"])
+def test_other_line_breaks_keep_the_same_lines(newline):
+    text = _large_file(5)
+    reduced = attention_regions(text)
+    other = attention_regions(text.replace("\n", newline))
+    assert reduced is not None and other is not None
+    assert other.lines == reduced.lines
+    assert other.text == reduced.text.replace("\n", newline)
+
+
 @settings(max_examples=10, deadline=None)
 @given(position=st.integers(min_value=0, max_value=40))
 def test_findings_in_a_reduced_file_point_at_the_real_line(position):

@@ -184,6 +184,7 @@ class _LineIndex:
 
 
 def _any_between(sorted_lines: list[int], start: int, end: int) -> bool:
+    """Whether some line of ``sorted_lines`` lies in ``[start, end)``."""
     at = bisect_right(sorted_lines, start - 1)
     return at < len(sorted_lines) and sorted_lines[at] < end
 

@@ -265,9 +265,9 @@ class _Index:
         self.returns: dict[int, list[cst.Return]] = {}
 
 
-# The nodes whose children may be statements: a walk for statements enters no other.
-_STATEMENT_HOLDERS = (
-    cst.Module, cst.BaseSuite, cst.SimpleStatementLine, cst.BaseCompoundStatement, cst.Else,
+# The node classes whose children may be statements: a walk for statements enters no other.
+_STATEMENT_HOLDERS = subtree.concrete(
+    cst.BaseSuite, cst.SimpleStatementLine, cst.BaseCompoundStatement, cst.Else,
     cst.ExceptHandler, cst.ExceptStarHandler, cst.Finally, cst.MatchCase,
 )
 
@@ -290,7 +290,7 @@ class _IndexBuilder:
             cst.Assign: self.visit_Assign,
             cst.AnnAssign: self.visit_AnnAssign,
         }
-        pending: list[cst.CSTNode | None] = [module]  # None: leave the function on top of ``stack``
+        pending: list[cst.CSTNode | None] = list(reversed(module.body))  # None: leave a function
         while pending:
             node = pending.pop()
             if node is None:
@@ -306,7 +306,7 @@ class _IndexBuilder:
                     self.index.returns.setdefault(id(fn), [])
                     pending.append(None)
                 pending.append(node.body)  # type: ignore[union-attr]
-            elif isinstance(node, _STATEMENT_HOLDERS):
+            elif type(node) in _STATEMENT_HOLDERS:
                 found = subtree.children(node)
                 found.reverse()
                 pending.extend(found)
@@ -508,6 +508,7 @@ class Semantics:
         self._lineages: dict[int, dict[int, cst.CSTNode]] = {}  # per function: _attention_lineage
         self._multiplications_in: dict[int, dict[int, cst.BinaryOperation]] = {}  # per function
         self._iterated: dict[int, set[str]] = {}  # per function: _modules_iterated
+        self._softmaxes: dict[tuple[int, int], tuple[cst.Call, Softmax | None]] = {}
 
     def code(self, node: cst.CSTNode) -> str:
         text = self.module.code_for_node(node).strip()
@@ -803,7 +804,17 @@ class Semantics:
     # -- softmax ---------------------------------------------------------------
 
     def softmax(self, call: cst.Call, fn: FunctionFacts | None) -> Softmax | None:
-        """Recognise F.softmax, torch.softmax, x.softmax, nn.Softmax()(x) and self.softmax(x)."""
+        """Recognise F.softmax, torch.softmax, x.softmax, nn.Softmax()(x) and self.softmax(x).
+        Several rules ask about every call of a file: each call is read once per function."""
+        key = (id(call), id(fn))
+        known = self._softmaxes.get(key)
+        if known is not None and known[0] is call:
+            return known[1]
+        found = self._read_softmax(call, fn)
+        self._softmaxes[key] = (call, found)
+        return found
+
+    def _read_softmax(self, call: cst.Call, fn: FunctionFacts | None) -> Softmax | None:
         func = self.facts.canonical(call.func) or ""
         args = positional(call)
         if func in _SOFTMAX and args:

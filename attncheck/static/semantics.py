@@ -454,18 +454,22 @@ class _Layout:
         stack: list[tuple[cst.CSTNode, tuple[tuple[int, int], ...], frozenset[int]]] = [
             (function, (), frozenset())
         ]
+        push, children = stack.append, subtree.children
         while stack:
             node, inside, loops = stack.pop()
             where[id(node)] = (len(where), inside, loops)
+            found = children(node)
+            if not found:
+                continue
             kind = type(node)  # exact classes: isinstance on libcst's abstract classes is slow
+            if kind is cst.If:
+                for child in reversed(found):
+                    push((child, _arm(node, child, inside), loops))
+                continue
             if kind is cst.For or kind is cst.While:
                 loops = loops | {id(node)}
-            found = subtree.children(node)
-            found.reverse()
-            if kind is cst.If:
-                stack.extend((child, _arm(node, child, inside), loops) for child in found)
-            else:
-                stack.extend((child, inside, loops) for child in found)
+            for child in reversed(found):
+                push((child, inside, loops))
         self.where = where
 
     def position(self, node: cst.CSTNode, default: int) -> int:

@@ -218,11 +218,11 @@ _SCOPES = frozenset({cst.FunctionDef, cst.ClassDef, cst.Lambda})
 _ASSIGNMENTS = frozenset({cst.Assign, cst.AnnAssign, cst.AugAssign})
 
 
-# The nodes that hold statements, other than the scopes a LocalFlow does not enter.
-_STATEMENT_HOLDERS = (
+# The node classes that hold statements, other than the scopes a LocalFlow does not enter.
+_STATEMENT_HOLDERS = subtree.concrete(
     cst.BaseSuite, cst.SimpleStatementLine, cst.BaseCompoundStatement, cst.Else,
     cst.ExceptHandler, cst.ExceptStarHandler, cst.Finally, cst.MatchCase,
-)
+) - _SCOPES
 
 
 def _assigned_values(function: cst.FunctionDef) -> Iterator[cst.BaseExpression]:
@@ -240,7 +240,7 @@ def _assigned_values(function: cst.FunctionDef) -> Iterator[cst.BaseExpression]:
                     yield value
                 if isinstance(value, (cst.Tuple, cst.List)):
                     values.extend(e.value for e in value.elements)
-        elif isinstance(node, _STATEMENT_HOLDERS) and type(node) not in _SCOPES:
+        elif type(node) in _STATEMENT_HOLDERS:
             stack.extend(subtree.children(node))
 
 

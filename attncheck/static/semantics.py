@@ -204,21 +204,79 @@ def string_value(expr: cst.BaseExpression) -> str | None:
 # -- per-file index of what facts.py does not record ----------------------------
 
 
-@dataclass
-class _Index:
-    """Facts the rules need beyond facts.py: unpack arity, attribute writers, buffers."""
+class _AttributeReferences:
+    """The ``self.attr`` reads of each class's methods, as ``get((id(klass), attr))`` gives
+    them: (the innermost function, the Attribute), in source order. Every expression of a
+    class is walked for them, so a class is walked only once a rule asks about it."""
 
-    unpacks: dict[tuple[int, str], tuple[cst.BaseExpression, int, int]] = field(default_factory=dict)
-    attr_writer: dict[int, FunctionFacts] = field(default_factory=dict)
-    buffers: dict[tuple[int, str], list[cst.BaseExpression]] = field(default_factory=dict)
-    bare_calls: set[int] = field(default_factory=set)
-    attr_refs: dict[tuple[int, str], list[tuple[FunctionFacts, cst.Attribute]]] = field(default_factory=dict)
-    returns: dict[int, list[cst.Return]] = field(default_factory=dict)
+    def __init__(self, facts: FileFacts) -> None:
+        self.facts = facts
+        self.classes = {id(fn.owner): fn.owner for fn in facts.functions if fn.owner is not None}
+        self.found: dict[tuple[int, str], list[tuple[FunctionFacts, cst.Attribute]]] = {}
+        self.walked: set[int] = set()
+
+    def get(
+        self, key: tuple[int, str], default: list[tuple[FunctionFacts, cst.Attribute]] | None = None
+    ) -> list[tuple[FunctionFacts, cst.Attribute]] | None:
+        if key[0] not in self.walked:
+            self.walked.add(key[0])
+            klass = self.classes.get(key[0])
+            if klass is not None:
+                self._collect(klass)
+        return self.found.get(key, default)
+
+    def _collect(self, klass: ClassFacts) -> None:
+        """Walk the class (lambdas left out) with the functions around each node on a stack:
+        a read belongs to the innermost function, when that function's owner is ``klass``."""
+        stack: list[FunctionFacts] = []
+        pending: list[cst.CSTNode | None] = [klass.node]  # None: leave the function on top
+        while pending:
+            node = pending.pop()
+            if node is None:
+                stack.pop()
+                continue
+            kind = type(node)
+            if kind is cst.Lambda:
+                continue
+            if kind is cst.FunctionDef:
+                fn = self.facts.function(node)  # type: ignore[arg-type]
+                if fn is not None:
+                    stack.append(fn)
+                    pending.append(None)
+            elif kind is cst.Attribute and stack and stack[-1].owner is klass:
+                attr = self_attribute(node)
+                if attr is not None:
+                    self.found.setdefault((id(klass), attr), []).append((stack[-1], node))  # type: ignore[arg-type]
+            found = subtree.children(node)  # type: ignore[arg-type]
+            found.reverse()
+            pending.extend(found)
+
+
+class _Index:
+    """Facts the rules need beyond facts.py: unpack arity, attribute writers, buffers, bare
+    calls, returns (from the statements alone), and the reads of ``self.`` attributes."""
+
+    def __init__(self, facts: FileFacts) -> None:
+        self.unpacks: dict[tuple[int, str], tuple[cst.BaseExpression, int, int]] = {}
+        self.attr_writer: dict[int, FunctionFacts] = {}
+        self.buffers: dict[tuple[int, str], list[cst.BaseExpression]] = {}
+        self.bare_calls: set[int] = set()
+        self.attr_refs = _AttributeReferences(facts)
+        self.returns: dict[int, list[cst.Return]] = {}
+
+
+# The node classes whose children may be statements: a walk for statements enters no other.
+_STATEMENT_HOLDERS = subtree.concrete(
+    cst.BaseSuite, cst.SimpleStatementLine, cst.BaseCompoundStatement, cst.Else,
+    cst.ExceptHandler, cst.ExceptStarHandler, cst.Finally, cst.MatchCase,
+)
 
 
 class _IndexBuilder:
-    """One pre-order walk of the file that fills an ``_Index``: the functions around a node
-    are on ``stack``, lambdas are not entered, trivia are never read (``subtree``)."""
+    """Fills an ``_Index``. Returns, bare calls and assignments are statements, so one walk
+    of the statements finds them, with the functions around each on ``stack``, without
+    entering any expression; the ``register_buffer`` calls are among facts.py's calls of
+    each method."""
 
     def __init__(self, facts: FileFacts, index: _Index) -> None:
         self.facts = facts
@@ -227,37 +285,35 @@ class _IndexBuilder:
 
     def build(self, module: cst.Module) -> None:
         handlers: dict[type, Callable[[Any], None]] = {
-            cst.FunctionDef: self.visit_FunctionDef,
             cst.Return: self.visit_Return,
             cst.Expr: self.visit_Expr,
             cst.Assign: self.visit_Assign,
             cst.AnnAssign: self.visit_AnnAssign,
-            cst.Attribute: self.visit_Attribute,
-            cst.Call: self.visit_Call,
         }
-        pending: list[cst.CSTNode | None] = [module]  # None: leave the function on top of ``stack``
+        pending: list[cst.CSTNode | None] = list(reversed(module.body))  # None: leave a function
         while pending:
             node = pending.pop()
             if node is None:
                 self.stack.pop()
                 continue
-            kind = type(node)
-            if kind is cst.Lambda:
-                continue
-            handler = handlers.get(kind)
+            handler = handlers.get(type(node))
             if handler is not None:
                 handler(node)
-                if kind is cst.FunctionDef and self.facts.function(node) is not None:
+            elif type(node) is cst.FunctionDef:
+                fn = self.facts.function(node)  # type: ignore[arg-type]
+                if fn is not None:
+                    self.stack.append(fn)
+                    self.index.returns.setdefault(id(fn), [])
                     pending.append(None)
-            found = subtree.children(node)
-            found.reverse()
-            pending.extend(found)
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        fn = self.facts.function(node)
-        if fn is not None:
-            self.stack.append(fn)
-            self.index.returns.setdefault(id(fn), [])
+                pending.append(node.body)  # type: ignore[union-attr]
+            elif type(node) in _STATEMENT_HOLDERS:
+                found = subtree.children(node)
+                found.reverse()
+                pending.extend(found)
+        for fn in self.facts.functions:
+            if fn.owner is not None:
+                for call in fn.calls:
+                    self._buffer(fn, call)
 
     def visit_Return(self, node: cst.Return) -> None:
         if self.stack:
@@ -291,21 +347,15 @@ class _IndexBuilder:
         if self_attribute(target) is not None:
             self.index.attr_writer[id(value)] = fn
 
-    def visit_Attribute(self, node: cst.Attribute) -> None:
-        attr = self_attribute(node)
-        if attr is None or not self.stack or self.stack[-1].owner is None:
+    def _buffer(self, fn: FunctionFacts, call: cst.Call) -> None:
+        """``self.register_buffer("name", value)`` in a method: ``self.name`` holds ``value``."""
+        if method_name(call) != "register_buffer":
             return
-        fn = self.stack[-1]
-        self.index.attr_refs.setdefault((id(fn.owner), attr), []).append((fn, node))
-
-    def visit_Call(self, node: cst.Call) -> None:
-        if not self.stack or self.stack[-1].owner is None or method_name(node) != "register_buffer":
-            return
-        args = positional(node)
+        args = positional(call)
         if len(args) >= 2 and string_value(args[0]) is not None:
-            key = (id(self.stack[-1].owner), string_value(args[0]) or "")
+            key = (id(fn.owner), string_value(args[0]) or "")
             self.index.buffers.setdefault(key, []).append(args[1])
-            self.index.attr_writer[id(args[1])] = self.stack[-1]
+            self.index.attr_writer[id(args[1])] = fn
 
 
 # -- results --------------------------------------------------------------------
@@ -404,18 +454,22 @@ class _Layout:
         stack: list[tuple[cst.CSTNode, tuple[tuple[int, int], ...], frozenset[int]]] = [
             (function, (), frozenset())
         ]
+        push, children = stack.append, subtree.children
         while stack:
             node, inside, loops = stack.pop()
             where[id(node)] = (len(where), inside, loops)
+            found = children(node)
+            if not found:
+                continue
             kind = type(node)  # exact classes: isinstance on libcst's abstract classes is slow
+            if kind is cst.If:
+                for child in reversed(found):
+                    push((child, _arm(node, child, inside), loops))
+                continue
             if kind is cst.For or kind is cst.While:
                 loops = loops | {id(node)}
-            found = subtree.children(node)
-            found.reverse()
-            if kind is cst.If:
-                stack.extend((child, _arm(node, child, inside), loops) for child in found)
-            else:
-                stack.extend((child, inside, loops) for child in found)
+            for child in reversed(found):
+                push((child, inside, loops))
         self.where = where
 
     def position(self, node: cst.CSTNode, default: int) -> int:
@@ -448,7 +502,7 @@ class Semantics:
     def __init__(self, module: cst.Module, facts: FileFacts) -> None:
         self.module = module
         self.facts = facts
-        self.index = _Index()
+        self.index = _Index(facts)
         _IndexBuilder(facts, self.index).build(module)
         self._reaches: dict[int, bool] = {}
         self._pipelines: dict[int, Pipeline | None] = {}
@@ -458,6 +512,7 @@ class Semantics:
         self._lineages: dict[int, dict[int, cst.CSTNode]] = {}  # per function: _attention_lineage
         self._multiplications_in: dict[int, dict[int, cst.BinaryOperation]] = {}  # per function
         self._iterated: dict[int, set[str]] = {}  # per function: _modules_iterated
+        self._softmaxes: dict[tuple[int, int], tuple[cst.Call, Softmax | None]] = {}
 
     def code(self, node: cst.CSTNode) -> str:
         text = self.module.code_for_node(node).strip()
@@ -753,7 +808,17 @@ class Semantics:
     # -- softmax ---------------------------------------------------------------
 
     def softmax(self, call: cst.Call, fn: FunctionFacts | None) -> Softmax | None:
-        """Recognise F.softmax, torch.softmax, x.softmax, nn.Softmax()(x) and self.softmax(x)."""
+        """Recognise F.softmax, torch.softmax, x.softmax, nn.Softmax()(x) and self.softmax(x).
+        Several rules ask about every call of a file: each call is read once per function."""
+        key = (id(call), id(fn))
+        known = self._softmaxes.get(key)
+        if known is not None and known[0] is call:
+            return known[1]
+        found = self._read_softmax(call, fn)
+        self._softmaxes[key] = (call, found)
+        return found
+
+    def _read_softmax(self, call: cst.Call, fn: FunctionFacts | None) -> Softmax | None:
         func = self.facts.canonical(call.func) or ""
         args = positional(call)
         if func in _SOFTMAX and args:

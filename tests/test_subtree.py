@@ -1,0 +1,72 @@
+"""subtree's walk visits the non-trivia nodes libcst's own children give, in the same order."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from attncheck.static import fast_tree, subtree, walk
+
+SOURCE = '''
+from x import (a as b, c)
+from y import *
+import torch.nn as nn
+
+@decorator(1)
+class Attention(nn.Module, metaclass=Meta):
+    """Doc."""
+
+    def forward(self, q: torch.Tensor, *args, k=None, **kw) -> torch.Tensor:
+        s = (q @ k.transpose(-2, -1)) / self.d_k ** 0.5
+        s += 1
+        a, (b, c) = s, (1, 2)
+        if mask is not None:
+            s = s.masked_fill(mask == 0, float("-inf"))
+        elif flag:
+            pass
+        else:
+            s = -s
+        for i in range(3):
+            while i < 2:
+                i = i + 1
+        with ctx() as f, other():
+            y = [v for v in s if v] + {k: v for k, v in d.items()} + {*z}
+        try:
+            g = lambda t, u=1: t * u
+        except (ValueError, KeyError) as e:
+            raise RuntimeError(f"{e!r:>10} {g}") from e
+        finally:
+            del g
+        x: int = yield from s
+        return s.softmax(dim=-1)[..., None], not a, a if b else c, (await w)
+'''
+MATCH = '''
+match s:
+    case [1, *rest] if rest:
+        pass
+    case {"k": v, **others}:
+        pass
+'''
+
+
+def _expected(root: cst.CSTNode) -> list[cst.CSTNode]:
+    found = [] if type(root) in walk.TRIVIA else [root]
+    for child in walk.children(root):
+        found.extend(_expected(child))
+    return found
+
+
+def test_preorder_matches_libcst_children_without_trivia() -> None:
+    for module in (cst.parse_module(SOURCE + MATCH), fast_tree.build(SOURCE)):
+        expected = _expected(module)
+        assert [id(n) for n in subtree.preorder(module)] == [id(n) for n in expected]
+        assert len(expected) > 200
+
+
+def test_fields_drop_the_ones_that_hold_only_trivia() -> None:
+    assert subtree.fields(cst.Call) == ("func", "args")
+    assert subtree.fields(cst.If) == ("test", "body", "orelse")
+    assert subtree.fields(cst.Name) == ()
+
+
+def test_concrete_names_the_classes_in_use() -> None:
+    assert subtree.concrete(cst.BaseSuite) == {cst.IndentedBlock, cst.SimpleStatementSuite}

@@ -276,10 +276,12 @@ _LEAVES: frozenset[type] = walk.TRIVIA | {
 
 
 def _concrete(cls: type) -> list[type]:
-    """``cls`` and its subclasses that nodes can be instances of: not abstract, and the class
-    its module names (libcst's slotted classes leave their slot-less originals behind)."""
-    live = getattr(sys.modules.get(cls.__module__), cls.__qualname__, None) is cls
-    found = [cls] if live and not inspect.isabstract(cls) else []
+    """``cls`` and its subclasses that nodes can be instances of: not abstract, and not shadowed
+    by another class of the same name (libcst's slotted classes leave their slot-less originals
+    behind as subclasses of the base)."""
+    named = getattr(sys.modules.get(cls.__module__), cls.__qualname__, None)
+    stale = named is not None and named is not cls
+    found = [] if stale or inspect.isabstract(cls) else [cls]
     for sub in cls.__subclasses__():
         found += _concrete(sub)
     return found
@@ -306,7 +308,7 @@ def _walked_fields(cls: type[cst.CSTNode]) -> tuple[str, ...] | None:
         return None
     try:
         hints = typing.get_type_hints(cls)
-    except (NameError, TypeError):
+    except (NameError, TypeError, AttributeError):
         return fields
     return tuple(f for f in fields if f not in hints or not _only_leaves(hints[f]))
 

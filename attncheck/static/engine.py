@@ -203,15 +203,9 @@ class _ScopeTracker(cst.BatchableCSTVisitor):
             self.context.function_stack.pop()
 
 
-def parse(source: Source) -> tuple[cst.Module, Reduced | None] | str:
-    """The module (of the attention-relevant lines of a large file, when they
-    parse on their own), or a one-line reason the file cannot be linted."""
-    if not source.text.strip():
-        return "empty file: nothing to check"
-    return _parse_exact(source, attention_regions(source.text))
-
-
 def _parse_exact(source: Source, reduced: Reduced | None) -> tuple[cst.Module, Reduced | None] | str:
+    """libcst's module of the attention-relevant lines (``reduced``), when they parse
+    on their own, else of the whole file; or a one-line reason it cannot be linted."""
     if reduced is not None:
         try:
             return cst.parse_module(reduced.text), reduced

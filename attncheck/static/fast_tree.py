@@ -280,7 +280,7 @@ class _Converter:
         return _node(cst.Import, names=[self.alias(a) for a in node.names])
 
     def small_ImportFrom(self, node: ast.ImportFrom) -> cst.ImportFrom:
-        module = self.dotted(node.module, node) if node.module else None
+        module = self.dotted(node.module) if node.module else None
         if len(node.names) == 1 and node.names[0].name == "*":
             names: Any = _node(cst.ImportStar)
         else:
@@ -289,18 +289,18 @@ class _Converter:
         return _node(cst.ImportFrom, module=module, names=names, relative=relative)
 
     def small_Global(self, node: ast.Global) -> cst.Global:
-        return _node(cst.Global, names=[_node(cst.NameItem, name=_node(cst.Name, value=n)) for n in node.names])
+        return _node(cst.Global, names=_name_items(node.names))
 
     def small_Nonlocal(self, node: ast.Nonlocal) -> cst.Nonlocal:
-        return _node(cst.Nonlocal, names=[_node(cst.NameItem, name=_node(cst.Name, value=n)) for n in node.names])
+        return _node(cst.Nonlocal, names=_name_items(node.names))
 
     def alias(self, node: ast.alias) -> cst.ImportAlias:
         asname = None
         if node.asname is not None:
             asname = _node(cst.AsName, name=_node(cst.Name, value=node.asname))
-        return self.at(_node(cst.ImportAlias, name=self.dotted(node.name, node), asname=asname), node)
+        return self.at(_node(cst.ImportAlias, name=self.dotted(node.name), asname=asname), node)
 
-    def dotted(self, name: str, where: ast.AST) -> cst.Name | cst.Attribute:
+    def dotted(self, name: str) -> cst.Name | cst.Attribute:
         """``a.b.c`` as libcst's Attribute chain (import names carry no spans of their own)."""
         parts = name.split(".")
         found: cst.Name | cst.Attribute = _node(cst.Name, value=parts[0])
@@ -691,6 +691,10 @@ class _Unplaced(_Converter):
 
     def expr_JoinedStr(self, node: ast.JoinedStr) -> cst.FormattedString:
         return _node(cst.FormattedString, parts=self.formatted_parts(node.values), start='f"', end='"')
+
+
+def _name_items(names: Sequence[str]) -> list[cst.NameItem]:
+    return [_node(cst.NameItem, name=_node(cst.Name, value=name)) for name in names]
 
 
 def _is_one_literal(text: str) -> bool:

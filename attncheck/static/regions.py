@@ -19,7 +19,7 @@ maps each kept line back to its line in the file, so findings point at the
 user's real lines; columns are untouched because whole lines are dropped.
 
 This is a text scan, not a parse, so a pathological file can fool it; the
-engine then parses the whole file instead (see ``engine.parse``). The scan is
+engine then parses the whole file instead (see ``engine._parse_exact``). The scan is
 cheap because it never walks the file line by line in Python: regular
 expressions over the whole text find the few lines that matter (statement
 starts at one indentation, lines holding a triple quote), and ``_LineIndex``

@@ -18,19 +18,15 @@ when the text holds a word some RoPE pattern needs.
 
 from __future__ import annotations
 
-import inspect
 import re
-import sys
-import types
-import typing
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from functools import cache, cached_property
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from attncheck.static import walk
+from attncheck.static import subtree, walk
 from attncheck.static.facts import FileFacts, FunctionFacts
 
 if TYPE_CHECKING:
@@ -275,44 +271,6 @@ _LEAVES: frozenset[type] = walk.TRIVIA | {
 }
 
 
-def _concrete(cls: type) -> list[type]:
-    """``cls`` and its subclasses that nodes can be instances of: not abstract, and not shadowed
-    by another class of the same name (libcst's slotted classes leave their slot-less originals
-    behind as subclasses of the base)."""
-    named = getattr(sys.modules.get(cls.__module__), cls.__qualname__, None)
-    stale = named is not None and named is not cls
-    found = [] if stale or inspect.isabstract(cls) else [cls]
-    for sub in cls.__subclasses__():
-        found += _concrete(sub)
-    return found
-
-
-def _only_leaves(annotation: object) -> bool:
-    """The annotation of a node's field admits nothing but leaves (and None or the sentinel)."""
-    if annotation is type(None) or annotation is cst.MaybeSentinel:
-        return True
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType, Sequence):
-        return all(_only_leaves(a) for a in typing.get_args(annotation))
-    if isinstance(annotation, type) and issubclass(annotation, cst.CSTNode):
-        return all(c in _LEAVES for c in _concrete(annotation))
-    return False  # anything else: walk it
-
-
-@cache
-def _walked_fields(cls: type[cst.CSTNode]) -> tuple[str, ...] | None:
-    """``walk.child_fields(cls)`` less the fields that by their annotation hold only leaves
-    (whitespace, punctuation, names): on most nodes that is more than half of them."""
-    fields = walk.child_fields(cls)
-    if fields is None:
-        return None
-    try:
-        hints = typing.get_type_hints(cls)
-    except (NameError, TypeError, AttributeError):
-        return fields
-    return tuple(f for f in fields if f not in hints or not _only_leaves(hints[f]))
-
-
 @dataclass
 class _Nodes:
     """What one walk of a file records, each list in source order (pre-order) with the
@@ -340,7 +298,6 @@ def _walk(facts: FileFacts) -> _Nodes:
     parents, scope_of = found.parents, found.scope_of
     calls, binops, expressions, subscripts = found.calls, found.binops, found.expressions, found.subscripts
     skip = _LEAVES
-    fields_of = _walked_fields
 
     def visit(node: cst.CSTNode, parent: cst.CSTNode | None, fn: FunctionFacts | None) -> None:
         parents[id(node)] = parent
@@ -360,7 +317,7 @@ def _walk(facts: FileFacts) -> _Nodes:
             found.returns.setdefault(id(fn), []).append(node)
         elif cls is cst.FunctionDef:
             fn = facts.function(node)
-        fields = fields_of(cls)
+        fields = subtree.fields_beyond(cls, skip)
         if fields is None:
             for child in node.children:
                 if type(child) not in skip:

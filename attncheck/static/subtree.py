@@ -29,11 +29,11 @@ from attncheck.static import walk
 
 
 def _concrete_subclasses(cls: type) -> Iterator[type]:
-    """Every class that can be instantiated as ``cls``. libcst's ``add_slots`` rebuilds each
-    node class, leaving the original behind as a subclass of its bases: the module holds the
-    class in use."""
-    module = sys.modules.get(cls.__module__)
-    if not inspect.isabstract(cls) and getattr(module, cls.__qualname__, None) is cls:
+    """Every class a node of type ``cls`` can have: not abstract, and not shadowed by another
+    class of its name (libcst's ``add_slots`` rebuilds each node class and leaves the
+    slot-less original behind as a subclass of its bases)."""
+    named = getattr(sys.modules.get(cls.__module__), cls.__qualname__, None)
+    if not inspect.isabstract(cls) and (named is None or named is cls):
         yield cls
     for sub in cls.__subclasses__():
         yield from _concrete_subclasses(sub)
@@ -48,14 +48,14 @@ def concrete(*bases: type) -> frozenset[type]:
 _NOTHING = (type(None), cst.MaybeSentinel)
 
 
-def _only_trivia(annotation: object) -> bool:
-    """Whether a field declared as ``annotation`` can only hold trivia (or nothing)."""
+def _holds_only(annotation: object, kinds: frozenset[type]) -> bool:
+    """Whether a field declared as ``annotation`` can only hold nodes of ``kinds`` (or nothing)."""
     if isinstance(annotation, type):
         if not issubclass(annotation, cst.CSTNode):
             return annotation in _NOTHING
-        return all(sub in walk.TRIVIA for sub in _concrete_subclasses(annotation))
+        return all(sub in kinds for sub in _concrete_subclasses(annotation))
     arguments = typing.get_args(annotation)
-    return bool(arguments) and all(_only_trivia(a) for a in arguments)
+    return bool(arguments) and all(_holds_only(a, kinds) for a in arguments)
 
 
 def _hints(cls: type) -> dict[str, object] | None:
@@ -66,13 +66,20 @@ def _hints(cls: type) -> dict[str, object] | None:
 
 
 @cache
-def fields(cls: type[cst.CSTNode]) -> tuple[str, ...] | None:
-    """The child fields of ``cls`` that may hold non-trivia, in visiting order (None: unknown)."""
+def fields_beyond(cls: type[cst.CSTNode], skipped: frozenset[type]) -> tuple[str, ...] | None:
+    """The child fields of ``cls``, in visiting order, less those whose declared type admits
+    only nodes of ``skipped`` (None: unknown). A walk that never descends into ``skipped``
+    need not read the others."""
     every = walk.child_fields(cls)
     hints = _hints(cls)
     if every is None or hints is None:
         return every
-    return tuple(name for name in every if name not in hints or not _only_trivia(hints[name]))
+    return tuple(name for name in every if name not in hints or not _holds_only(hints[name], skipped))
+
+
+def fields(cls: type[cst.CSTNode]) -> tuple[str, ...] | None:
+    """The child fields of ``cls`` that may hold non-trivia, in visiting order (None: unknown)."""
+    return fields_beyond(cls, walk.TRIVIA)
 
 
 def _shape(annotation: object) -> str | None:

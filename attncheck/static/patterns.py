@@ -59,16 +59,6 @@ def base_name(node: cst.BaseExpression) -> str | None:
     return name.rsplit(".", 1)[-1] if name else None
 
 
-def is_torch_call(node: cst.BaseExpression, facts: FileFacts, *names: str) -> bool:
-    """``torch.NAME(...)``, ``torch.nn.functional.NAME(...)`` or a method ``x.NAME(...)``."""
-    if not isinstance(node, cst.Call):
-        return False
-    canonical = facts.canonical(node.func) or ""
-    if any(canonical in (f"torch.{n}", f"torch.nn.functional.{n}") for n in names):
-        return True
-    return method_name(node) in names and not canonical.startswith(("math.", "numpy."))
-
-
 # -- numbers --------------------------------------------------------------------
 
 _INF_NAMES = {"math.inf", "torch.inf", "numpy.inf", "float.inf"}

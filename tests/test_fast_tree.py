@@ -13,7 +13,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 from attncheck.config import Settings
 from attncheck.pipeline import _rules, enabled_codes
 from attncheck.sources import Source
-from attncheck.static import engine, fast_tree, walk
+from attncheck.static import engine, fast_tree, node_fields
 
 ROOT = Path(__file__).resolve().parent.parent
 # Every fixture, and three of our own modules for breadth (f-strings, decorators, comprehensions).
@@ -28,7 +28,7 @@ _PLACED = (cst.Call, cst.Name, cst.Attribute, cst.BinaryOperation, cst.Subscript
 
 
 def _children(node: cst.CSTNode) -> list[cst.CSTNode]:
-    return [child for child in walk.children(node) if type(child) not in walk.TRIVIA]
+    return [child for child in node_fields.children(node) if type(child) not in node_fields.TRIVIA]
 
 
 def _pairs(text: str) -> list[tuple[cst.CSTNode, cst.CSTNode]]:
@@ -37,7 +37,7 @@ def _pairs(text: str) -> list[tuple[cst.CSTNode, cst.CSTNode]]:
     pairs, stack = [], [(exact, fast)]
     while stack:
         a, b = stack.pop()
-        assert walk._libcst_class(type(b)) is type(a), (type(a).__name__, type(b).__name__)
+        assert node_fields.libcst_class(type(b)) is type(a), (type(a).__name__, type(b).__name__)
         field = _LEAVES.get(type(a))
         if field is not None:
             assert getattr(a, field) == getattr(b, field)
@@ -45,7 +45,7 @@ def _pairs(text: str) -> list[tuple[cst.CSTNode, cst.CSTNode]]:
         if isinstance(a, cst.FormattedString):
             continue  # inside an f-string the fast tree is approximate and unplaced (see fast_tree)
         left, right = _children(a), _children(b)
-        assert [type(n) for n in left] == [walk._libcst_class(type(n)) for n in right], type(a).__name__
+        assert [type(n) for n in left] == [node_fields.libcst_class(type(n)) for n in right], type(a).__name__
         stack.extend(zip(left, right, strict=True))
     return pairs
 

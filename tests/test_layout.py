@@ -9,7 +9,7 @@ import libcst as cst
 import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from attncheck.static import walk
+from attncheck.static import node_fields
 from attncheck.static.layout import Layout
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,7 +42,7 @@ def test_positions_match_libcst(name: str, text: str):
     order = []
     while stack:
         node = stack.pop()
-        stack.extend(walk.children(node))
+        stack.extend(node_fields.children(node))
         order.append(node)
     # Innermost first, so a class's members are generated one at a time before the class.
     for node in reversed(order):

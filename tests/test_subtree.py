@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from attncheck.static import fast_tree, subtree, walk
+from attncheck.static import fast_tree, node_fields, subtree
 
 SOURCE = '''
 from x import (a as b, c)
@@ -49,8 +49,8 @@ match s:
 
 
 def _expected(root: cst.CSTNode) -> list[cst.CSTNode]:
-    found = [] if type(root) in walk.TRIVIA else [root]
-    for child in walk.children(root):
+    found = [] if type(root) in node_fields.TRIVIA else [root]
+    for child in node_fields.children(root):
         found.extend(_expected(child))
     return found
 

@@ -11,7 +11,7 @@ import pytest
 from libcst.metadata import MetadataWrapper
 
 from attncheck.sources import Source
-from attncheck.static import cst_fields, fast_tree, walk
+from attncheck.static import cst_fields, fast_tree, node_fields, walk
 from attncheck.static.engine import lint
 from attncheck.static.rules import all_rules
 
@@ -26,8 +26,8 @@ def modules() -> tuple[cst.Module, ...]:
 
 
 def test_the_field_table_matches_the_installed_libcst():
-    assert walk.libcst_version == cst_fields.LIBCST_VERSION
-    assert {cls.__name__: walk.derive_fields(cls) for cls in walk.node_classes()} == cst_fields.FIELDS
+    assert node_fields.libcst_version == cst_fields.LIBCST_VERSION
+    assert {cls.__name__: node_fields.derive_fields(cls) for cls in node_fields.node_classes()} == cst_fields.FIELDS
 
 
 def test_children_are_libcsts_children_for_every_node():
@@ -36,7 +36,7 @@ def test_children_are_libcsts_children_for_every_node():
     while stack:
         node = stack.pop()
         expected = list(node.children)
-        found = walk.children(node)
+        found = node_fields.children(node)
         assert len(found) == len(expected), type(node).__name__
         assert all(a is b for a, b in zip(found, expected, strict=True)), type(node).__name__
         stack.extend(expected)
@@ -112,7 +112,7 @@ def test_rules_find_the_same_with_libcsts_traversal(monkeypatch):
     sources = [Source(str(path), path.read_text(encoding="utf-8")) for path in paths]
     fast = [lint(source, all_rules()) for source in sources]
     monkeypatch.setattr(walk, "visit", lambda node, visitor, trivia=True: node.visit(visitor))
-    monkeypatch.setattr(walk, "children", lambda node: list(node.children))
+    monkeypatch.setattr(node_fields, "children", lambda node: list(node.children))
     monkeypatch.setattr(walk, "visit_batched", libcst_visit_batched)
     monkeypatch.setattr(fast_tree, "build", refuse_fast_tree)  # libcst's traversal rebuilds nodes: its own tree
     slow = [lint(source, all_rules()) for source in sources]

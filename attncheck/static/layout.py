@@ -23,7 +23,7 @@ import libcst as cst
 from libcst._position import CodeRange
 from libcst.metadata.position_provider import PositionProvider, PositionProvidingCodegenState
 
-from attncheck.static import walk
+from attncheck.static import node_fields
 
 
 class Layout:
@@ -142,7 +142,7 @@ class _Positions(Mapping[cst.CSTNode, CodeRange]):
             return found
         unit = self.owner.get(node)
         if unit is None:
-            if type(node) in walk.TRIVIA or node is self.layout.module:
+            if type(node) in node_fields.TRIVIA or node is self.layout.module:
                 return self._fall_back()[node]
             raise KeyError(node)  # not in the tree: a node facts.py built
         if unit in self.done or not self._generate(unit):
@@ -196,10 +196,10 @@ class _Positions(Mapping[cst.CSTNode, CodeRange]):
 def _index(root: cst.CSTNode, unit: Unit, table: dict[cst.CSTNode, Unit]) -> None:
     """Map ``root`` and its nodes (but punctuation and whitespace) not yet mapped to ``unit``."""
     stack = [root]
-    trivia = walk.TRIVIA
+    trivia = node_fields.TRIVIA
     while stack:
         node = stack.pop()
         if node in table:
             continue
         table[node] = unit
-        stack.extend(child for child in walk.children(node) if type(child) not in trivia)
+        stack.extend(child for child in node_fields.children(node) if type(child) not in trivia)

@@ -7,7 +7,7 @@ operator tokens are half of all nodes and none of them matters there, so
 ``fields(cls)`` keeps only the child fields of a node class whose declared type
 can hold something other than trivia: a walk neither reads nor tests the rest
 (``Call`` keeps ``func`` and ``args`` of its six fields). The visiting order of
-the nodes it keeps is ``walk.children``'s.
+the nodes it keeps is ``node_fields.children``'s.
 
 ``children`` is the inner loop of those walks, so each node class gets a reader
 of its own, generated once from the declared field types (``[n.func, *n.args]``
@@ -25,7 +25,7 @@ from functools import cache
 
 import libcst as cst
 
-from attncheck.static import walk
+from attncheck.static import node_fields
 
 
 def _concrete_subclasses(cls: type) -> Iterator[type]:
@@ -70,7 +70,7 @@ def fields_beyond(cls: type[cst.CSTNode], skipped: frozenset[type]) -> tuple[str
     """The child fields of ``cls``, in visiting order, less those whose declared type admits
     only nodes of ``skipped`` (None: unknown). A walk that never descends into ``skipped``
     need not read the others."""
-    every = walk.child_fields(cls)
+    every = node_fields.child_fields(cls)
     hints = _hints(cls)
     if every is None or hints is None:
         return every
@@ -79,7 +79,7 @@ def fields_beyond(cls: type[cst.CSTNode], skipped: frozenset[type]) -> tuple[str
 
 def fields(cls: type[cst.CSTNode]) -> tuple[str, ...] | None:
     """The child fields of ``cls`` that may hold non-trivia, in visiting order (None: unknown)."""
-    return fields_beyond(cls, walk.TRIVIA)
+    return fields_beyond(cls, node_fields.TRIVIA)
 
 
 def _shape(annotation: object) -> str | None:
@@ -88,7 +88,7 @@ def _shape(annotation: object) -> str | None:
     when the reader must test."""
     if isinstance(annotation, type):
         never_trivia = issubclass(annotation, cst.CSTNode) and not any(
-            sub in walk.TRIVIA for sub in _concrete_subclasses(annotation)
+            sub in node_fields.TRIVIA for sub in _concrete_subclasses(annotation)
         )
         return "one" if never_trivia else None
     arguments = typing.get_args(annotation)
@@ -101,7 +101,7 @@ def _shape(annotation: object) -> str | None:
     return None
 
 
-_TRIVIA = walk.TRIVIA
+_TRIVIA = node_fields.TRIVIA
 _DEFAULT = cst.MaybeSentinel.DEFAULT
 
 

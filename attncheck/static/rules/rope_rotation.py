@@ -14,8 +14,8 @@ import re
 import libcst as cst
 
 from attncheck.findings import Severity
+from attncheck.static import node_fields
 from attncheck.static import rope_patterns as rp
-from attncheck.static import walk
 from attncheck.static.rule import Invalid, Rule
 
 # NanoChat's rotate_half: "Rotates half the hidden dims of the input with flipped signs".
@@ -299,7 +299,7 @@ def _subtree(node: cst.CSTNode) -> list[cst.CSTNode]:
     while stack:
         current = stack.pop()
         found.append(current)
-        stack.extend(walk.children(current))
+        stack.extend(node_fields.children(current))
     return found
 
 

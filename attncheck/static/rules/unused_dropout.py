@@ -7,7 +7,7 @@ import re
 import libcst as cst
 
 from attncheck.findings import Severity
-from attncheck.static import semantics, walk
+from attncheck.static import node_fields, semantics
 from attncheck.static.facts import ClassFacts
 from attncheck.static.rule import Invalid, Rule
 
@@ -167,7 +167,7 @@ def _rate_reused(sem: semantics.Semantics, klass: ClassFacts, attr: str, value: 
             node = stack.pop()
             if isinstance(node, cst.Call) and any(sem.code(a.value) == rate for a in node.args):
                 return True
-            stack.extend(walk.children(node))
+            stack.extend(node_fields.children(node))
     return False
 
 

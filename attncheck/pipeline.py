@@ -19,6 +19,7 @@ from functools import cache as memoized
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from attncheck import collector
 from attncheck.cache import Cache, default_dir
 from attncheck.config import Settings
 from attncheck.discovery import Candidate
@@ -97,6 +98,8 @@ def lint_source(source: Source, codes: tuple[str, ...]) -> Answer:
             result = lint(source, _rules(codes))
     except deadline.TimeLimitError:
         return [], [], deadline.gave_up(limit)
+    finally:
+        collector.after_file()
     return result.findings, result.targets, result.error
 
 
@@ -120,7 +123,7 @@ def _in_order(function: Callable, items: list, codes: tuple[str, ...], jobs: int
 
     order = sorted(range(len(items)), key=lambda i: _size(items[i]), reverse=True)
     answers: list = [None] * len(items)
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
+    with ProcessPoolExecutor(max_workers=jobs, initializer=collector.start_worker) as pool:
         done = pool.map(function, [items[i] for i in order], [codes] * len(items), chunksize=2)
         for index, answer in zip(order, done, strict=True):
             answers[index] = answer

@@ -10,8 +10,9 @@ ambiguous, and nothing is evaluated.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 
 import libcst as cst
 
@@ -31,9 +32,10 @@ _DEFAULT_ALIASES = {
 
 def dotted_name(node: cst.CSTNode) -> str | None:
     """``a.b.c`` for a Name/Attribute chain, None for anything else."""
-    if isinstance(node, cst.Name):
+    kind = type(node)  # not isinstance: on libcst's classes that is a Python-level ABC check
+    if kind is cst.Name:
         return node.value
-    if isinstance(node, cst.Attribute):
+    if kind is cst.Attribute:
         base = dotted_name(node.value)
         return f"{base}.{node.attr.value}" if base else None
     return None
@@ -41,11 +43,7 @@ def dotted_name(node: cst.CSTNode) -> str | None:
 
 def self_attribute(node: cst.CSTNode) -> str | None:
     """``"attr"`` for ``self.attr``, None otherwise."""
-    if (
-        isinstance(node, cst.Attribute)
-        and isinstance(node.value, cst.Name)
-        and node.value.value == "self"
-    ):
+    if type(node) is cst.Attribute and type(node.value) is cst.Name and node.value.value == "self":
         return node.attr.value
     return None
 
@@ -55,10 +53,21 @@ class FunctionFacts:
     """Assignments inside one function (nested functions are indexed on their own)."""
 
     node: cst.FunctionDef
-    owner: ClassFacts | None
+    owner_class: InitVar[ClassFacts | None]
     params: tuple[str, ...]
     assignments: dict[str, list[cst.BaseExpression]] = field(default_factory=dict)
     calls: list[cst.Call] = field(default_factory=list)
+
+    def __post_init__(self, owner_class: ClassFacts | None) -> None:
+        # Weak, as a back reference should be: the class lists its methods, and the cycle would
+        # keep the class's whole subtree alive until Python's collector ran, which lint workers
+        # pause. ``FileFacts.every_class`` keeps each class alive as long as the facts.
+        self._owner = None if owner_class is None else weakref.ref(owner_class)
+
+    @property
+    def owner(self) -> ClassFacts | None:
+        """The class this function is a method of; None for a plain or nested function."""
+        return None if self._owner is None else self._owner()
 
     @property
     def name(self) -> str:
@@ -94,7 +103,8 @@ class FileFacts:
     def __init__(self, module: cst.Module) -> None:
         self.module = module
         self.aliases: dict[str, str] = dict(_DEFAULT_ALIASES)
-        self.classes: dict[str, ClassFacts] = {}
+        self.classes: dict[str, ClassFacts] = {}  # top-level classes, the first of each name
+        self.every_class: list[ClassFacts] = []  # nested and shadowed ones too
         self.functions: list[FunctionFacts] = []
         self._by_node: dict[int, FunctionFacts] = {}
         walk.visit(module, _Indexer(self))
@@ -183,6 +193,7 @@ class _Indexer(cst.CSTVisitor):
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         bases = tuple(filter(None, (self.facts.canonical(arg.value) for arg in node.bases)))
         facts = ClassFacts(node=node, bases=bases)
+        self.facts.every_class.append(facts)
         if not self.class_stack and not self.function_stack:
             self.facts.classes.setdefault(facts.name, facts)
         self.class_stack.append(facts)
@@ -198,7 +209,7 @@ class _Indexer(cst.CSTVisitor):
         ):
             owner = self.class_stack[-1]
         params = tuple(p.name.value for p in _all_params(node.params))
-        facts = FunctionFacts(node=node, owner=owner, params=params)
+        facts = FunctionFacts(node=node, owner_class=owner, params=params)
         if owner is not None:
             owner.methods.setdefault(facts.name, facts)
         self.facts.functions.append(facts)

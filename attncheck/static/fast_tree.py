@@ -26,8 +26,7 @@ import dataclasses
 import io
 import re
 import tokenize
-from collections.abc import Iterator, Mapping, Sequence
-from functools import cache
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import libcst as cst
@@ -49,29 +48,45 @@ class MissingPositionError(Exception):
     """
 
 
-@cache
-def _defaults(cls: type[cst.CSTNode]) -> tuple[tuple[str, Any], ...]:
-    found = []
-    for field in dataclasses.fields(cls):
-        if field.default is not dataclasses.MISSING:
-            found.append((field.name, field.default))
-        elif field.default_factory is not dataclasses.MISSING:
-            found.append((field.name, field.default_factory()))
-    return tuple(found)
+class _Constructors(dict[type, Callable[..., Any]]):
+    """Per node class, a function building an instance from keyword fields, with libcst's
+    defaults for the rest, without running the dataclass constructor's validation (the
+    text parsed): ``_new[cst.Name](value="x")``.
+
+    A tree is about a million nodes, so each function is generated once per class, with
+    one slot write per field and nothing else: several times cheaper than a loop over
+    the fields or the frozen dataclass's ``__init__``.
+    """
+
+    def __missing__(self, cls: type[cst.CSTNode]) -> Callable[..., Any]:
+        namespace: dict[str, Any] = {"new": object.__new__, "cls": cls}
+        parameters, writes = [], []
+        for index, field in enumerate(dataclasses.fields(cls)):
+            name = field.name
+            if field.default is not dataclasses.MISSING:
+                namespace[f"default{index}"] = field.default
+                parameters.append(f"{name}=default{index}")
+            elif field.default_factory is not dataclasses.MISSING:
+                namespace[f"default{index}"] = field.default_factory()  # one shared, never mutated
+                parameters.append(f"{name}=default{index}")
+            else:
+                parameters.append(name)
+            namespace[f"write{index}"] = _slot(cls, name).__set__
+            writes.append(f"    write{index}(node, {name})\n")
+        signature = f"*, {', '.join(parameters)}" if parameters else ""
+        source = f"def construct({signature}):\n    node = new(cls)\n{''.join(writes)}    return node\n"
+        exec(source, namespace)  # built above from the dataclass's own field names
+        self[cls] = constructor = namespace["construct"]
+        return constructor
 
 
+def _slot(cls: type, name: str) -> Any:
+    """The slot descriptor of field ``name`` (libcst's node classes are slotted dataclasses)."""
+    return next(vars(base)[name] for base in cls.__mro__ if hasattr(vars(base).get(name), "__set__"))
+
+
+_new = _Constructors()
 _set = object.__setattr__
-
-
-def _node(cls: type[cst.CSTNode], **fields: Any) -> Any:
-    """An instance of ``cls`` with ``fields`` and libcst's defaults for the rest,
-    without running the dataclass constructor's validation (the text parsed)."""
-    node = object.__new__(cls)
-    for name, value in _defaults(cls):
-        _set(node, name, value)
-    for name, value in fields.items():
-        _set(node, name, value)
-    return node
 
 
 class FastModule(cst.Module):
@@ -143,8 +158,8 @@ def build(text: str) -> FastModule:
     if len(lines) != text.count("\n") + (not text.endswith("\n") and bool(text)):
         raise NotModelledError("a line separator ast does not split on")
     converter = _Converter(lines)
-    module = _node(FastModule, body=converter.statements(tree.body),
-                   has_trailing_newline=text.endswith("\n") or not text)
+    module = _new[FastModule](body=converter.statements(tree.body),
+                              has_trailing_newline=text.endswith("\n") or not text)
     _set(module, "positions", converter.positions)
     return module
 
@@ -171,8 +186,8 @@ _COMPARE = {
 }
 # One shared instance per operator: they carry only (default) whitespace. Augmented
 # assignments have their own table: ast spells ``+=`` with the same ast.Add as ``+``.
-_OPERATORS = {op: _node(cls) for table in (_BINARY, _UNARY, _BOOLEAN, _COMPARE) for op, cls in table.items()}
-_AUGMENTED_OPERATORS = {op: _node(cls) for op, cls in _AUGMENTED.items()}
+_OPERATORS = {op: _new[cls]() for table in (_BINARY, _UNARY, _BOOLEAN, _COMPARE) for op, cls in table.items()}
+_AUGMENTED_OPERATORS = {op: _new[cls]() for op, cls in _AUGMENTED.items()}
 _SMALL = (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Return, ast.Pass, ast.Break,
           ast.Continue, ast.Raise, ast.Assert, ast.Delete, ast.Import, ast.ImportFrom, ast.Global,
           ast.Nonlocal)
@@ -217,95 +232,95 @@ class _Converter:
 
     def line(self, group: Sequence[ast.stmt]) -> cst.SimpleStatementLine:
         body = [self.small(s) for s in group]
-        return self.at(_node(cst.SimpleStatementLine, body=body), _between(group[0], group[-1]))
+        return self.at(_new[cst.SimpleStatementLine](body=body), _between(group[0], group[-1]))
 
     def block(self, body: Sequence[ast.stmt]) -> cst.BaseSuite:
         first = body[0]
         before = self.lines[first.lineno - 1].encode()[: first.col_offset]
         if before.strip():  # ``if x: return y``: the body shares the header's line
             small = [self.small(s) for s in body]
-            return self.at(_node(cst.SimpleStatementSuite, body=small), _between(first, body[-1]))
-        return self.at(_node(cst.IndentedBlock, body=self.statements(body)), _between(first, body[-1]))
+            return self.at(_new[cst.SimpleStatementSuite](body=small), _between(first, body[-1]))
+        return self.at(_new[cst.IndentedBlock](body=self.statements(body)), _between(first, body[-1]))
 
     def small(self, node: ast.stmt) -> cst.BaseSmallStatement:
         method = getattr(self, f"small_{type(node).__name__}")
         return self.at(method(node), node)
 
     def small_Expr(self, node: ast.Expr) -> cst.Expr:
-        return _node(cst.Expr, value=self.expr(node.value))
+        return _new[cst.Expr](value=self.expr(node.value))
 
     def small_Assign(self, node: ast.Assign) -> cst.Assign:
-        targets = [self.at(_node(cst.AssignTarget, target=self.expr(t)), t) for t in node.targets]
-        return _node(cst.Assign, targets=targets, value=self.expr(node.value))
+        targets = [self.at(_new[cst.AssignTarget](target=self.expr(t)), t) for t in node.targets]
+        return _new[cst.Assign](targets=targets, value=self.expr(node.value))
 
     def small_AugAssign(self, node: ast.AugAssign) -> cst.AugAssign:
-        return _node(cst.AugAssign, target=self.expr(node.target), operator=_AUGMENTED_OPERATORS[type(node.op)],
-                     value=self.expr(node.value))
+        return _new[cst.AugAssign](target=self.expr(node.target), operator=_AUGMENTED_OPERATORS[type(node.op)],
+                                   value=self.expr(node.value))
 
     def small_AnnAssign(self, node: ast.AnnAssign) -> cst.AnnAssign:
         annotation = self.annotation(node.annotation)
         value = self.expr(node.value) if node.value is not None else None
-        return _node(cst.AnnAssign, target=self.expr(node.target), annotation=annotation, value=value)
+        return _new[cst.AnnAssign](target=self.expr(node.target), annotation=annotation, value=value)
 
     def small_Return(self, node: ast.Return) -> cst.Return:
-        return _node(cst.Return, value=self.optional(node.value))
+        return _new[cst.Return](value=self.optional(node.value))
 
     def small_Pass(self, node: ast.Pass) -> cst.Pass:
-        return _node(cst.Pass)
+        return _new[cst.Pass]()
 
     def small_Break(self, node: ast.Break) -> cst.Break:
-        return _node(cst.Break)
+        return _new[cst.Break]()
 
     def small_Continue(self, node: ast.Continue) -> cst.Continue:
-        return _node(cst.Continue)
+        return _new[cst.Continue]()
 
     def small_Raise(self, node: ast.Raise) -> cst.Raise:
         cause = None
         if node.cause is not None:
-            cause = self.at(_node(cst.From, item=self.expr(node.cause)), node.cause)
-        return _node(cst.Raise, exc=self.optional(node.exc), cause=cause)
+            cause = self.at(_new[cst.From](item=self.expr(node.cause)), node.cause)
+        return _new[cst.Raise](exc=self.optional(node.exc), cause=cause)
 
     def small_Assert(self, node: ast.Assert) -> cst.Assert:
-        return _node(cst.Assert, test=self.expr(node.test), msg=self.optional(node.msg))
+        return _new[cst.Assert](test=self.expr(node.test), msg=self.optional(node.msg))
 
     def small_Delete(self, node: ast.Delete) -> cst.Del:
         if len(node.targets) == 1:
             target = self.expr(node.targets[0])
         else:
-            elements = [self.at(_node(cst.Element, value=self.expr(t)), t) for t in node.targets]
-            target = self.at(_node(cst.Tuple, elements=elements), _between(node.targets[0], node.targets[-1]))
-        return _node(cst.Del, target=target)
+            elements = [self.at(_new[cst.Element](value=self.expr(t)), t) for t in node.targets]
+            target = self.at(_new[cst.Tuple](elements=elements), _between(node.targets[0], node.targets[-1]))
+        return _new[cst.Del](target=target)
 
     def small_Import(self, node: ast.Import) -> cst.Import:
-        return _node(cst.Import, names=[self.alias(a) for a in node.names])
+        return _new[cst.Import](names=[self.alias(a) for a in node.names])
 
     def small_ImportFrom(self, node: ast.ImportFrom) -> cst.ImportFrom:
         module = self.dotted(node.module) if node.module else None
         if len(node.names) == 1 and node.names[0].name == "*":
-            names: Any = _node(cst.ImportStar)
+            names: Any = _new[cst.ImportStar]()
         else:
             names = [self.alias(a) for a in node.names]
-        relative = [_node(cst.Dot) for _ in range(node.level)]
-        return _node(cst.ImportFrom, module=module, names=names, relative=relative)
+        relative = [_new[cst.Dot]() for _ in range(node.level)]
+        return _new[cst.ImportFrom](module=module, names=names, relative=relative)
 
     def small_Global(self, node: ast.Global) -> cst.Global:
-        return _node(cst.Global, names=_name_items(node.names))
+        return _new[cst.Global](names=_name_items(node.names))
 
     def small_Nonlocal(self, node: ast.Nonlocal) -> cst.Nonlocal:
-        return _node(cst.Nonlocal, names=_name_items(node.names))
+        return _new[cst.Nonlocal](names=_name_items(node.names))
 
     def alias(self, node: ast.alias) -> cst.ImportAlias:
         asname = None
         if node.asname is not None:
-            asname = _node(cst.AsName, name=_node(cst.Name, value=node.asname))
-        return self.at(_node(cst.ImportAlias, name=self.dotted(node.name), asname=asname), node)
+            asname = _new[cst.AsName](name=_new[cst.Name](value=node.asname))
+        return self.at(_new[cst.ImportAlias](name=self.dotted(node.name), asname=asname), node)
 
     def dotted(self, name: str) -> cst.Name | cst.Attribute:
         """``a.b.c`` as libcst's Attribute chain (import names carry no spans of their own)."""
         parts = name.split(".")
-        found: cst.Name | cst.Attribute = _node(cst.Name, value=parts[0])
+        found: cst.Name | cst.Attribute = _new[cst.Name](value=parts[0])
         for part in parts[1:]:
-            found = _node(cst.Attribute, value=found, attr=_node(cst.Name, value=part))
+            found = _new[cst.Attribute](value=found, attr=_new[cst.Name](value=part))
         return found
 
     def compound(self, node: ast.stmt) -> cst.BaseCompoundStatement:
@@ -317,23 +332,21 @@ class _Converter:
 
     def compound_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> cst.FunctionDef:
         returns = self.annotation(node.returns) if node.returns is not None else None
-        return _node(
-            cst.FunctionDef,
+        return _new[cst.FunctionDef](
             name=self.definition_name(node),
             params=self.parameters(node.args),
             body=self.block(node.body),
             decorators=[self.decorator(d) for d in node.decorator_list],
             returns=returns,
-            asynchronous=_node(cst.Asynchronous) if isinstance(node, ast.AsyncFunctionDef) else None,
+            asynchronous=_new[cst.Asynchronous]() if isinstance(node, ast.AsyncFunctionDef) else None,
         )
 
 
     def compound_ClassDef(self, node: ast.ClassDef) -> cst.ClassDef:
-        return _node(
-            cst.ClassDef,
+        return _new[cst.ClassDef](
             name=self.definition_name(node),
             body=self.block(node.body),
-            bases=[self.at(_node(cst.Arg, value=self.expr(b)), b) for b in node.bases],
+            bases=[self.at(_new[cst.Arg](value=self.expr(b)), b) for b in node.bases],
             keywords=[self.keyword(k) for k in node.keywords],
             decorators=[self.decorator(d) for d in node.decorator_list],
         )
@@ -343,11 +356,11 @@ class _Converter:
         if head is None:
             raise NotModelledError("a definition whose name is not on its first line")
         start = head.end()
-        return self.at(_node(cst.Name, value=node.name),
+        return self.at(_new[cst.Name](value=node.name),
                        (node.lineno, start, node.lineno, start + len(node.name.encode())))
 
     def decorator(self, node: ast.expr) -> cst.Decorator:
-        return _node(cst.Decorator, decorator=self.expr(node))
+        return _new[cst.Decorator](decorator=self.expr(node))
 
     def compound_If(self, node: ast.If) -> cst.If:
         orelse = None
@@ -356,36 +369,36 @@ class _Converter:
             if isinstance(first, ast.If) and len(node.orelse) == 1 and self._is_elif(first):
                 orelse = self.at(self.compound_If(first), first)
             else:
-                orelse = _node(cst.Else, body=self.block(node.orelse))
-        return _node(cst.If, test=self.expr(node.test), body=self.block(node.body), orelse=orelse)
+                orelse = _new[cst.Else](body=self.block(node.orelse))
+        return _new[cst.If](test=self.expr(node.test), body=self.block(node.body), orelse=orelse)
 
     def _is_elif(self, node: ast.If) -> bool:
         return self.lines[node.lineno - 1].encode()[node.col_offset : node.col_offset + 4] == b"elif"
 
     def orelse(self, body: Sequence[ast.stmt]) -> cst.Else | None:
-        return _node(cst.Else, body=self.block(body)) if body else None
+        return _new[cst.Else](body=self.block(body)) if body else None
 
     def compound_For(self, node: ast.For | ast.AsyncFor) -> cst.For:
-        return _node(
-            cst.For, target=self.expr(node.target), iter=self.expr(node.iter), body=self.block(node.body),
+        return _new[cst.For](
+            target=self.expr(node.target), iter=self.expr(node.iter), body=self.block(node.body),
             orelse=self.orelse(node.orelse),
-            asynchronous=_node(cst.Asynchronous) if isinstance(node, ast.AsyncFor) else None,
+            asynchronous=_new[cst.Asynchronous]() if isinstance(node, ast.AsyncFor) else None,
         )
 
 
     def compound_While(self, node: ast.While) -> cst.While:
-        return _node(cst.While, test=self.expr(node.test), body=self.block(node.body),
-                     orelse=self.orelse(node.orelse))
+        return _new[cst.While](test=self.expr(node.test), body=self.block(node.body),
+                               orelse=self.orelse(node.orelse))
 
     def compound_With(self, node: ast.With | ast.AsyncWith) -> cst.With:
         items = []
         for item in node.items:
             asname = None
             if item.optional_vars is not None:
-                asname = _node(cst.AsName, name=self.expr(item.optional_vars))
-            items.append(_node(cst.WithItem, item=self.expr(item.context_expr), asname=asname))
-        return _node(cst.With, items=items, body=self.block(node.body),
-                     asynchronous=_node(cst.Asynchronous) if isinstance(node, ast.AsyncWith) else None)
+                asname = _new[cst.AsName](name=self.expr(item.optional_vars))
+            items.append(_new[cst.WithItem](item=self.expr(item.context_expr), asname=asname))
+        return _new[cst.With](items=items, body=self.block(node.body),
+                              asynchronous=_new[cst.Asynchronous]() if isinstance(node, ast.AsyncWith) else None)
 
 
     def compound_Try(self, node: ast.Try) -> cst.Try:
@@ -393,14 +406,14 @@ class _Converter:
         for handler in node.handlers:
             name = None
             if handler.name is not None:
-                name = _node(cst.AsName, name=_node(cst.Name, value=handler.name))
+                name = _new[cst.AsName](name=_new[cst.Name](value=handler.name))
             handlers.append(self.at(
-                _node(cst.ExceptHandler, body=self.block(handler.body), type=self.optional(handler.type), name=name),
+                _new[cst.ExceptHandler](body=self.block(handler.body), type=self.optional(handler.type), name=name),
                 handler,
             ))
-        finalbody = _node(cst.Finally, body=self.block(node.finalbody)) if node.finalbody else None
-        return _node(cst.Try, body=self.block(node.body), handlers=handlers, orelse=self.orelse(node.orelse),
-                     finalbody=finalbody)
+        finalbody = _new[cst.Finally](body=self.block(node.finalbody)) if node.finalbody else None
+        return _new[cst.Try](body=self.block(node.body), handlers=handlers, orelse=self.orelse(node.orelse),
+                             finalbody=finalbody)
 
     # Parameters and arguments -------------------------------------------
 
@@ -413,36 +426,36 @@ class _Converter:
         if args.vararg is not None:
             star_arg = self.param(args.vararg, None, star="*")
         elif args.kwonlyargs:
-            star_arg = _node(cst.ParamStar)
+            star_arg = _new[cst.ParamStar]()
         kwonly = [self.param(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True)]
         star_kwarg = self.param(args.kwarg, None, star="**") if args.kwarg is not None else None
-        return _node(
-            cst.Parameters, params=params[len(args.posonlyargs):], posonly_params=posonly,
-            posonly_ind=_node(cst.ParamSlash) if posonly else cst.MaybeSentinel.DEFAULT,
+        return _new[cst.Parameters](
+            params=params[len(args.posonlyargs):], posonly_params=posonly,
+            posonly_ind=_new[cst.ParamSlash]() if posonly else cst.MaybeSentinel.DEFAULT,
             star_arg=star_arg, kwonly_params=kwonly, star_kwarg=star_kwarg,
         )
 
     def param(self, arg: ast.arg, default: ast.expr | None, star: str = "") -> cst.Param:
         end = arg.col_offset + len(arg.arg.encode())
-        name = self.at(_node(cst.Name, value=arg.arg), (arg.lineno, arg.col_offset, arg.lineno, end))
+        name = self.at(_new[cst.Name](value=arg.arg), (arg.lineno, arg.col_offset, arg.lineno, end))
         located = (arg.lineno, arg.col_offset - len(star), arg.lineno, end)  # libcst's includes the stars
         annotation = self.annotation(arg.annotation) if arg.annotation is not None else None
         value = self.expr(default) if default is not None else None
-        return self.at(_node(cst.Param, name=name, annotation=annotation, default=value, star=star), located)
+        return self.at(_new[cst.Param](name=name, annotation=annotation, default=value, star=star), located)
 
     def annotation(self, node: ast.expr) -> cst.Annotation:
-        return self.at(_node(cst.Annotation, annotation=self.expr(node)), node)
+        return self.at(_new[cst.Annotation](annotation=self.expr(node)), node)
 
     def arguments(self, node: ast.Call) -> list[cst.Arg]:
         found: list[tuple[tuple[int, int], cst.Arg]] = []
         for value in node.args:
             if isinstance(value, ast.Starred):
-                arg = self.at(_node(cst.Arg, value=self.expr(value.value), star="*"), value)
+                arg = self.at(_new[cst.Arg](value=self.expr(value.value), star="*"), value)
             else:
                 converted = self.expr(value)
                 # A lone generator argument borrows the call's parentheses in ast's span.
                 located = self.spans.get(converted, value) if isinstance(value, ast.GeneratorExp) else value
-                arg = self.at(_node(cst.Arg, value=converted), located)
+                arg = self.at(_new[cst.Arg](value=converted), located)
             found.append(((value.lineno, value.col_offset), arg))
         for keyword in node.keywords:
             found.append(((keyword.lineno, keyword.col_offset), self.keyword(keyword)))
@@ -451,10 +464,10 @@ class _Converter:
 
     def keyword(self, node: ast.keyword) -> cst.Arg:
         if node.arg is None:
-            return self.at(_node(cst.Arg, value=self.expr(node.value), star="**"), node)
-        name = self.at(_node(cst.Name, value=node.arg),
+            return self.at(_new[cst.Arg](value=self.expr(node.value), star="**"), node)
+        name = self.at(_new[cst.Name](value=node.arg),
                        (node.lineno, node.col_offset, node.lineno, node.col_offset + len(node.arg.encode())))
-        return self.at(_node(cst.Arg, value=self.expr(node.value), keyword=name), node)
+        return self.at(_new[cst.Arg](value=self.expr(node.value), keyword=name), node)
 
     # Expressions ---------------------------------------------------------
 
@@ -468,21 +481,21 @@ class _Converter:
         return method(node)
 
     def expr_Name(self, node: ast.Name) -> cst.Name:
-        return self.at(_node(cst.Name, value=node.id), node)
+        return self.at(_new[cst.Name](value=node.id), node)
 
     def expr_Constant(self, node: ast.Constant) -> Any:
         value = node.value
         if value is None or value is True or value is False:
-            return self.at(_node(cst.Name, value=_NAME_CONSTANTS[value]), node)
+            return self.at(_new[cst.Name](value=_NAME_CONSTANTS[value]), node)
         if value is Ellipsis:
-            return self.at(_node(cst.Ellipsis), node)
+            return self.at(_new[cst.Ellipsis](), node)
         text = self.positions.text_of(node)
         if isinstance(value, bool | int):
-            return self.at(_node(cst.Integer, value=text), node)
+            return self.at(_new[cst.Integer](value=text), node)
         if isinstance(value, float):
-            return self.at(_node(cst.Float, value=text), node)
+            return self.at(_new[cst.Float](value=text), node)
         if isinstance(value, complex):
-            return self.at(_node(cst.Imaginary, value=text), node)
+            return self.at(_new[cst.Imaginary](value=text), node)
         return self.strings(node, text)
 
     def expr_JoinedStr(self, node: ast.JoinedStr) -> Any:
@@ -505,7 +518,7 @@ class _Converter:
         ]
         found = parts[-1]
         for part in reversed(parts[:-1]):
-            found = _node(cst.ConcatenatedString, left=part, right=found)
+            found = _new[cst.ConcatenatedString](left=part, right=found)
         if len(parts) > 1:
             self.at(found, node)
         return found
@@ -513,20 +526,20 @@ class _Converter:
     def string_token(self, token: str) -> Any:
         prefix = _STRING_PREFIX.match(token).group(0)  # type: ignore[union-attr]
         if "f" not in prefix.lower():
-            return _node(cst.SimpleString, value=token)
+            return _new[cst.SimpleString](value=token)
         quote = token[len(prefix) : len(prefix) + 3]
         quote = quote if quote in ('"""', "'''") else quote[0]
         joined = ast.parse(token, mode="eval").body
         assert isinstance(joined, ast.JoinedStr)
-        return _node(cst.FormattedString, parts=self.formatted_parts(joined.values),
-                     start=prefix + quote, end=quote)
+        return _new[cst.FormattedString](parts=self.formatted_parts(joined.values),
+                                         start=prefix + quote, end=quote)
 
     def formatted_parts(self, values: Sequence[ast.expr]) -> list[cst.BaseFormattedStringContent]:
         parts: list[cst.BaseFormattedStringContent] = []
         for value in values:
             if isinstance(value, ast.Constant):
                 text = str(value.value).replace("{", "{{").replace("}", "}}")
-                parts.append(_node(cst.FormattedStringText, value=text))
+                parts.append(_new[cst.FormattedStringText](value=text))
                 continue
             assert isinstance(value, ast.FormattedValue)
             spec = None
@@ -535,121 +548,121 @@ class _Converter:
                 spec = self.formatted_parts(value.format_spec.values)
             conversion = chr(value.conversion) if value.conversion > 0 else None
             # Positions inside an f-string are not the file's: convert without recording them.
-            parts.append(_node(cst.FormattedStringExpression, expression=_Unplaced(self.lines).expr(value.value),
-                               conversion=conversion, format_spec=spec))
+            parts.append(_new[cst.FormattedStringExpression](expression=_Unplaced(self.lines).expr(value.value),
+                                                             conversion=conversion, format_spec=spec))
         return parts
 
     def expr_Attribute(self, node: ast.Attribute) -> cst.Attribute:
         size = len(node.attr.encode())
-        attr = self.at(_node(cst.Name, value=node.attr),
+        attr = self.at(_new[cst.Name](value=node.attr),
                        (node.end_lineno, node.end_col_offset - size, node.end_lineno, node.end_col_offset))
-        return self.at(_node(cst.Attribute, value=self.expr(node.value), attr=attr), node)
+        return self.at(_new[cst.Attribute](value=self.expr(node.value), attr=attr), node)
 
     def expr_Call(self, node: ast.Call) -> cst.Call:
-        return self.at(_node(cst.Call, func=self.expr(node.func), args=self.arguments(node)), node)
+        return self.at(_new[cst.Call](func=self.expr(node.func), args=self.arguments(node)), node)
 
     def expr_BinOp(self, node: ast.BinOp) -> cst.BinaryOperation:
-        return self.at(_node(cst.BinaryOperation, left=self.expr(node.left), operator=_OPERATORS[type(node.op)],
-                             right=self.expr(node.right)), node)
+        return self.at(_new[cst.BinaryOperation](left=self.expr(node.left), operator=_OPERATORS[type(node.op)],
+                                                 right=self.expr(node.right)), node)
 
     def expr_UnaryOp(self, node: ast.UnaryOp) -> cst.UnaryOperation:
-        return self.at(_node(cst.UnaryOperation, operator=_OPERATORS[type(node.op)],
-                             expression=self.expr(node.operand)), node)
+        return self.at(_new[cst.UnaryOperation](operator=_OPERATORS[type(node.op)],
+                                                expression=self.expr(node.operand)), node)
 
     def expr_BoolOp(self, node: ast.BoolOp) -> cst.BooleanOperation:
         """``a and b and c`` is libcst's left-nested ((a and b) and c)."""
         operator = _OPERATORS[type(node.op)]
         found = self.expr(node.values[0])
         for value in node.values[1:]:
-            found = self.at(_node(cst.BooleanOperation, left=found, operator=operator, right=self.expr(value)),
+            found = self.at(_new[cst.BooleanOperation](left=found, operator=operator, right=self.expr(value)),
                             _between(node.values[0], value))
         return found
 
     def expr_Compare(self, node: ast.Compare) -> cst.Comparison:
-        targets = [_node(cst.ComparisonTarget, operator=_OPERATORS[type(op)], comparator=self.expr(c))
+        targets = [_new[cst.ComparisonTarget](operator=_OPERATORS[type(op)], comparator=self.expr(c))
                    for op, c in zip(node.ops, node.comparators, strict=True)]
-        return self.at(_node(cst.Comparison, left=self.expr(node.left), comparisons=targets), node)
+        return self.at(_new[cst.Comparison](left=self.expr(node.left), comparisons=targets), node)
 
     def expr_IfExp(self, node: ast.IfExp) -> cst.IfExp:
-        return self.at(_node(cst.IfExp, test=self.expr(node.test), body=self.expr(node.body),
-                             orelse=self.expr(node.orelse)), node)
+        return self.at(_new[cst.IfExp](test=self.expr(node.test), body=self.expr(node.body),
+                                       orelse=self.expr(node.orelse)), node)
 
     def expr_NamedExpr(self, node: ast.NamedExpr) -> cst.NamedExpr:
-        return self.at(_node(cst.NamedExpr, target=self.expr(node.target), value=self.expr(node.value)), node)
+        return self.at(_new[cst.NamedExpr](target=self.expr(node.target), value=self.expr(node.value)), node)
 
     def expr_Lambda(self, node: ast.Lambda) -> cst.Lambda:
-        return self.at(_node(cst.Lambda, params=self.parameters(node.args), body=self.expr(node.body)), node)
+        return self.at(_new[cst.Lambda](params=self.parameters(node.args), body=self.expr(node.body)), node)
 
     def expr_Await(self, node: ast.Await) -> cst.Await:
-        return self.at(_node(cst.Await, expression=self.expr(node.value)), node)
+        return self.at(_new[cst.Await](expression=self.expr(node.value)), node)
 
     def expr_Yield(self, node: ast.Yield) -> cst.Yield:
-        return self.at(_node(cst.Yield, value=self.optional(node.value)), node)
+        return self.at(_new[cst.Yield](value=self.optional(node.value)), node)
 
     def expr_YieldFrom(self, node: ast.YieldFrom) -> cst.Yield:
-        item = self.at(_node(cst.From, item=self.expr(node.value)), node.value)
-        return self.at(_node(cst.Yield, value=item), node)
+        item = self.at(_new[cst.From](item=self.expr(node.value)), node.value)
+        return self.at(_new[cst.Yield](value=item), node)
 
     def expr_Starred(self, node: ast.Starred) -> cst.StarredElement:
-        return self.at(_node(cst.StarredElement, value=self.expr(node.value)), node)
+        return self.at(_new[cst.StarredElement](value=self.expr(node.value)), node)
 
     def element(self, node: ast.expr) -> cst.BaseElement:
         if isinstance(node, ast.Starred):
             return self.expr_Starred(node)
-        return self.at(_node(cst.Element, value=self.expr(node)), node)
+        return self.at(_new[cst.Element](value=self.expr(node)), node)
 
     def expr_Tuple(self, node: ast.Tuple) -> cst.Tuple:
         elements = [self.element(e) for e in node.elts]
         if not node.elts:
-            return self.at(_node(cst.Tuple, elements=elements), node)
+            return self.at(_new[cst.Tuple](elements=elements), node)
         line, column, end_line, end_column = _between(node.elts[0], node.elts[-1])
         if self.lines[end_line - 1].encode()[end_column : end_column + 1] == b",":
             end_column += 1  # libcst's tuple ends after a trailing comma
-        return self.at(_node(cst.Tuple, elements=elements), (line, column, end_line, end_column))
+        return self.at(_new[cst.Tuple](elements=elements), (line, column, end_line, end_column))
 
     def expr_List(self, node: ast.List) -> cst.List:
-        return self.at(_node(cst.List, elements=[self.element(e) for e in node.elts]), node)
+        return self.at(_new[cst.List](elements=[self.element(e) for e in node.elts]), node)
 
     def expr_Set(self, node: ast.Set) -> cst.Set:
-        return self.at(_node(cst.Set, elements=[self.element(e) for e in node.elts]), node)
+        return self.at(_new[cst.Set](elements=[self.element(e) for e in node.elts]), node)
 
     def expr_Dict(self, node: ast.Dict) -> cst.Dict:
         elements: list[cst.BaseDictElement] = []
         for key, value in zip(node.keys, node.values, strict=True):
             if key is None:
-                elements.append(_node(cst.StarredDictElement, value=self.expr(value)))
+                elements.append(_new[cst.StarredDictElement](value=self.expr(value)))
             else:
-                elements.append(_node(cst.DictElement, key=self.expr(key), value=self.expr(value)))
-        return self.at(_node(cst.Dict, elements=elements), node)
+                elements.append(_new[cst.DictElement](key=self.expr(key), value=self.expr(value)))
+        return self.at(_new[cst.Dict](elements=elements), node)
 
     def comprehension(self, generators: Sequence[ast.comprehension]) -> cst.CompFor:
         inner = None
         for generator in reversed(generators):
-            ifs = [_node(cst.CompIf, test=self.expr(test)) for test in generator.ifs]
-            inner = _node(cst.CompFor, target=self.expr(generator.target), iter=self.expr(generator.iter),
-                          ifs=ifs, inner_for_in=inner,
-                          asynchronous=_node(cst.Asynchronous) if generator.is_async else None)
+            ifs = [_new[cst.CompIf](test=self.expr(test)) for test in generator.ifs]
+            inner = _new[cst.CompFor](target=self.expr(generator.target), iter=self.expr(generator.iter),
+                                      ifs=ifs, inner_for_in=inner,
+                          asynchronous=_new[cst.Asynchronous]() if generator.is_async else None)
         assert inner is not None
         return inner
 
     def expr_ListComp(self, node: ast.ListComp) -> cst.ListComp:
         elt = self.expr(node.elt)
-        return self.at(_node(cst.ListComp, elt=elt, for_in=self.comprehension(node.generators)), node)
+        return self.at(_new[cst.ListComp](elt=elt, for_in=self.comprehension(node.generators)), node)
 
     def expr_SetComp(self, node: ast.SetComp) -> cst.SetComp:
         elt = self.expr(node.elt)
-        return self.at(_node(cst.SetComp, elt=elt, for_in=self.comprehension(node.generators)), node)
+        return self.at(_new[cst.SetComp](elt=elt, for_in=self.comprehension(node.generators)), node)
 
     def expr_GeneratorExp(self, node: ast.GeneratorExp) -> cst.GeneratorExp:
         elt = self.expr(node.elt)
         last = node.generators[-1]
         end = last.ifs[-1] if last.ifs else last.iter
-        return self.at(_node(cst.GeneratorExp, elt=elt, for_in=self.comprehension(node.generators)),
+        return self.at(_new[cst.GeneratorExp](elt=elt, for_in=self.comprehension(node.generators)),
                        _between(node.elt, end))
 
     def expr_DictComp(self, node: ast.DictComp) -> cst.DictComp:
         key, value = self.expr(node.key), self.expr(node.value)
-        return self.at(_node(cst.DictComp, key=key, value=value, for_in=self.comprehension(node.generators)), node)
+        return self.at(_new[cst.DictComp](key=key, value=value, for_in=self.comprehension(node.generators)), node)
 
     def expr_Subscript(self, node: ast.Subscript) -> cst.Subscript:
         index = node.slice
@@ -657,17 +670,17 @@ class _Converter:
             elements = [self.subscript_element(e) for e in index.elts]
         else:
             elements = [self.subscript_element(index)]
-        return self.at(_node(cst.Subscript, value=self.expr(node.value), slice=elements), node)
+        return self.at(_new[cst.Subscript](value=self.expr(node.value), slice=elements), node)
 
     def subscript_element(self, node: ast.expr) -> cst.SubscriptElement:
         if isinstance(node, ast.Slice):
-            inner: Any = self.at(_node(cst.Slice, lower=self.optional(node.lower), upper=self.optional(node.upper),
-                                       step=self.optional(node.step)), node)
+            inner: Any = self.at(_new[cst.Slice](lower=self.optional(node.lower), upper=self.optional(node.upper),
+                                                 step=self.optional(node.step)), node)
         elif isinstance(node, ast.Starred):
             raise NotModelledError("a starred subscript")
         else:
-            inner = self.at(_node(cst.Index, value=self.expr(node)), node)
-        return self.at(_node(cst.SubscriptElement, slice=inner), node)
+            inner = self.at(_new[cst.Index](value=self.expr(node)), node)
+        return self.at(_new[cst.SubscriptElement](slice=inner), node)
 
     def _parenthesised(self, node: ast.expr) -> bool:
         return self.lines[node.lineno - 1].encode()[node.col_offset : node.col_offset + 1] == b"("
@@ -684,17 +697,17 @@ class _Unplaced(_Converter):
         value = node.value
         if isinstance(value, (int, float, complex)) and not isinstance(value, bool):
             kind = cst.Integer if isinstance(value, int) else cst.Float if isinstance(value, float) else cst.Imaginary
-            return _node(kind, value=repr(value))
+            return _new[kind](value=repr(value))
         if isinstance(value, (str, bytes)):
-            return _node(cst.SimpleString, value=repr(value))
+            return _new[cst.SimpleString](value=repr(value))
         return super().expr_Constant(node)
 
     def expr_JoinedStr(self, node: ast.JoinedStr) -> cst.FormattedString:
-        return _node(cst.FormattedString, parts=self.formatted_parts(node.values), start='f"', end='"')
+        return _new[cst.FormattedString](parts=self.formatted_parts(node.values), start='f"', end='"')
 
 
 def _name_items(names: Sequence[str]) -> list[cst.NameItem]:
-    return [_node(cst.NameItem, name=_node(cst.Name, value=name)) for name in names]
+    return [_new[cst.NameItem](name=_new[cst.Name](value=name)) for name in names]
 
 
 def _is_one_literal(text: str) -> bool:

@@ -32,7 +32,7 @@ FLOAT16_MIN = -65504.0
 
 def method_name(node: cst.BaseExpression) -> str | None:
     """``"view"`` for ``x.view(...)``; None for anything that is not a method call."""
-    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+    if type(node) is cst.Call and type(node.func) is cst.Attribute:
         return node.func.attr.value
     return None
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from attncheck.static import subtree, walk
+from attncheck.static import node_fields, subtree
 from attncheck.static.facts import FileFacts, FunctionFacts
 
 if TYPE_CHECKING:
@@ -264,7 +264,7 @@ class RopeIndex:
 
 # Nodes below which no call, binary operation, subscript, return or function
 # can be, and whose parent no rule asks for: not walked.
-_LEAVES: frozenset[type] = walk.TRIVIA | {
+_LEAVES: frozenset[type] = node_fields.TRIVIA | {
     cst.Name, cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.Ellipsis,
     cst.Pass, cst.Break, cst.Continue, cst.Import, cst.ImportFrom, cst.Global, cst.Nonlocal,
     type(None), cst.MaybeSentinel,
@@ -293,13 +293,16 @@ class _Nodes:
 
 
 def _walk(facts: FileFacts) -> _Nodes:
-    """One recursive walk of the module (as ``walk.py`` does: libcst's own walk rebuilds nodes)."""
+    """One walk of the module, parents before children in source order (as ``walk.py`` does:
+    libcst's own walk rebuilds nodes). A loop, not a recursive closure: that closure would
+    be a reference cycle holding every list below until Python's collector ran."""
     found = _Nodes()
     parents, scope_of = found.parents, found.scope_of
     calls, binops, expressions, subscripts = found.calls, found.binops, found.expressions, found.subscripts
     skip = _LEAVES
-
-    def visit(node: cst.CSTNode, parent: cst.CSTNode | None, fn: FunctionFacts | None) -> None:
+    stack: list[tuple[cst.CSTNode, cst.CSTNode | None, FunctionFacts | None]] = [(facts.module, None, None)]
+    while stack:
+        node, parent, fn = stack.pop()
         parents[id(node)] = parent
         cls = type(node)
         if cls is cst.Call:
@@ -318,22 +321,18 @@ def _walk(facts: FileFacts) -> _Nodes:
         elif cls is cst.FunctionDef:
             fn = facts.function(node)
         fields = subtree.fields_beyond(cls, skip)
+        children: list[cst.CSTNode] = []
         if fields is None:
-            for child in node.children:
-                if type(child) not in skip:
-                    visit(child, node, fn)
-            return
-        for name in fields:
-            value = getattr(node, name)
-            kind = type(value)
-            if kind is tuple or kind is list:
-                for child in value:
-                    if type(child) not in skip:
-                        visit(child, node, fn)
-            elif kind not in skip:
-                visit(value, node, fn)
-
-    visit(facts.module, None, None)
+            children = [child for child in node.children if type(child) not in skip]
+        else:
+            for name in fields:
+                value = getattr(node, name)
+                kind = type(value)
+                if kind is tuple or kind is list:
+                    children.extend(child for child in value if type(child) not in skip)
+                elif kind not in skip:
+                    children.append(value)
+        stack.extend((child, node, fn) for child in reversed(children))
     return found
 
 
@@ -616,7 +615,7 @@ def first_call(node: cst.CSTNode, facts: FileFacts, canonical: str) -> cst.Call 
         current = stack.pop()
         if isinstance(current, cst.Call) and facts.canonical(current.func) == canonical:
             return current
-        stack.extend(reversed(walk.children(current)))
+        stack.extend(reversed(node_fields.children(current)))
     return None
 
 

@@ -183,7 +183,7 @@ def is_infinite(expr: cst.BaseExpression, facts: FileFacts) -> bool:
 
 def method_name(call: cst.Call) -> str | None:
     """``"view"`` for ``x.view(...)``, None for a plain function call."""
-    return call.func.attr.value if isinstance(call.func, cst.Attribute) else None
+    return call.func.attr.value if type(call.func) is cst.Attribute else None
 
 
 def keyword(call: cst.Call, *names: str) -> cst.BaseExpression | None:
@@ -515,8 +515,7 @@ class Semantics:
         self._softmaxes: dict[tuple[int, int], tuple[cst.Call, Softmax | None]] = {}
 
     def code(self, node: cst.CSTNode) -> str:
-        text = self.module.code_for_node(node).strip()
-        return text if len(text) <= 80 else text[:77] + "..."
+        return short_code(self.module, node)
 
     # -- tracing ---------------------------------------------------------------
 
@@ -819,11 +818,15 @@ class Semantics:
         return found
 
     def _read_softmax(self, call: cst.Call, fn: FunctionFacts | None) -> Softmax | None:
+        # The ``spelled`` functions capture the module, not ``self``: a Softmax is kept in
+        # ``self._softmaxes``, and a cycle would keep the whole tree alive until Python's
+        # collector runs (which lint workers pause).
+        module = self.module
         func = self.facts.canonical(call.func) or ""
         args = positional(call)
         if func in _SOFTMAX and args:
             dim = args[1] if len(args) > 1 else keyword(call, "dim")
-            return Softmax(call, args[0], dim, dim is not None, lambda: self.code(call.func))
+            return Softmax(call, args[0], dim, dim is not None, lambda: short_code(module, call.func))
         if (
             method_name(call) == "softmax"
             and not func.startswith("torch.")
@@ -832,12 +835,12 @@ class Semantics:
         ):
             dim = args[0] if args else keyword(call, "dim")
             receiver = call.func.value
-            return Softmax(call, receiver, dim, dim is not None, lambda: f"{self.code(receiver)}.softmax")
-        module = self._softmax_module(call.func, fn)
-        if module is not None and args:
-            margs = positional(module)
-            dim = margs[0] if margs else keyword(module, "dim")
-            return Softmax(call, args[0], dim, dim is not None, lambda: self.code(module), module)
+            return Softmax(call, receiver, dim, dim is not None, lambda: f"{short_code(module, receiver)}.softmax")
+        nn_softmax = self._softmax_module(call.func, fn)
+        if nn_softmax is not None and args:
+            margs = positional(nn_softmax)
+            dim = margs[0] if margs else keyword(nn_softmax, "dim")
+            return Softmax(call, args[0], dim, dim is not None, lambda: short_code(module, nn_softmax), nn_softmax)
         return None
 
     def _softmax_module(self, func: cst.BaseExpression, fn: FunctionFacts | None) -> cst.Call | None:
@@ -853,9 +856,10 @@ class Semantics:
 
     def product_operands(self, node: cst.CSTNode) -> list[cst.BaseExpression] | None:
         """The q and k of a q·kᵀ product (``@``, matmul, bmm, baddbmm, einsum), else None."""
-        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply):
+        kind = type(node)
+        if kind is cst.BinaryOperation and type(node.operator) is cst.MatrixMultiply:
             return [node.left, node.right]
-        if not isinstance(node, cst.Call):
+        if kind is not cst.Call:
             return None
         func = self.facts.canonical(node.func) or ""
         args = positional(node)
@@ -1698,6 +1702,12 @@ def einsum_key_axis(spec: str) -> tuple[int | None, int | None] | None:
 
 
 
+def short_code(module: cst.Module, node: cst.CSTNode) -> str:
+    """``node``'s code, for a message: stripped, and cut at 80 characters."""
+    text = module.code_for_node(node).strip()
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _count_axes(side: str) -> int:
     return len(re.findall(r"\([^)]*\)|[A-Za-z_][A-Za-z0-9_]*|\.\.\.", side))
 
@@ -1716,16 +1726,17 @@ def _walk_expression(expr: cst.CSTNode) -> Iterator[cst.CSTNode]:
     while stack:
         node = stack.pop()
         yield node
-        if isinstance(node, (cst.Lambda, cst.FunctionDef)):
+        kind = type(node)
+        if kind is cst.Lambda or kind is cst.FunctionDef:
             continue
-        if isinstance(node, cst.Attribute):
+        if kind is cst.Attribute:
             if self_attribute(node) is None:
                 stack.append(node.value)
             continue
-        if isinstance(node, cst.IfExp):
+        if kind is cst.IfExp:
             stack.extend((node.body, node.orelse))
             continue
-        if isinstance(node, cst.Call) and (isinstance(node.func, cst.Name) or self_attribute(node.func)):
+        if kind is cst.Call and (type(node.func) is cst.Name or self_attribute(node.func)):
             stack.extend(node.args)
             continue
         stack.extend(subtree.children(node))

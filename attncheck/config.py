@@ -13,11 +13,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path, PurePath
-from typing import Any
-
-import pathspec
+from typing import TYPE_CHECKING, Any
 
 from attncheck.catalogue import CODES
+from attncheck.discovery import gitignore_spec
+
+if TYPE_CHECKING:
+    import pathspec
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -78,7 +80,7 @@ class Settings:
 
 @lru_cache(maxsize=256)
 def _glob(pattern: str) -> pathspec.GitIgnoreSpec:
-    return pathspec.GitIgnoreSpec.from_lines([pattern])
+    return gitignore_spec([pattern])
 
 
 def _best_match(code: str, selectors: Iterable[str]) -> int:

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+
+import libcst as cst
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from attncheck.findings import Parameter
 from attncheck.sources import Source
-from attncheck.static.engine import lint
+from attncheck.static import targets
+from attncheck.static.engine import FileContext, lint
 from attncheck.static.rules import all_rules
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -96,3 +102,34 @@ def test_config_class_from_annotation_or_config_parameter():
 def test_every_seed_and_correct_fixture_yields_a_target():
     for path in sorted((FIXTURES / "seeds").glob("*.py")) + sorted((FIXTURES / "correct").glob("*.py")):
         assert targets_of(path.read_text(encoding="utf-8"), str(path)), path.name
+
+
+# The kinds read from a definition's text, as first written: one case-insensitive regex each.
+_GQA_WORDS = r"num_kv_heads|n_kv_heads|num_key_value_heads|num_query_groups|kv_heads|repeat_kv|enable_gqa"
+_ORACLE = {
+    "gqa": re.compile(_GQA_WORDS),
+    "rope": re.compile(r"rotary|rope|\bcos\b|\bsin\b|cos_cached|freqs_cis", re.I),
+    "causal": re.compile(r"torch\.tril|torch\.triu|\.tril\(|\.triu\(|is_causal\s*=\s*True|causal", re.I),
+}
+_PIECES = st.sampled_from([
+    "cos", "COS", "sin", "Sin", "_", " ", "(", ".", "\n", "x", "rotary", "RoPE", "freqs_cis", "cos_cached",
+    "torch.tril", "torch.TRIU", ".tril(", "is_causal = True", "Causal", "kv_heads", "repeat_kv", "K", "\u212a",
+])
+
+
+@given(st.lists(_PIECES | st.text(max_size=3), max_size=12).map("".join))
+def test_text_kinds_read_what_the_case_insensitive_patterns_read(text):
+    expected = [kind for kind, pattern in _ORACLE.items() if pattern.search(text)]
+    assert targets._text_kinds(text) == expected
+
+
+@given(st.lists(st.sampled_from(["class", "def", "async def", "async  def", " ", "\n", "Attn", "Attn2", "A",
+                                 "x = 1", ":", "#"]), max_size=14).map("".join),
+       st.sampled_from(["Attn", "Attn2", "A"]), st.booleans())
+@example("class\nclass A:\n", "A", True)  # a keyword alone on a line must not hide the next definition
+def test_definition_lines_are_the_first_match_of_a_search_per_name(text, name, is_class):
+    keyword = "class" if is_class else r"(?:async\s+)?def"
+    match = re.compile(rf"^{keyword}\s+{re.escape(name)}\b", re.M).search(text)
+    expected = text.count("\n", 0, match.start()) + 1 if match else 1
+    context = FileContext(Source("t.py", text), cst.Module(body=[]))
+    assert context.shared(targets._definition_lines).get((is_class, name), 1) == expected

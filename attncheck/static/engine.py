@@ -84,10 +84,12 @@ class FileContext:
 
     @cached_property
     def _line_starts(self) -> list[int]:
+        text = self.source.text
         starts = [0]
-        for index, char in enumerate(self.source.text):
-            if char == "\n":
-                starts.append(index + 1)
+        found = text.find("\n")
+        while found >= 0:
+            starts.append(found + 1)
+            found = text.find("\n", found + 1)
         return starts
 
     def file_line(self, line: int) -> int:

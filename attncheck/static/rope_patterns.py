@@ -293,16 +293,13 @@ class _Nodes:
 
 
 def _walk(facts: FileFacts) -> _Nodes:
-    """One walk of the module, parents before children in source order (as ``walk.py`` does:
-    libcst's own walk rebuilds nodes). A loop, not a recursive closure: that closure would
-    be a reference cycle holding every list below until Python's collector ran."""
+    """One recursive walk of the module (as ``walk.py`` does: libcst's own walk rebuilds nodes)."""
     found = _Nodes()
     parents, scope_of = found.parents, found.scope_of
     calls, binops, expressions, subscripts = found.calls, found.binops, found.expressions, found.subscripts
     skip = _LEAVES
-    stack: list[tuple[cst.CSTNode, cst.CSTNode | None, FunctionFacts | None]] = [(facts.module, None, None)]
-    while stack:
-        node, parent, fn = stack.pop()
+
+    def visit(node: cst.CSTNode, parent: cst.CSTNode | None, fn: FunctionFacts | None) -> None:
         parents[id(node)] = parent
         cls = type(node)
         if cls is cst.Call:
@@ -321,18 +318,25 @@ def _walk(facts: FileFacts) -> _Nodes:
         elif cls is cst.FunctionDef:
             fn = facts.function(node)
         fields = subtree.fields_beyond(cls, skip)
-        children: list[cst.CSTNode] = []
         if fields is None:
-            children = [child for child in node.children if type(child) not in skip]
-        else:
-            for name in fields:
-                value = getattr(node, name)
-                kind = type(value)
-                if kind is tuple or kind is list:
-                    children.extend(child for child in value if type(child) not in skip)
-                elif kind not in skip:
-                    children.append(value)
-        stack.extend((child, node, fn) for child in reversed(children))
+            for child in node.children:
+                if type(child) not in skip:
+                    visit(child, node, fn)
+            return
+        for name in fields:
+            value = getattr(node, name)
+            kind = type(value)
+            if kind is tuple or kind is list:
+                for child in value:
+                    if type(child) not in skip:
+                        visit(child, node, fn)
+            elif kind not in skip:
+                visit(value, node, fn)
+
+    visit(facts.module, None, None)
+    # ``visit`` calls itself through its closure cell: emptying the cell breaks that cycle,
+    # which would otherwise keep every list above alive until Python's collector ran.
+    visit = None  # type: ignore[assignment]
     return found
 
 

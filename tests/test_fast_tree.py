@@ -71,6 +71,19 @@ def test_a_node_without_a_position_is_a_gap_not_a_key_error() -> None:
         module.positions.get(inner, None)
 
 
+def test_a_node_the_analyses_built_is_not_in_the_tree_as_with_libcst() -> None:
+    """``b, s, d = x.shape`` binds s to a Subscript facts builds: no position, in either tree."""
+    text = "x = f'{q[0]}'\n"
+    built = cst.Subscript(cst.Name("q"), [cst.SubscriptElement(cst.Index(cst.Integer("0")))])
+    exact = MetadataWrapper(cst.parse_module(text)).resolve(PositionProvider)
+    fast = fast_tree.build(text)
+    assert exact.get(built) is None and fast.positions.get(built) is None
+    in_fstring = fast.body[0].body[0].value.parts[0].expression  # in the tree, though without a span
+    assert isinstance(in_fstring, cst.Subscript)
+    with pytest.raises(fast_tree.MissingPositionError):
+        fast.positions.get(in_fstring)
+
+
 def test_code_for_node_is_the_users_text() -> None:
     text = "y = torch.softmax( scores ,dim = -1 )  # keep\n"
     module = fast_tree.build(text)
@@ -122,6 +135,21 @@ def test_a_file_the_fast_tree_refuses_is_still_linted() -> None:
             "    return torch.softmax(q @ k.transpose(-2, -1), dim=1) @ v\n")
     codes = [f.code for f in engine.lint(Source("m.py", text), _CODES).findings]
     assert "ATT202" in codes
+
+
+def test_only_the_rules_that_found_something_run_again_on_libcsts_tree(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = (ROOT / "fixtures" / "seeds" / "seed003_review.py").read_text(encoding="utf-8")
+    passes: list[tuple[bool, list[str]]] = []
+    lint_module = engine._lint_module
+
+    def recorded(source, rules, module, *rest):
+        passes.append((isinstance(module, fast_tree.FastModule), sorted(rule.code for rule in rules)))
+        return lint_module(source, rules, module, *rest)
+
+    monkeypatch.setattr(engine, "_lint_module", recorded)
+    found = sorted({f.code for f in engine.lint(Source("seed003.py", text), _CODES).findings})
+    assert 1 < len(found) < len(_CODES)
+    assert passes == [(True, sorted(rule.code for rule in _CODES)), (False, found)]
 
 
 _NAMES = st.sampled_from(["q", "k", "v", "scores", "mask", "self.scale", "x.shape[-1]"])

@@ -233,9 +233,10 @@ def lint(source: Source, rules: Sequence[type[Rule]]) -> FileResult:
     """Run ``rules`` over ``source`` in one batched traversal.
 
     The tree comes from ``fast_tree`` first. A file it finds nothing in is
-    done; a file with a finding, or one the fast tree cannot model, is linted
-    again on libcst's own tree, so every finding, message and fix shown comes
-    from the exact tree, and the fast one only has to be right about "clean".
+    done. Where it finds something, the rules that found it run again on
+    libcst's own tree (all of them, where the fast tree cannot model the file),
+    so every finding, message and fix shown comes from the exact tree, and the
+    fast one only has to be right about which rules find nothing.
     """
     if not source.text.strip():
         return FileResult(source, error="empty file: nothing to check")
@@ -245,8 +246,11 @@ def lint(source: Source, rules: Sequence[type[Rule]]) -> FileResult:
         result = _lint_module(source, rules, module, reduced, lambda: module.positions)
     except _NOT_FAST:
         result = None
-    if result is not None and not result.findings:
-        return result
+    if result is not None:
+        if not result.findings:
+            return result
+        found = {finding.code for finding in result.findings}
+        rules = [rule for rule in rules if rule.code in found]
     parsed = _parse_exact(source, reduced)
     if isinstance(parsed, str):
         return FileResult(source, error=parsed)

@@ -106,10 +106,15 @@ class Positions(Mapping[cst.CSTNode, CodeRange]):
     def __init__(self, lines: Sequence[str]) -> None:
         self.lines = lines
         self.spans: dict[cst.CSTNode, _Located] = {}
+        self.unplaced: set[int] = set()  # ids of _ALWAYS_PLACED nodes in the tree without a span
 
     def __getitem__(self, node: cst.CSTNode) -> CodeRange:
         located = self.spans.get(node)
         if located is None:
+            if type(node) in _ALWAYS_PLACED and id(node) not in self.unplaced:
+                # Not in the tree: a node the analyses built (``b, s, d = x.shape`` binds s to
+                # ``x.shape[1]``). libcst's mapping has no such key either.
+                raise KeyError(node)
             raise MissingPositionError(type(node).__name__)
         line, column, end_line, end_column = _span(located)
         return CodeRange(
@@ -191,6 +196,9 @@ _AUGMENTED_OPERATORS = {op: _new[cls]() for op, cls in _AUGMENTED.items()}
 _SMALL = (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Return, ast.Pass, ast.Break,
           ast.Continue, ast.Raise, ast.Assert, ast.Delete, ast.Import, ast.ImportFrom, ast.Global,
           ast.Nonlocal)
+# Node classes the conversion gives a span wherever it builds one, but inside f-strings (where it
+# says so): the classes the analyses build nodes of. A node of these without a span is not in the tree.
+_ALWAYS_PLACED = frozenset({cst.Subscript, cst.BinaryOperation, cst.Call})
 _NAME_CONSTANTS = {True: "True", False: "False", None: "None"}
 _DEF = re.compile(rb"(?:async\s+)?(?:def|class)\s+")
 _STRING_PREFIX = re.compile(r"[A-Za-z]*")
@@ -199,9 +207,9 @@ _STRING_PREFIX = re.compile(r"[A-Za-z]*")
 class _Converter:
     """One conversion: ast nodes in, libcst nodes out, each one's span recorded."""
 
-    def __init__(self, lines: Sequence[str]) -> None:
+    def __init__(self, lines: Sequence[str], positions: Positions | None = None) -> None:
         self.lines = lines
-        self.positions = Positions(lines)
+        self.positions = positions if positions is not None else Positions(lines)
         self.spans = self.positions.spans
 
     def at(self, node: cst.CSTNode, located: _Located) -> Any:
@@ -548,8 +556,9 @@ class _Converter:
                 spec = self.formatted_parts(value.format_spec.values)
             conversion = chr(value.conversion) if value.conversion > 0 else None
             # Positions inside an f-string are not the file's: convert without recording them.
-            parts.append(_new[cst.FormattedStringExpression](expression=_Unplaced(self.lines).expr(value.value),
-                                                             conversion=conversion, format_spec=spec))
+            expression = _Unplaced(self.lines, self.positions).expr(value.value)
+            parts.append(_new[cst.FormattedStringExpression](expression=expression, conversion=conversion,
+                                                             format_spec=spec))
         return parts
 
     def expr_Attribute(self, node: ast.Attribute) -> cst.Attribute:
@@ -691,6 +700,8 @@ class _Unplaced(_Converter):
     whose ast positions are not the file's (a rule asking for one gets MissingPositionError)."""
 
     def at(self, node: cst.CSTNode, located: _Located) -> Any:
+        if type(node) in _ALWAYS_PLACED:
+            self.positions.unplaced.add(id(node))
         return node
 
     def expr_Constant(self, node: ast.Constant) -> Any:

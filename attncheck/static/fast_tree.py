@@ -27,10 +27,13 @@ import io
 import re
 import tokenize
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import cache
 from typing import Any
 
 import libcst as cst
 from libcst.metadata import CodePosition, CodeRange
+
+from attncheck.static import subtree
 
 Span = tuple[int, int, int, int]  # start line, start byte column, end line, end byte column
 _Located = ast.AST | Span
@@ -93,7 +96,7 @@ class FastModule(cst.Module):
     """A module built by ``build``: its code for a node is the user's own text."""
 
     def code_for_node(self, node: cst.CSTNode) -> str:
-        located = self.positions.spans.get(node)
+        located = self.positions.spans.get(id(node))
         if located is None:
             return super().code_for_node(node)
         return self.positions.text_of(located)
@@ -105,11 +108,14 @@ class Positions(Mapping[cst.CSTNode, CodeRange]):
 
     def __init__(self, lines: Sequence[str]) -> None:
         self.lines = lines
-        self.spans: dict[cst.CSTNode, _Located] = {}
+        # By id, not by node: a node's hash is Python code, and a tree has a million of them.
+        # The tree keeps them alive, so no other object takes one of these ids meanwhile.
+        self.spans: dict[int, _Located] = {}
         self.unplaced: set[int] = set()  # ids of _ALWAYS_PLACED nodes in the tree without a span
+        self.root: cst.CSTNode | None = None  # set by build, for iterating
 
     def __getitem__(self, node: cst.CSTNode) -> CodeRange:
-        located = self.spans.get(node)
+        located = self.spans.get(id(node))
         if located is None:
             if type(node) in _ALWAYS_PLACED and id(node) not in self.unplaced:
                 # Not in the tree: a node the analyses built (``b, s, d = x.shape`` binds s to
@@ -123,7 +129,8 @@ class Positions(Mapping[cst.CSTNode, CodeRange]):
         )
 
     def __iter__(self) -> Iterator[cst.CSTNode]:
-        return iter(self.spans)
+        nodes = subtree.preorder(self.root) if self.root is not None else ()
+        return (node for node in nodes if id(node) in self.spans)
 
     def __len__(self) -> int:
         return len(self.spans)
@@ -166,6 +173,7 @@ def build(text: str) -> FastModule:
     module = _new[FastModule](body=converter.statements(tree.body),
                               has_trailing_newline=text.endswith("\n") or not text)
     _set(module, "positions", converter.positions)
+    converter.positions.root = module
     return module
 
 
@@ -213,7 +221,7 @@ class _Converter:
         self.spans = self.positions.spans
 
     def at(self, node: cst.CSTNode, located: _Located) -> Any:
-        self.spans[node] = located
+        self.spans[id(node)] = located
         return node
 
     # Statements ----------------------------------------------------------
@@ -251,8 +259,7 @@ class _Converter:
         return self.at(_new[cst.IndentedBlock](body=self.statements(body)), _between(first, body[-1]))
 
     def small(self, node: ast.stmt) -> cst.BaseSmallStatement:
-        method = getattr(self, f"small_{type(node).__name__}")
-        return self.at(method(node), node)
+        return self.at(_methods(type(self), "small_")[type(node)](self, node), node)
 
     def small_Expr(self, node: ast.Expr) -> cst.Expr:
         return _new[cst.Expr](value=self.expr(node.value))
@@ -462,7 +469,7 @@ class _Converter:
             else:
                 converted = self.expr(value)
                 # A lone generator argument borrows the call's parentheses in ast's span.
-                located = self.spans.get(converted, value) if isinstance(value, ast.GeneratorExp) else value
+                located = self.spans.get(id(converted), value) if isinstance(value, ast.GeneratorExp) else value
                 arg = self.at(_new[cst.Arg](value=converted), located)
             found.append(((value.lineno, value.col_offset), arg))
         for keyword in node.keywords:
@@ -483,10 +490,10 @@ class _Converter:
         return self.expr(node) if node is not None else None
 
     def expr(self, node: ast.expr) -> Any:
-        method = getattr(self, f"expr_{type(node).__name__}", None)
+        method = _methods(type(self), "expr_").get(type(node))
         if method is None:
             raise NotModelledError(type(node).__name__)
-        return method(node)
+        return method(self, node)
 
     def expr_Name(self, node: ast.Name) -> cst.Name:
         return self.at(_new[cst.Name](value=node.id), node)
@@ -729,6 +736,14 @@ def _is_one_literal(text: str) -> bool:
     quote = body[:3] if body[:3] in ('"""', "'''") else body[:1]
     inner = body[len(quote) : len(body) - len(quote)]
     return len(body) >= 2 * len(quote) and body.endswith(quote) and quote[0] not in inner and "\\" not in inner
+
+
+@cache
+def _methods(converter: type[_Converter], prefix: str) -> dict[type, Callable[..., Any]]:
+    """``converter``'s methods named ``prefix`` + an ast class name, by that class: a dict
+    lookup per node instead of building the name and looking it up."""
+    return {getattr(ast, name.removeprefix(prefix)): getattr(converter, name)
+            for name in dir(converter) if name.startswith(prefix) and hasattr(ast, name.removeprefix(prefix))}
 
 
 def _between(first: ast.AST, last: ast.AST) -> Span:

@@ -84,6 +84,12 @@ def test_a_node_the_analyses_built_is_not_in_the_tree_as_with_libcst() -> None:
         fast.positions.get(in_fstring)
 
 
+def test_the_positions_iterate_over_the_placed_nodes() -> None:
+    module = fast_tree.build("x = f(a) + 1\n")
+    assert {id(node) for node in module.positions} == set(module.positions.spans)
+    assert len(module.positions) == len(module.positions.spans) > 5
+
+
 def test_code_for_node_is_the_users_text() -> None:
     text = "y = torch.softmax( scores ,dim = -1 )  # keep\n"
     module = fast_tree.build(text)

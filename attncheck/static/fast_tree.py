@@ -26,6 +26,7 @@ import dataclasses
 import io
 import re
 import tokenize
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import cache
 from typing import Any
@@ -112,7 +113,7 @@ class Positions(Mapping[cst.CSTNode, CodeRange]):
         # The tree keeps them alive, so no other object takes one of these ids meanwhile.
         self.spans: dict[int, _Located] = {}
         self.unplaced: set[int] = set()  # ids of _ALWAYS_PLACED nodes in the tree without a span
-        self.root: cst.CSTNode | None = None  # set by build, for iterating
+        self.root: Callable[[], cst.CSTNode | None] = lambda: None  # weak: the module holds this mapping
 
     def __getitem__(self, node: cst.CSTNode) -> CodeRange:
         located = self.spans.get(id(node))
@@ -129,7 +130,8 @@ class Positions(Mapping[cst.CSTNode, CodeRange]):
         )
 
     def __iter__(self) -> Iterator[cst.CSTNode]:
-        nodes = subtree.preorder(self.root) if self.root is not None else ()
+        root = self.root()
+        nodes = subtree.preorder(root) if root is not None else ()
         return (node for node in nodes if id(node) in self.spans)
 
     def __len__(self) -> int:
@@ -173,7 +175,7 @@ def build(text: str) -> FastModule:
     module = _new[FastModule](body=converter.statements(tree.body),
                               has_trailing_newline=text.endswith("\n") or not text)
     _set(module, "positions", converter.positions)
-    converter.positions.root = module
+    converter.positions.root = weakref.ref(module)
     return module
 
 

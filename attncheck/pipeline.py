@@ -30,6 +30,8 @@ from attncheck.static import deadline
 from attncheck.static.result import FileResult
 
 if TYPE_CHECKING:
+    from concurrent.futures import Executor
+
     from attncheck.static.rule import Rule
 
 POOL_THRESHOLD = 64  # fewer files than this are linted in-process: a pool costs more than it saves
@@ -108,26 +110,44 @@ def _as_result(source: Source, findings: list[Finding], targets: list[Target], e
     return FileError(source.path, error) if error is not None else FileResult(source, findings, targets)
 
 
-def _in_order(function: Callable, items: list, codes: tuple[str, ...], jobs: int) -> Iterator:
-    """``function(item, codes)`` for every item, in order; in a process pool when there
-    are many and ``jobs`` > 1.
+def _in_order(function: Callable, items: list, codes: tuple[str, ...], jobs: int,
+              pool: Executor | None = None) -> Iterator:
+    """``function(item, codes)`` for every item, in order: in ``pool``, or in a new process
+    pool when there are many and ``jobs`` > 1.
 
     The pool gets the largest files first, a few at a time, so no worker is left
     with a big file while the others idle; the answers are put back in order.
     """
-    if jobs <= 1 or len(items) < POOL_THRESHOLD:
+    if pool is None and (jobs <= 1 or len(items) < POOL_THRESHOLD):
         for item in items:
             yield function(item, codes)
         return
-    from concurrent.futures import ProcessPoolExecutor
-
     order = sorted(range(len(items)), key=lambda i: _size(items[i]), reverse=True)
     answers: list = [None] * len(items)
-    with ProcessPoolExecutor(max_workers=jobs, initializer=collector.start_worker) as pool:
-        done = pool.map(function, [items[i] for i in order], [codes] * len(items), chunksize=2)
+    with pool if pool is not None else _started_pool(codes, jobs) as running:
+        done = running.map(function, [items[i] for i in order], [codes] * len(items), chunksize=2)
         for index, answer in zip(order, done, strict=True):
             answers[index] = answer
     yield from answers
+
+
+def _started_pool(codes: tuple[str, ...], jobs: int) -> Executor:
+    """A pool of ``jobs`` lint workers, started now: each imports the linter (about half a
+    second) while this process goes on, reading and looking up files."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    pool = ProcessPoolExecutor(max_workers=jobs, initializer=_start_worker, initargs=(codes,))
+    pool.submit(int)  # the first task is what starts the workers
+    return pool
+
+
+def _start_worker(codes: tuple[str, ...]) -> None:
+    """A lint worker's initializer: the engine and the rules imported before the first file,
+    and then the collector paused (``collector.start_worker``), with them frozen."""
+    from attncheck.static import engine  # noqa: F401  (imported for the worker's life)
+
+    _rules(codes)
+    collector.start_worker()
 
 
 def _size(item: Item) -> int:
@@ -150,9 +170,21 @@ def lint_all(items: Iterable[Item], codes: tuple[str, ...], jobs: int,
     if cache is None:
         yield from _in_order(lint_one, items, codes, jobs)
         return
-    looked_up = [_look_up(item, cache) for item in items]
+    pooled = jobs > 1 and len(items) >= POOL_THRESHOLD
+    pool: Executor | None = None
+    looked_up = []
+    try:
+        for item in items:
+            found = _look_up(item, cache)
+            if found[1] is not None and pooled and pool is None:  # a miss: the workers start importing
+                pool = _started_pool(codes, jobs)
+            looked_up.append(found)
+    except BaseException:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+        raise
     misses = [source for _, source, _ in looked_up if source is not None]
-    answers = _in_order(lint_source, misses, codes, jobs)
+    answers = _in_order(lint_source, misses, codes, jobs, pool)
     for item, (key, source, entry) in zip(items, looked_up, strict=True):
         if source is None:
             yield entry if entry is not None else lint_one(item, codes)

@@ -29,12 +29,13 @@ import tokenize
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import cache
+from keyword import kwlist
 from typing import Any
 
 import libcst as cst
 from libcst.metadata import CodePosition, CodeRange
 
-from attncheck.static import subtree
+from attncheck.static import node_fields, subtree
 
 Span = tuple[int, int, int, int]  # start line, start byte column, end line, end byte column
 _Located = ast.AST | Span
@@ -97,10 +98,77 @@ class FastModule(cst.Module):
     """A module built by ``build``: its code for a node is the user's own text."""
 
     def code_for_node(self, node: cst.CSTNode) -> str:
+        """libcst's code for ``node``: its text, with the parentheses that group it (libcst
+        keeps them in the node's ``lpar``/``rpar``). A node the analyses built is generated,
+        as libcst does, around the user's text of the parts it holds. A node of the tree the
+        conversion did not place raises NotModelledError: the file goes to libcst's tree."""
+        positions = self.positions
+        if id(node) in positions.spans:
+            return positions.text_of(self._code_span(node))
+        if positions.in_tree(node):
+            raise NotModelledError(f"the code of a {type(node).__name__} without a span")
+        return self._generated(node)
+
+    def _generated(self, node: cst.CSTNode) -> str:
+        """The code of a node the analyses built (``x.shape[1]`` for ``b, s, d = x.shape``)."""
+        try:
+            return super().code_for_node(self._for_generation(node))
+        except TypeError as error:  # a tree node its parent generates with arguments (an Arg)
+            raise NotModelledError(f"the code of a built {type(node).__name__}") from error
+
+    def _for_generation(self, node: cst.CSTNode) -> cst.CSTNode:
+        """``node`` for libcst's code generation: a node of the tree stands as its own text (in a
+        Name, whose generation writes its value as it is), a built one as a copy of itself whose
+        parts are, in turn, ready for generation."""
+        if type(node) in node_fields.TRIVIA:
+            return node
+        if id(node) in self.positions.spans or self.positions.in_tree(node):
+            return _new[cst.Name](value=self.code_for_node(node))
+        parts: dict[str, Any] = {}
+        for name in subtree.fields(type(node)) or ():
+            value = getattr(node, name)
+            if isinstance(value, (list, tuple)):
+                parts[name] = [self._for_generation(item) for item in value]
+            elif isinstance(value, cst.CSTNode):
+                parts[name] = self._for_generation(value)
+        return _new[type(node)](**{f.name: parts.get(f.name, getattr(node, f.name)) for f in dataclasses.fields(node)})
+
+    def _code_span(self, node: cst.CSTNode) -> Span:
+        """Where libcst's code for ``node`` is: its own text and the parentheses that group it."""
+        if type(node) in _OWN_PARENTHESES:
+            raise NotModelledError(f"the code of a {type(node).__name__}")
         located = self.positions.spans.get(id(node))
         if located is None:
-            return super().code_for_node(node)
-        return self.positions.text_of(located)
+            raise NotModelledError(f"the code of a {type(node).__name__} without a span")
+        return _grouped(self.positions.lines, self._written(node, _span(located)))
+
+    def _written(self, node: cst.CSTNode, span: Span) -> Span:
+        """Where ``node``'s own text is: its span, but for a tuple, which runs from its first
+        element's code to its last's (and a trailing comma), or over its own parentheses."""
+        written = self.positions.written.get(id(node))
+        if written is None:
+            return span
+        elements = node.elements  # type: ignore[attr-defined]
+        start = self._code_span(elements[0].value)
+        if written[:2] < start[:2]:  # ``(a, b)``, not ``(a), b``
+            return written
+        end_line, end_column = self._code_span(elements[-1].value)[2:]
+        if self.positions.lines[end_line - 1].encode()[end_column : end_column + 1] == b",":
+            end_column += 1  # libcst's tuple ends after a trailing comma
+        return start[0], start[1], end_line, end_column
+
+    def parenthesized(self, node: cst.CSTNode) -> bool:
+        """Whether parentheses group ``node``: what a non-empty ``lpar`` says in libcst's tree
+        (whose tuples keep their own parentheses there too)."""
+        positions = self.positions
+        if id(node) not in positions.spans and not positions.in_tree(node):
+            return bool(getattr(node, "lpar", ()))  # built by the analyses, on either tree
+        code = self._code_span(node)
+        if code != self._written(node, _span(positions.spans[id(node)])):
+            return True
+        written = positions.written.get(id(node))
+        return written is not None and code == written and positions.text_of(code).startswith("(") \
+            and written[:2] < self._code_span(node.elements[0].value)[:2]  # type: ignore[attr-defined]
 
 
 class Positions(Mapping[cst.CSTNode, CodeRange]):
@@ -112,15 +180,18 @@ class Positions(Mapping[cst.CSTNode, CodeRange]):
         # By id, not by node: a node's hash is Python code, and a tree has a million of them.
         # The tree keeps them alive, so no other object takes one of these ids meanwhile.
         self.spans: dict[int, _Located] = {}
-        self.unplaced: set[int] = set()  # ids of _ALWAYS_PLACED nodes in the tree without a span
         self.root: Callable[[], cst.CSTNode | None] = lambda: None  # weak: the module holds this mapping
+        self._tree: set[int] | None = None
+        # A tuple's own text, parentheses included, by id: its span above is libcst's position,
+        # which runs from its first element to its last.
+        self.written: dict[int, Span] = {}
 
     def __getitem__(self, node: cst.CSTNode) -> CodeRange:
         located = self.spans.get(id(node))
         if located is None:
-            if type(node) in _ALWAYS_PLACED and id(node) not in self.unplaced:
-                # Not in the tree: a node the analyses built (``b, s, d = x.shape`` binds s to
-                # ``x.shape[1]``). libcst's mapping has no such key either.
+            if not self.in_tree(node):
+                # A node the analyses built (``b, s, d = x.shape`` binds s to ``x.shape[1]``):
+                # libcst's mapping has no such key either.
                 raise KeyError(node)
             raise MissingPositionError(type(node).__name__)
         line, column, end_line, end_column = _span(located)
@@ -128,6 +199,14 @@ class Positions(Mapping[cst.CSTNode, CodeRange]):
             CodePosition(line, self._characters(line, column)),
             CodePosition(end_line, self._characters(end_line, end_column)),
         )
+
+    def in_tree(self, node: cst.CSTNode) -> bool:
+        """Whether ``node`` (not punctuation or whitespace) is a node of the built tree rather than
+        one the analyses built. The tree's nodes are listed on the first question: few files ask."""
+        if self._tree is None:
+            root = self.root()
+            self._tree = {id(n) for n in subtree.preorder(root)} if root is not None else set()
+        return id(node) in self._tree
 
     def __iter__(self) -> Iterator[cst.CSTNode]:
         root = self.root()
@@ -155,6 +234,99 @@ def _span(located: _Located) -> Span:
     if isinstance(located, tuple):
         return located
     return located.lineno, located.col_offset, located.end_lineno, located.end_col_offset  # type: ignore[attr-defined,return-value]
+
+
+# A generator's parentheses are its own, or its call's when it is the only argument, and libcst
+# tells them apart in ways its text alone does not: its code is left to libcst's tree.
+_OWN_PARENTHESES = frozenset({cst.GeneratorExp})
+
+
+def _grouped(lines: Sequence[str], span: Span) -> Span:
+    """``span`` widened over each pair of parentheses that groups it: a "(" right before it and
+    a ")" right after, where the "(" does not open a call's arguments (``f(x)``)."""
+    while True:
+        before = _previous(lines, span[0], span[1])
+        after = _following(lines, span[2], span[3])
+        if before is None or after is None or _at(lines, before) != "(" or _at(lines, after) != ")":
+            return span
+        callee = _previous(lines, *before)
+        if callee is not None and _ends_a_callee(lines, callee):
+            return span
+        span = (before[0], before[1], after[0], after[1] + 1)
+
+
+def _at(lines: Sequence[str], place: tuple[int, int]) -> str:
+    return chr(lines[place[0] - 1].encode()[place[1]])
+
+
+def _previous(lines: Sequence[str], line: int, column: int) -> tuple[int, int] | None:
+    """Where the last character before (line, byte column) that is not blank is, crossing
+    line ends and backslash continuations. A line with a ``#`` on the way may end in a
+    comment, which only a tokenizer tells apart from a string: NotModelledError."""
+    text = lines[line - 1].encode()[:column]
+    while True:
+        stripped = text.rstrip()
+        if stripped.endswith(b"\\"):
+            stripped = stripped[:-1].rstrip()
+        if stripped:
+            return line, len(stripped) - 1
+        line -= 1
+        if line < 1:
+            return None
+        text = _without_comment(lines[line - 1].encode())
+
+
+def _without_comment(text: bytes) -> bytes:
+    """A line without its comment, read with the single-line strings it holds. A line with a
+    triple quote may end a string begun above, which only a tokenizer reads: NotModelledError."""
+    if b"#" not in text:
+        return text
+    if b'"""' in text or b"'''" in text:
+        raise NotModelledError("a comment may stand between a node and its parentheses")
+    quote, escaped = 0, False
+    for index, byte in enumerate(text):
+        if quote:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == quote:
+                quote = 0
+        elif byte in (0x22, 0x27):  # " '
+            quote = byte
+        elif byte == 0x23:  # #
+            return text[:index]
+    return text
+
+
+def _following(lines: Sequence[str], line: int, column: int) -> tuple[int, int] | None:
+    """Where the first character at or after (line, byte column) that is not blank, a comment
+    or a backslash continuation is (from the end of a node, a ``#`` can only start a comment)."""
+    while line <= len(lines):
+        text = lines[line - 1].encode()
+        rest = text[column:]
+        stripped = rest.lstrip()
+        if stripped and not stripped.startswith((b"#", b"\\\n", b"\\\r")):
+            return line, len(text) - len(stripped)
+        line, column = line + 1, 0
+    return None
+
+
+# Keywords a "(" can follow without calling them (``return (x)``); None, True and False are values.
+_KEYWORD = re.compile(rb"(?:%s)$" % b"|".join(w.encode() for w in kwlist if w not in ("None", "True", "False")))
+_WORD_END = re.compile(rb"\w$")
+
+
+def _ends_a_callee(lines: Sequence[str], place: tuple[int, int]) -> bool:
+    """Whether the character at ``place``, right before a "(", ends something that "(" calls:
+    a name (not a keyword: ``return (x)``), a closing bracket, or a string."""
+    text = lines[place[0] - 1].encode()[: place[1] + 1]
+    if text.endswith((b")", b"]", b"}", b"'", b'"')):
+        return True
+    if not _WORD_END.search(text) and text[-1] < 0x80:
+        return False
+    word = re.search(rb"[\w\x80-\xff]+$", text)
+    return word is None or _KEYWORD.fullmatch(word.group()) is None
 
 
 def _byte_slice(line: str, start: int, end: int | None) -> str:
@@ -206,9 +378,6 @@ _AUGMENTED_OPERATORS = {op: _new[cls]() for op, cls in _AUGMENTED.items()}
 _SMALL = (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Return, ast.Pass, ast.Break,
           ast.Continue, ast.Raise, ast.Assert, ast.Delete, ast.Import, ast.ImportFrom, ast.Global,
           ast.Nonlocal)
-# Node classes the conversion gives a span wherever it builds one, but inside f-strings (where it
-# says so): the classes the analyses build nodes of. A node of these without a span is not in the tree.
-_ALWAYS_PLACED = frozenset({cst.Subscript, cst.BinaryOperation, cst.Call})
 _NAME_CONSTANTS = {True: "True", False: "False", None: "None"}
 _DEF = re.compile(rb"(?:async\s+)?(?:def|class)\s+")
 _STRING_PREFIX = re.compile(r"[A-Za-z]*")
@@ -327,10 +496,13 @@ class _Converter:
         return _new[cst.Nonlocal](names=_name_items(node.names))
 
     def alias(self, node: ast.alias) -> cst.ImportAlias:
-        asname = None
+        name, asname = self.dotted(node.name), None
         if node.asname is not None:
             asname = _new[cst.AsName](name=_new[cst.Name](value=node.asname))
-        return self.at(_new[cst.ImportAlias](name=self.dotted(node.name), asname=asname), node)
+        # The imported name, where it is written without spaces (``import a . b`` is Python too).
+        if node.lineno == node.end_lineno and self.positions.text_of(node).startswith(node.name):
+            self.at(name, (node.lineno, node.col_offset, node.lineno, node.col_offset + len(node.name.encode())))
+        return self.at(_new[cst.ImportAlias](name=name, asname=asname), node)
 
     def dotted(self, name: str) -> cst.Name | cst.Attribute:
         """``a.b.c`` as libcst's Attribute chain (import names carry no spans of their own)."""
@@ -551,6 +723,16 @@ class _Converter:
         return _new[cst.FormattedString](parts=self.formatted_parts(joined.values),
                                          start=prefix + quote, end=quote)
 
+    def reads_back(self, node: ast.expr) -> bool:
+        """Whether ``node``'s span holds its own text, on one line: parsed, it is ``node``."""
+        if node.lineno != node.end_lineno:
+            return False
+        try:
+            parsed = ast.parse(self.positions.text_of(node).strip(), mode="eval").body
+        except (SyntaxError, ValueError):
+            return False
+        return ast.dump(parsed) == ast.dump(node)
+
     def formatted_parts(self, values: Sequence[ast.expr]) -> list[cst.BaseFormattedStringContent]:
         parts: list[cst.BaseFormattedStringContent] = []
         for value in values:
@@ -564,8 +746,10 @@ class _Converter:
                 assert isinstance(value.format_spec, ast.JoinedStr)
                 spec = self.formatted_parts(value.format_spec.values)
             conversion = chr(value.conversion) if value.conversion > 0 else None
-            # Positions inside an f-string are not the file's: convert without recording them.
-            expression = _Unplaced(self.lines, self.positions).expr(value.value)
+            # Python 3.11 gets positions inside an f-string wrong in some spellings: they are
+            # recorded where the text there reads back as the same expression.
+            placed = self if self.reads_back(value.value) else _Unplaced(self.lines, self.positions)
+            expression = placed.expr(value.value)
             parts.append(_new[cst.FormattedStringExpression](expression=expression, conversion=conversion,
                                                              format_spec=spec))
         return parts
@@ -636,7 +820,9 @@ class _Converter:
         line, column, end_line, end_column = _between(node.elts[0], node.elts[-1])
         if self.lines[end_line - 1].encode()[end_column : end_column + 1] == b",":
             end_column += 1  # libcst's tuple ends after a trailing comma
-        return self.at(_new[cst.Tuple](elements=elements), (line, column, end_line, end_column))
+        found = self.at(_new[cst.Tuple](elements=elements), (line, column, end_line, end_column))
+        self.positions.written[id(found)] = _span(node)  # with its parentheses, if it has any
+        return found
 
     def expr_List(self, node: ast.List) -> cst.List:
         return self.at(_new[cst.List](elements=[self.element(e) for e in node.elts]), node)
@@ -700,8 +886,11 @@ class _Converter:
             inner = self.at(_new[cst.Index](value=self.expr(node)), node)
         return self.at(_new[cst.SubscriptElement](slice=inner), node)
 
-    def _parenthesised(self, node: ast.expr) -> bool:
-        return self.lines[node.lineno - 1].encode()[node.col_offset : node.col_offset + 1] == b"("
+    def _parenthesised(self, node: ast.Tuple) -> bool:
+        """``x[(a, b)]``, not ``x[(a), b]``: the "(" that starts the tuple is not its first element's."""
+        if self.lines[node.lineno - 1].encode()[node.col_offset : node.col_offset + 1] != b"(":
+            return False
+        return (node.lineno, node.col_offset) < _grouped(self.lines, _span(node.elts[0]))[:2]
 
 
 class _Unplaced(_Converter):
@@ -709,8 +898,6 @@ class _Unplaced(_Converter):
     whose ast positions are not the file's (a rule asking for one gets MissingPositionError)."""
 
     def at(self, node: cst.CSTNode, located: _Located) -> Any:
-        if type(node) in _ALWAYS_PLACED:
-            self.positions.unplaced.add(id(node))
         return node
 
     def expr_Constant(self, node: ast.Constant) -> Any:

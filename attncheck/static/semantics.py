@@ -1702,6 +1702,13 @@ def einsum_key_axis(spec: str) -> tuple[int | None, int | None] | None:
 
 
 
+def parenthesized(module: cst.Module, node: cst.BaseExpression) -> bool:
+    """Whether parentheses group ``node`` (``dim=(1)``): libcst keeps them in ``lpar``, a tree
+    built from ``ast`` (``fast_tree``) reads them from the text."""
+    read = getattr(module, "parenthesized", None)
+    return read(node) if read is not None else bool(node.lpar)
+
+
 def short_code(module: cst.Module, node: cst.CSTNode) -> str:
     """``node``'s code, for a message: stripped, and cut at 80 characters."""
     text = module.code_for_node(node).strip()

@@ -163,7 +163,7 @@ class SoftmaxDim(Rule):
         if index is None:
             return ()
         arg = holder.args[index]
-        if arg.keyword is not None and not softmax.dim.lpar:
+        if arg.keyword is not None and not semantics.parenthesized(self.context.module, softmax.dim):
             return edits.complete(edits.replace(self, softmax.dim, "-1"))
         last_positional = all(a.keyword is not None for a in holder.args[index + 1 :])
         return edits.complete(edits.replace(self, arg, "dim=-1" if last_positional else "-1"))

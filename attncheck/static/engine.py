@@ -20,7 +20,7 @@ from attncheck.findings import Edit, Finding, Severity, Span
 from attncheck.sources import Source
 from attncheck.static import fast_tree, walk
 from attncheck.static.facts import ClassFacts, FileFacts, FunctionFacts
-from attncheck.static.layout import Layout
+from attncheck.static.layout import Layout, line_starts
 from attncheck.static.regions import Reduced, attention_regions
 from attncheck.static.result import FileResult
 from attncheck.static.rule import Rule, visitor_methods
@@ -84,13 +84,7 @@ class FileContext:
 
     @cached_property
     def _line_starts(self) -> list[int]:
-        text = self.source.text
-        starts = [0]
-        found = text.find("\n")
-        while found >= 0:
-            starts.append(found + 1)
-            found = text.find("\n", found + 1)
-        return starts
+        return line_starts(self.source.text)
 
     def file_line(self, line: int) -> int:
         """The file's line number for a line of the parsed module."""

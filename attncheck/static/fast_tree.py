@@ -9,14 +9,16 @@ by node against ``cst.parse_module`` in ``tests/test_fast_tree.py``). It leaves
 out what a reader does not need:
 
 - whitespace, comments and punctuation are libcst's defaults, so generating
-  code from a node normalises its spacing; ``FastModule.code_for_node`` returns
-  the user's own text instead;
-- parentheses around an expression are not recorded (``lpar`` is empty);
+  code from a node would normalise its spacing; ``FastModule.code_for_node``
+  returns libcst's code instead: the user's text, with the parentheses that
+  group the node;
+- those parentheses are not in ``lpar`` (``FastModule.parenthesized`` reads them);
 - positions come from ``ast`` (``Positions``) rather than from code generation.
 
-A construct the conversion does not model raises ``NotModelledError``, and a
-position it does not know raises ``MissingPositionError``: the engine then lints the
-file with libcst's parser, so a gap here costs time, never a finding.
+A construct the conversion does not model, a position it does not know, or the
+code of a node it did not place raises ``NotModelledError`` or
+``MissingPositionError``: the engine then lints the file with libcst's parser,
+so a gap here costs time, never a finding.
 """
 
 from __future__ import annotations
@@ -148,10 +150,10 @@ class FastModule(cst.Module):
         written = self.positions.written.get(id(node))
         if written is None:
             return span
+        if self._own_parentheses(node):
+            return written
         elements = node.elements  # type: ignore[attr-defined]
         start = self._code_span(elements[0].value)
-        if written[:2] < start[:2]:  # ``(a, b)``, not ``(a), b``
-            return written
         end_line, end_column = self._code_span(elements[-1].value)[2:]
         if self.positions.lines[end_line - 1].encode()[end_column : end_column + 1] == b",":
             end_column += 1  # libcst's tuple ends after a trailing comma
@@ -163,12 +165,14 @@ class FastModule(cst.Module):
         positions = self.positions
         if id(node) not in positions.spans and not positions.in_tree(node):
             return bool(getattr(node, "lpar", ()))  # built by the analyses, on either tree
-        code = self._code_span(node)
-        if code != self._written(node, _span(positions.spans[id(node)])):
-            return True
-        written = positions.written.get(id(node))
-        return written is not None and code == written and positions.text_of(code).startswith("(") \
-            and written[:2] < self._code_span(node.elements[0].value)[:2]  # type: ignore[attr-defined]
+        return self._own_parentheses(node) or \
+            self._code_span(node) != self._written(node, _span(positions.spans[id(node)]))
+
+    def _own_parentheses(self, node: cst.CSTNode) -> bool:
+        """Whether ``node`` is a tuple with parentheses of its own: ``(a, b)``, not ``(a), b``
+        (whose text starts with a parenthesis too, its first element's)."""
+        written = self.positions.written.get(id(node))
+        return written is not None and written[:2] < self._code_span(node.elements[0].value)[:2]  # type: ignore[attr-defined]
 
 
 class Positions(Mapping[cst.CSTNode, CodeRange]):
@@ -261,8 +265,7 @@ def _at(lines: Sequence[str], place: tuple[int, int]) -> str:
 
 def _previous(lines: Sequence[str], line: int, column: int) -> tuple[int, int] | None:
     """Where the last character before (line, byte column) that is not blank is, crossing
-    line ends and backslash continuations. A line with a ``#`` on the way may end in a
-    comment, which only a tokenizer tells apart from a string: NotModelledError."""
+    line ends, comments and backslash continuations."""
     text = lines[line - 1].encode()[:column]
     while True:
         stripped = text.rstrip()
@@ -894,8 +897,8 @@ class _Converter:
 
 
 class _Unplaced(_Converter):
-    """A converter that records no positions: for expressions inside f-strings,
-    whose ast positions are not the file's (a rule asking for one gets MissingPositionError)."""
+    """A converter that records no positions: for expressions inside f-strings whose ast
+    positions do not read back as themselves (a rule asking for one gets MissingPositionError)."""
 
     def at(self, node: cst.CSTNode, located: _Located) -> Any:
         return node

@@ -36,12 +36,7 @@ class Layout:
 
     @cached_property
     def _line_offsets(self) -> list[int]:
-        offsets = [0]
-        position = self.text.find("\n")
-        while position >= 0:
-            offsets.append(position + 1)
-            position = self.text.find("\n", position + 1)
-        return offsets
+        return line_starts(self.text)
 
     @cached_property
     def _tree(self) -> ast.Module | None:
@@ -191,6 +186,16 @@ class _Positions(Mapping[cst.CSTNode, CodeRange]):
 
     def __len__(self) -> int:
         return len(self._fall_back())
+
+
+def line_starts(text: str) -> list[int]:
+    """The offset in ``text`` at which each of its lines starts."""
+    starts = [0]
+    found = text.find("\n")
+    while found >= 0:
+        starts.append(found + 1)
+        found = text.find("\n", found + 1)
+    return starts
 
 
 def _index(root: cst.CSTNode, unit: Unit, table: dict[cst.CSTNode, Unit]) -> None:

@@ -13,7 +13,9 @@ out what a reader does not need:
   returns libcst's code instead: the user's text, with the parentheses that
   group the node;
 - those parentheses are not in ``lpar`` (``FastModule.parenthesized`` reads them);
-- positions come from ``ast`` (``Positions``) rather than from code generation.
+- positions come from ``ast`` (``Positions``) rather than from code generation;
+  inside an f-string, where Python 3.11's are wrong, from each field's own text
+  (``fstrings``).
 
 A construct the conversion does not model, a position it does not know, or the
 code of a node it did not place raises ``NotModelledError`` or
@@ -37,7 +39,7 @@ from typing import Any
 import libcst as cst
 from libcst.metadata import CodePosition, CodeRange
 
-from attncheck.static import node_fields, subtree
+from attncheck.static import fstrings, node_fields, subtree
 
 Span = tuple[int, int, int, int]  # start line, start byte column, end line, end byte column
 _Located = ast.AST | Span
@@ -696,7 +698,7 @@ class _Converter:
     def strings(self, node: ast.expr, text: str) -> Any:
         """One string literal, or libcst's right-nested ConcatenatedString of several."""
         if _is_one_literal(text):
-            return self.at(self.string_token(text), node)
+            return self.at(self.string_token(text, (node.lineno, node.col_offset)), node)
         try:
             tokens = [t for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type == tokenize.STRING]
         except (tokenize.TokenError, SyntaxError) as error:
@@ -704,10 +706,10 @@ class _Converter:
         if not tokens:
             raise NotModelledError("a string without a string token")
         segment = text.splitlines(keepends=True)
-        parts = [
-            self.at(self.string_token(token.string), _token_span(node.lineno, node.col_offset, segment, token))
-            for token in tokens
-        ]
+        parts = []
+        for token in tokens:
+            span = _token_span(node.lineno, node.col_offset, segment, token)
+            parts.append(self.at(self.string_token(token.string, span[:2]), span))
         found = parts[-1]
         for part in reversed(parts[:-1]):
             found = _new[cst.ConcatenatedString](left=part, right=found)
@@ -715,47 +717,33 @@ class _Converter:
             self.at(found, node)
         return found
 
-    def string_token(self, token: str) -> Any:
+    def string_token(self, token: str, start: tuple[int, int]) -> Any:
+        """A string or f-string literal ``token``, which starts at ``start`` (line, byte column)."""
         prefix = _STRING_PREFIX.match(token).group(0)  # type: ignore[union-attr]
         if "f" not in prefix.lower():
             return _new[cst.SimpleString](value=token)
         quote = token[len(prefix) : len(prefix) + 3]
         quote = quote if quote in ('"""', "'''") else quote[0]
-        joined = ast.parse(token, mode="eval").body
-        assert isinstance(joined, ast.JoinedStr)
-        return _new[cst.FormattedString](parts=self.formatted_parts(joined.values),
+        try:
+            parts = fstrings.parts(token)
+        except ValueError as error:
+            raise NotModelledError("an f-string the scan does not split") from error
+        return _new[cst.FormattedString](parts=self.formatted_parts(token, start, parts),
                                          start=prefix + quote, end=quote)
 
-    def reads_back(self, node: ast.expr) -> bool:
-        """Whether ``node``'s span holds its own text, on one line: parsed, it is ``node``."""
-        if node.lineno != node.end_lineno:
-            return False
-        try:
-            parsed = ast.parse(self.positions.text_of(node).strip(), mode="eval").body
-        except (SyntaxError, ValueError):
-            return False
-        return ast.dump(parsed) == ast.dump(node)
-
-    def formatted_parts(self, values: Sequence[ast.expr]) -> list[cst.BaseFormattedStringContent]:
-        parts: list[cst.BaseFormattedStringContent] = []
-        for value in values:
-            if isinstance(value, ast.Constant):
-                text = str(value.value).replace("{", "{{").replace("}", "}}")
-                parts.append(_new[cst.FormattedStringText](value=text))
+    def formatted_parts(self, token: str, start: tuple[int, int],
+                        parts: Sequence[fstrings.Text | fstrings.Field]) -> list[cst.BaseFormattedStringContent]:
+        converted: list[cst.BaseFormattedStringContent] = []
+        for part in parts:
+            if isinstance(part, fstrings.Text):
+                converted.append(_new[cst.FormattedStringText](value=token[part.start : part.end]))
                 continue
-            assert isinstance(value, ast.FormattedValue)
-            spec = None
-            if value.format_spec is not None:
-                assert isinstance(value.format_spec, ast.JoinedStr)
-                spec = self.formatted_parts(value.format_spec.values)
-            conversion = chr(value.conversion) if value.conversion > 0 else None
-            # Python 3.11 gets positions inside an f-string wrong in some spellings: they are
-            # recorded where the text there reads back as the same expression.
-            placed = self if self.reads_back(value.value) else _Unplaced(self.lines, self.positions)
-            expression = placed.expr(value.value)
-            parts.append(_new[cst.FormattedStringExpression](expression=expression, conversion=conversion,
-                                                             format_spec=spec))
-        return parts
+            expression = self.expr(_field_expression(token, start, part))
+            spec = self.formatted_parts(token, start, part.spec) if part.spec is not None else None
+            converted.append(_new[cst.FormattedStringExpression](
+                expression=expression, conversion=part.conversion, format_spec=spec,
+                equal=_new[cst.AssignEqual]() if part.equal else None))
+        return converted
 
     def expr_Attribute(self, node: ast.Attribute) -> cst.Attribute:
         size = len(node.attr.encode())
@@ -896,26 +884,6 @@ class _Converter:
         return (node.lineno, node.col_offset) < _grouped(self.lines, _span(node.elts[0]))[:2]
 
 
-class _Unplaced(_Converter):
-    """A converter that records no positions: for expressions inside f-strings whose ast
-    positions do not read back as themselves (a rule asking for one gets MissingPositionError)."""
-
-    def at(self, node: cst.CSTNode, located: _Located) -> Any:
-        return node
-
-    def expr_Constant(self, node: ast.Constant) -> Any:
-        value = node.value
-        if isinstance(value, (int, float, complex)) and not isinstance(value, bool):
-            kind = cst.Integer if isinstance(value, int) else cst.Float if isinstance(value, float) else cst.Imaginary
-            return _new[kind](value=repr(value))
-        if isinstance(value, (str, bytes)):
-            return _new[cst.SimpleString](value=repr(value))
-        return super().expr_Constant(node)
-
-    def expr_JoinedStr(self, node: ast.JoinedStr) -> cst.FormattedString:
-        return _new[cst.FormattedString](parts=self.formatted_parts(node.values), start='f"', end='"')
-
-
 def _name_items(names: Sequence[str]) -> list[cst.NameItem]:
     return [_new[cst.NameItem](name=_new[cst.Name](value=name)) for name in names]
 
@@ -936,6 +904,32 @@ def _methods(converter: type[_Converter], prefix: str) -> dict[type, Callable[..
     lookup per node instead of building the name and looking it up."""
     return {getattr(ast, name.removeprefix(prefix)): getattr(converter, name)
             for name in dir(converter) if name.startswith(prefix) and hasattr(ast, name.removeprefix(prefix))}
+
+
+def _field_expression(token: str, start: tuple[int, int], field: fstrings.Field) -> ast.expr:
+    """The ast of an f-string field's expression, placed where its text is in the file
+    (``token`` starts at ``start``, a line and a byte column)."""
+    text = token[field.start : field.end]
+    try:
+        expression = ast.parse(f"({text})", mode="eval").body
+    except (SyntaxError, ValueError) as error:
+        raise NotModelledError("an f-string expression that does not parse alone") from error
+    row = token.count("\n", 0, field.start)
+    width = len(token[token.rfind("\n", 0, field.start) + 1 : field.start].encode())
+    line, column = (start[0], start[1] + width) if row == 0 else (start[0] + row, width)
+    # Parsed as "(text)", the text starts at column 1 of line 1.
+    for node in ast.walk(expression):
+        if hasattr(node, "end_lineno"):
+            if node.lineno == 1:
+                node.col_offset += column - 1
+            if node.end_lineno == 1:
+                node.end_col_offset += column - 1
+            node.lineno += line - 1
+            node.end_lineno += line - 1
+    if isinstance(expression, ast.Tuple) and (expression.lineno, expression.col_offset) == (line, column - 1):
+        # ``{a, b}``: the parentheses that made it parse are not the tuple's own.
+        expression.lineno, expression.col_offset = expression.elts[0].lineno, expression.elts[0].col_offset
+    return expression
 
 
 def _between(first: ast.AST, last: ast.AST) -> Span:

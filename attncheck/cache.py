@@ -95,6 +95,7 @@ class Cache:
 
     def __init__(self, root: Path, codes: Sequence[str]) -> None:
         self.directory = root / f"static-{namespace(codes)}"
+        self._made: set[Path] = set()  # the folders this run has made sure of
 
     @staticmethod
     def key(data: bytes, notebook: bool) -> str:
@@ -126,7 +127,9 @@ class Cache:
         path = self._path(key)
         temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            if path.parent not in self._made:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                self._made.add(path.parent)
             temporary.write_text(json.dumps(document, separators=(",", ":")), encoding="utf-8")
             os.replace(temporary, path)
         except OSError:

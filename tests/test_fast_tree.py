@@ -45,6 +45,8 @@ def _pairs(text: str) -> list[tuple[cst.CSTNode, cst.CSTNode]]:
         if field is not None:
             assert getattr(a, field) == getattr(b, field)
         pairs.append((a, b))
+        if type(b) in fast_tree.ALWAYS_PLACED:  # Positions.in_tree counts on it
+            assert id(b) in fast.positions.spans, type(b).__name__
         left, right = _children(a), _children(b)
         assert [type(n) for n in left] == [node_fields.libcst_class(type(n)) for n in right], type(a).__name__
         stack.extend(zip(left, right, strict=True))

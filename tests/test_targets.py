@@ -132,4 +132,23 @@ def test_definition_lines_are_the_first_match_of_a_search_per_name(text, name, i
     match = re.compile(rf"^{keyword}\s+{re.escape(name)}\b", re.M).search(text)
     expected = text.count("\n", 0, match.start()) + 1 if match else 1
     context = FileContext(Source("t.py", text), cst.Module(body=[]))
-    assert context.shared(targets._definition_lines).get((is_class, name), 1) == expected
+    line, start = context.shared(targets._definition_starts).get((is_class, name), (1, 0))
+    assert line == expected
+    assert start == (match.start() if match else 0)
+
+
+def _text_to_next_top_level_line(text: str, line: int) -> str:
+    """The definition's text as a walk over the file's lines reads it."""
+    lines = text.splitlines(keepends=True)
+    end = next((i for i in range(line, len(lines)) if lines[i][:1] not in (" ", "\t", "\n", "\r", "#", ")", "]", "}")),
+               len(lines))
+    return "".join(lines[line - 1 : end])
+
+
+@given(st.lists(st.sampled_from(["class A:", "def A():", "\n", "    x = 1", "\tpass", ")", "]", "# c", "@d",
+                                 "y = 2", "\r\n", " "]), max_size=14).map("".join))
+def test_a_definitions_text_runs_to_the_next_top_level_line(text: str) -> None:
+    context = FileContext(Source("t.py", text), cst.Module(body=[]))
+    node = cst.ClassDef(cst.Name("A"), cst.IndentedBlock([]))
+    line, found = targets._definition(context, node)
+    assert found == _text_to_next_top_level_line(text, line)

@@ -78,11 +78,6 @@ class FileContext:
         return self.class_stack[-1] if self.class_stack else None
 
     @cached_property
-    def lines(self) -> list[str]:
-        """The file's lines, with their line endings."""
-        return self.source.text.splitlines(keepends=True)
-
-    @cached_property
     def _line_starts(self) -> list[int]:
         return line_starts(self.source.text)
 

@@ -208,7 +208,12 @@ class Positions(Mapping[cst.CSTNode, CodeRange]):
 
     def in_tree(self, node: cst.CSTNode) -> bool:
         """Whether ``node`` (not punctuation or whitespace) is a node of the built tree rather than
-        one the analyses built. The tree's nodes are listed on the first question: few files ask."""
+        one the analyses built. A node of a class the conversion always places is in the tree
+        when it has a span; for the others, the tree's nodes are listed on the first question."""
+        if id(node) in self.spans:
+            return True
+        if type(node) in ALWAYS_PLACED:
+            return False  # built: ``b, s, d = x.shape`` binds s to ``x.shape[1]``
         if self._tree is None:
             root = self.root()
             self._tree = {id(n) for n in subtree.preorder(root)} if root is not None else set()
@@ -245,6 +250,11 @@ def _span(located: _Located) -> Span:
 # A generator's parentheses are its own, or its call's when it is the only argument, and libcst
 # tells them apart in ways its text alone does not: its code is left to libcst's tree.
 _OWN_PARENTHESES = frozenset({cst.GeneratorExp})
+# The classes of the nodes the analyses build (``facts``, ``patterns``), which the conversion
+# places wherever it makes one (checked on every fixture in tests/test_fast_tree.py): one of
+# them without a span was built, and telling so needs no list of the tree's nodes.
+ALWAYS_PLACED = frozenset({cst.Call, cst.Arg, cst.Subscript, cst.SubscriptElement, cst.Index, cst.Integer,
+                           cst.BinaryOperation, cst.UnaryOperation})
 
 
 def _grouped(lines: Sequence[str], span: Span) -> Span:

@@ -31,7 +31,9 @@ _GQA = re.compile(
 _ROPE_WORDS = ("rotary", "rope", "cos_cached", "freqs_cis")
 _COS_OR_SIN = re.compile(r"\b(?:cos|sin)\b")
 _TRIANGLE = re.compile(r"torch\.tril|torch\.triu|\.tril\(|\.triu\(")  # ``is_causal=True`` holds "causal"
-_DEFINITION = re.compile(r"^(class|(?:async\s+)?def)(?=\s+(\w+))", re.M)  # a lookahead: no match hides the next
+_DEFINITION = re.compile(r"(class|(?:async\s+)?def)(?=\s+(\w+))")  # a lookahead: no match hides the next
+# Where a top-level definition's text ends: a line that starts a statement at the top level.
+_TOP_LEVEL_LINE = re.compile(r"\n(?=[^ \t\n\r#)\]}])")
 _NOT_INPUTS = re.compile(
     r"mask|pos|position|cache|past|cos|sin|freq|ids|return|output_|use_|need_|training", re.I
 )
@@ -99,8 +101,7 @@ def _class_target(context: FileContext, sem: semantics.Semantics, klass: ClassFa
     forward = klass.methods["forward"]
     init_params = _parameters(context.module, init.node)[1:] if init is not None else ()
     forward_params = _parameters(context.module, forward.node)[1:]
-    line = _line(context, klass.node)
-    text = _definition_text(context.lines, line)
+    line, text = _definition(context, klass.node)
     kinds = ["mha"] if sem.has_heads(forward) else []
     kinds += _input_kinds(forward_params) + _text_kinds(text)
     return Target(
@@ -119,8 +120,7 @@ def _class_target(context: FileContext, sem: semantics.Semantics, klass: ClassFa
 
 def _function_target(context: FileContext, sem: semantics.Semantics, fn: FunctionFacts) -> Target:
     params = _parameters(context.module, fn.node)
-    line = _line(context, fn.node)
-    text = _definition_text(context.lines, line)
+    line, text = _definition(context, fn.node)
     rope_only = bool(_ROPE_NAME.search(fn.name)) and not _computes_attention(sem, fn)
     kinds = ["rope", "function"] if rope_only else _input_kinds(params) + _text_kinds(text) + ["function"]
     return Target(
@@ -192,31 +192,35 @@ def _config_class(context: FileContext, init_params: tuple[Parameter, ...]) -> s
     return None
 
 
-def _definition_text(lines: list[str], line: int) -> str:
-    """The file's text of the top-level definition whose keyword is on ``line``: up to the next
-    line that starts a top-level statement. Read from the file rather than generated from the
-    tree, which for a large file holds only the definition's attention parts."""
-    end = next(
-        (i for i in range(line, len(lines)) if lines[i][:1] not in ("", " ", "\t", "\n", "\r", "#", ")", "]", "}")),
-        len(lines),
-    )
-    return "".join(lines[line - 1 : end])
-
-
-def _line(context: FileContext, node: cst.ClassDef | cst.FunctionDef) -> int:
-    """The line of a top-level ``class``/``def`` keyword (after any decorators): the first
-    one of that name in the file."""
-    return context.shared(_definition_lines).get((isinstance(node, cst.ClassDef), node.name.value), 1)
-
-
-def _definition_lines(context: FileContext) -> dict[tuple[bool, str], int]:
-    """(is a class, name) -> line of the first top-level definition of it, from one pass
-    over the file's text (not one search per target: a large file has dozens)."""
+def _definition(context: FileContext, node: cst.ClassDef | cst.FunctionDef) -> tuple[int, str]:
+    """The line of a top-level ``class``/``def`` keyword (after any decorators), the first one of
+    that name in the file, and the file's text of that definition: up to the next line that
+    starts a top-level statement. Read from the file rather than generated from the tree, which
+    for a large file holds only the definition's attention parts."""
+    line, start = context.shared(_definition_starts).get((isinstance(node, cst.ClassDef), node.name.value), (1, 0))
     text = context.source.text
-    found: dict[tuple[bool, str], int] = {}
+    end = _TOP_LEVEL_LINE.search(text, start)
+    return line, text[start : end.end() if end is not None else len(text)]
+
+
+def _definition_starts(context: FileContext) -> dict[tuple[bool, str], tuple[int, int]]:
+    """(is a class, name) -> (line, offset) of the first top-level definition of it. Only lines
+    that start with a definition's first word are tried: a search for each word over the
+    whole text is several times faster than one regular expression anchored at every line."""
+    text = context.source.text
+    starts = [0] if text.startswith(("class", "def", "async")) else []
+    for word in ("\nclass", "\ndef", "\nasync"):
+        at = text.find(word)
+        while at >= 0:
+            starts.append(at + 1)
+            at = text.find(word, at + 1)
+    found: dict[tuple[bool, str], tuple[int, int]] = {}
     line, counted = 1, 0
-    for match in _DEFINITION.finditer(text):
-        line += text.count("\n", counted, match.start())
-        counted = match.start()
-        found.setdefault((match.group(1) == "class", match.group(2)), line)
+    for start in sorted(starts):
+        match = _DEFINITION.match(text, start)
+        if match is None:
+            continue
+        line += text.count("\n", counted, start)
+        counted = start
+        found.setdefault((match.group(1) == "class", match.group(2)), (line, start))
     return found

@@ -34,9 +34,30 @@ def _children(node: cst.CSTNode) -> list[cst.CSTNode]:
     return [child for child in node_fields.children(node) if type(child) not in node_fields.TRIVIA]
 
 
+def _walked_events(module: cst.Module) -> list[tuple[int, int]]:
+    """(id, index past its subtree) of the nodes of the event classes, in a pre-order walk."""
+    events: list[tuple[int, int] | None] = []
+
+    def visit(node: cst.CSTNode) -> None:
+        slot = None
+        if node_fields.libcst_class(type(node)) in fast_tree.FastModule.EVENT_CLASSES:
+            slot = len(events)
+            events.append(None)
+        for child in subtree.children(node):
+            visit(child)
+        if slot is not None:
+            events[slot] = (id(node), len(events))
+
+    for child in subtree.children(module):  # the module is not listed: it would be a cycle
+        visit(child)
+    return events  # type: ignore[return-value]
+
+
 def _pairs(text: str) -> list[tuple[cst.CSTNode, cst.CSTNode]]:
-    """Corresponding nodes of libcst's tree and fast_tree's, asserting the same shape."""
+    """Corresponding nodes of libcst's tree and fast_tree's, asserting the same shape, and
+    the fast tree's events the same as a walk of it (walk.py replays them for a walk)."""
     exact, fast = cst.parse_module(text), fast_tree.build(text)
+    assert [(id(node), end) for node, end in fast.events] == _walked_events(fast)
     pairs, stack = [], [(exact, fast)]
     while stack:
         a, b = stack.pop()

@@ -98,6 +98,55 @@ def test_skipping_trivia_keeps_the_order_of_everything_else():
         assert ours.events == [event for event in theirs.events if event[1] in kept]
 
 
+class EventRecorder(cst.CSTVisitor):
+    """Visits and leaves of every class a fast module lists as events; prunes lambdas and,
+    when asked, classes (the walk must resume past their subtrees, and still leave them)."""
+
+    def __init__(self, prune_classes: bool = False) -> None:
+        super().__init__()
+        self.events: list[tuple[str, int]] = []
+        self.prune_classes = prune_classes
+
+    def on_visit(self, node: cst.CSTNode) -> bool:  # not used by walk: the visit_* below are
+        raise AssertionError("a replay or batched walk never calls on_visit")
+
+    def record(self, kind: str, node: cst.CSTNode) -> None:
+        self.events.append((kind, id(node)))
+
+
+def _recording(name: str):
+    def visit(self, node):
+        self.record("visit", node)
+        return not (name == "Lambda" or (name == "ClassDef" and self.prune_classes))
+
+    def leave(self, original_node):
+        self.record("leave", original_node)
+    return visit, leave
+
+
+for _cls in fast_tree.FastModule.EVENT_CLASSES:
+    _visit, _leave = _recording(_cls.__name__)
+    setattr(EventRecorder, f"visit_{_cls.__name__}", _visit)
+    setattr(EventRecorder, f"leave_{_cls.__name__}", _leave)
+del EventRecorder.on_visit
+
+
+@pytest.mark.parametrize("prune_classes", [False, True])
+def test_a_replay_of_the_fast_trees_events_is_the_walk_of_it(prune_classes, monkeypatch):
+    compared = 0
+    for path in FILES:
+        module = fast_tree.build(path.read_text(encoding="utf-8"))
+        replayed, walked = EventRecorder(prune_classes), EventRecorder(prune_classes)
+        walk.visit(module, replayed)
+        monkeypatch.setattr(walk._Walker, "replay", lambda self, events: pytest.fail("replayed"))
+        monkeypatch.setattr(type(module), "EVENT_CLASSES", frozenset())  # no replay: a walk of the tree
+        walk.visit(module, walked)
+        monkeypatch.undo()
+        assert replayed.events == walked.events, path.name
+        compared += len(replayed.events)
+    assert compared > 2_000
+
+
 def libcst_visit_batched(module, visitors, metadata) -> None:
     MetadataWrapper(module, unsafe_skip_copy=True).visit_batched(list(visitors))
 

@@ -99,7 +99,16 @@ _set = object.__setattr__
 
 
 class FastModule(cst.Module):
-    """A module built by ``build``: its code for a node is the user's own text."""
+    """A module built by ``build``: its code for a node is the user's own text.
+
+    ``events`` lists the nodes under it of the ``EVENT_CLASSES`` in pre-order (libcst's
+    visiting order), each with the index in ``events`` just past its subtree: a walk that
+    asks only about those classes replays the list instead of walking the tree (``walk``).
+    The module itself is not listed: the list would hold it in a reference cycle."""
+
+    EVENT_CLASSES = frozenset({cst.Module, cst.ClassDef, cst.FunctionDef, cst.Lambda, cst.Call,
+                               cst.BinaryOperation, cst.Assign, cst.AugAssign, cst.AnnAssign, cst.Import,
+                               cst.ImportFrom})
 
     def code_for_node(self, node: cst.CSTNode) -> str:
         """libcst's code for ``node``: its text, with the parentheses that group it (libcst
@@ -362,6 +371,7 @@ def build(text: str) -> FastModule:
     module = _new[FastModule](body=converter.statements(tree.body),
                               has_trailing_newline=text.endswith("\n") or not text)
     _set(module, "positions", converter.positions)
+    _set(module, "events", converter.events)
     converter.positions.root = weakref.ref(module)
     return module
 
@@ -401,13 +411,24 @@ _STRING_PREFIX = re.compile(r"[A-Za-z]*")
 class _Converter:
     """One conversion: ast nodes in, libcst nodes out, each one's span recorded."""
 
-    def __init__(self, lines: Sequence[str], positions: Positions | None = None) -> None:
+    def __init__(self, lines: Sequence[str]) -> None:
         self.lines = lines
-        self.positions = positions if positions is not None else Positions(lines)
+        self.positions = Positions(lines)
         self.spans = self.positions.spans
+        self.events: list[Any] = []
 
     def at(self, node: cst.CSTNode, located: _Located) -> Any:
         self.spans[id(node)] = located
+        return node
+
+    def opened(self) -> int:
+        """The place in ``events`` of a node of an ``EVENT_CLASSES`` class whose children are
+        converted next: nodes are made after their children, events come in pre-order."""
+        self.events.append(None)
+        return len(self.events) - 1
+
+    def closed(self, slot: int, node: Any) -> Any:
+        self.events[slot] = (node, len(self.events))
         return node
 
     # Statements ----------------------------------------------------------
@@ -451,17 +472,21 @@ class _Converter:
         return _new[cst.Expr](value=self.expr(node.value))
 
     def small_Assign(self, node: ast.Assign) -> cst.Assign:
+        slot = self.opened()
         targets = [self.at(_new[cst.AssignTarget](target=self.expr(t)), t) for t in node.targets]
-        return _new[cst.Assign](targets=targets, value=self.expr(node.value))
+        return self.closed(slot, _new[cst.Assign](targets=targets, value=self.expr(node.value)))
 
     def small_AugAssign(self, node: ast.AugAssign) -> cst.AugAssign:
-        return _new[cst.AugAssign](target=self.expr(node.target), operator=_AUGMENTED_OPERATORS[type(node.op)],
-                                   value=self.expr(node.value))
+        slot = self.opened()
+        return self.closed(slot, _new[cst.AugAssign](
+            target=self.expr(node.target), operator=_AUGMENTED_OPERATORS[type(node.op)], value=self.expr(node.value)))
 
     def small_AnnAssign(self, node: ast.AnnAssign) -> cst.AnnAssign:
+        slot = self.opened()
+        target = self.expr(node.target)
         annotation = self.annotation(node.annotation)
         value = self.expr(node.value) if node.value is not None else None
-        return _new[cst.AnnAssign](target=self.expr(node.target), annotation=annotation, value=value)
+        return self.closed(slot, _new[cst.AnnAssign](target=target, annotation=annotation, value=value))
 
     def small_Return(self, node: ast.Return) -> cst.Return:
         return _new[cst.Return](value=self.optional(node.value))
@@ -493,16 +518,17 @@ class _Converter:
         return _new[cst.Del](target=target)
 
     def small_Import(self, node: ast.Import) -> cst.Import:
-        return _new[cst.Import](names=[self.alias(a) for a in node.names])
+        return self.closed(self.opened(), _new[cst.Import](names=[self.alias(a) for a in node.names]))
 
     def small_ImportFrom(self, node: ast.ImportFrom) -> cst.ImportFrom:
+        slot = self.opened()
         module = self.dotted(node.module) if node.module else None
         if len(node.names) == 1 and node.names[0].name == "*":
             names: Any = _new[cst.ImportStar]()
         else:
             names = [self.alias(a) for a in node.names]
         relative = [_new[cst.Dot]() for _ in range(node.level)]
-        return _new[cst.ImportFrom](module=module, names=names, relative=relative)
+        return self.closed(slot, _new[cst.ImportFrom](module=module, names=names, relative=relative))
 
     def small_Global(self, node: ast.Global) -> cst.Global:
         return _new[cst.Global](names=_name_items(node.names))
@@ -535,25 +561,25 @@ class _Converter:
         return self.at(method(node), node)
 
     def compound_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> cst.FunctionDef:
+        slot = self.opened()
+        decorators = [self.decorator(d) for d in node.decorator_list]
+        name = self.definition_name(node)
+        params = self.parameters(node.args)
         returns = self.annotation(node.returns) if node.returns is not None else None
-        return _new[cst.FunctionDef](
-            name=self.definition_name(node),
-            params=self.parameters(node.args),
-            body=self.block(node.body),
-            decorators=[self.decorator(d) for d in node.decorator_list],
-            returns=returns,
+        return self.closed(slot, _new[cst.FunctionDef](
+            name=name, params=params, body=self.block(node.body), decorators=decorators, returns=returns,
             asynchronous=_new[cst.Asynchronous]() if isinstance(node, ast.AsyncFunctionDef) else None,
-        )
+        ))
 
 
     def compound_ClassDef(self, node: ast.ClassDef) -> cst.ClassDef:
-        return _new[cst.ClassDef](
-            name=self.definition_name(node),
-            body=self.block(node.body),
-            bases=[self.at(_new[cst.Arg](value=self.expr(b)), b) for b in node.bases],
-            keywords=[self.keyword(k) for k in node.keywords],
-            decorators=[self.decorator(d) for d in node.decorator_list],
-        )
+        slot = self.opened()
+        decorators = [self.decorator(d) for d in node.decorator_list]
+        name = self.definition_name(node)
+        bases = [self.at(_new[cst.Arg](value=self.expr(b)), b) for b in node.bases]
+        keywords = [self.keyword(k) for k in node.keywords]
+        return self.closed(slot, _new[cst.ClassDef](name=name, body=self.block(node.body), bases=bases,
+                                                    keywords=keywords, decorators=decorators))
 
     def definition_name(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> cst.Name:
         head = _DEF.match(self.lines[node.lineno - 1].encode(), node.col_offset)
@@ -567,14 +593,14 @@ class _Converter:
         return _new[cst.Decorator](decorator=self.expr(node))
 
     def compound_If(self, node: ast.If) -> cst.If:
-        orelse = None
+        test, body, orelse = self.expr(node.test), self.block(node.body), None
         if node.orelse:
             first = node.orelse[0]
             if isinstance(first, ast.If) and len(node.orelse) == 1 and self._is_elif(first):
                 orelse = self.at(self.compound_If(first), first)
             else:
                 orelse = _new[cst.Else](body=self.block(node.orelse))
-        return _new[cst.If](test=self.expr(node.test), body=self.block(node.body), orelse=orelse)
+        return _new[cst.If](test=test, body=body, orelse=orelse)
 
     def _is_elif(self, node: ast.If) -> bool:
         return self.lines[node.lineno - 1].encode()[node.col_offset : node.col_offset + 4] == b"elif"
@@ -597,27 +623,28 @@ class _Converter:
     def compound_With(self, node: ast.With | ast.AsyncWith) -> cst.With:
         items = []
         for item in node.items:
+            context = self.expr(item.context_expr)
             asname = None
             if item.optional_vars is not None:
                 asname = _new[cst.AsName](name=self.expr(item.optional_vars))
-            items.append(_new[cst.WithItem](item=self.expr(item.context_expr), asname=asname))
+            items.append(_new[cst.WithItem](item=context, asname=asname))
         return _new[cst.With](items=items, body=self.block(node.body),
                               asynchronous=_new[cst.Asynchronous]() if isinstance(node, ast.AsyncWith) else None)
 
 
     def compound_Try(self, node: ast.Try) -> cst.Try:
+        body = self.block(node.body)
         handlers = []
         for handler in node.handlers:
+            kind = self.optional(handler.type)
             name = None
             if handler.name is not None:
                 name = _new[cst.AsName](name=_new[cst.Name](value=handler.name))
-            handlers.append(self.at(
-                _new[cst.ExceptHandler](body=self.block(handler.body), type=self.optional(handler.type), name=name),
-                handler,
-            ))
+            handlers.append(self.at(_new[cst.ExceptHandler](type=kind, name=name, body=self.block(handler.body)),
+                                    handler))
+        orelse = self.orelse(node.orelse)
         finalbody = _new[cst.Finally](body=self.block(node.finalbody)) if node.finalbody else None
-        return _new[cst.Try](body=self.block(node.body), handlers=handlers, orelse=self.orelse(node.orelse),
-                             finalbody=finalbody)
+        return _new[cst.Try](body=body, handlers=handlers, orelse=orelse, finalbody=finalbody)
 
     # Parameters and arguments -------------------------------------------
 
@@ -651,20 +678,19 @@ class _Converter:
         return self.at(_new[cst.Annotation](annotation=self.expr(node)), node)
 
     def arguments(self, node: ast.Call) -> list[cst.Arg]:
-        found: list[tuple[tuple[int, int], cst.Arg]] = []
-        for value in node.args:
-            if isinstance(value, ast.Starred):
-                arg = self.at(_new[cst.Arg](value=self.expr(value.value), star="*"), value)
-            else:
-                converted = self.expr(value)
-                # A lone generator argument borrows the call's parentheses in ast's span.
-                located = self.spans.get(id(converted), value) if isinstance(value, ast.GeneratorExp) else value
-                arg = self.at(_new[cst.Arg](value=converted), located)
-            found.append(((value.lineno, value.col_offset), arg))
-        for keyword in node.keywords:
-            found.append(((keyword.lineno, keyword.col_offset), self.keyword(keyword)))
-        found.sort(key=lambda pair: pair[0])
-        return [arg for _, arg in found]
+        """The arguments in the order they are written (``f(*a, k=1, *b)`` mixes ast's two lists)."""
+        if not node.keywords:
+            return [self.argument(value) for value in node.args]
+        written = sorted([*node.args, *node.keywords], key=lambda item: (item.lineno, item.col_offset))
+        return [self.keyword(item) if isinstance(item, ast.keyword) else self.argument(item) for item in written]
+
+    def argument(self, value: ast.expr) -> cst.Arg:
+        if isinstance(value, ast.Starred):
+            return self.at(_new[cst.Arg](value=self.expr(value.value), star="*"), value)
+        converted = self.expr(value)
+        # A lone generator argument borrows the call's parentheses in ast's span.
+        located = self.spans.get(id(converted), value) if isinstance(value, ast.GeneratorExp) else value
+        return self.at(_new[cst.Arg](value=converted), located)
 
     def keyword(self, node: ast.keyword) -> cst.Arg:
         if node.arg is None:
@@ -762,11 +788,13 @@ class _Converter:
         return self.at(_new[cst.Attribute](value=self.expr(node.value), attr=attr), node)
 
     def expr_Call(self, node: ast.Call) -> cst.Call:
-        return self.at(_new[cst.Call](func=self.expr(node.func), args=self.arguments(node)), node)
+        slot = self.opened()
+        return self.closed(slot, self.at(_new[cst.Call](func=self.expr(node.func), args=self.arguments(node)), node))
 
     def expr_BinOp(self, node: ast.BinOp) -> cst.BinaryOperation:
-        return self.at(_new[cst.BinaryOperation](left=self.expr(node.left), operator=_OPERATORS[type(node.op)],
-                                                 right=self.expr(node.right)), node)
+        slot = self.opened()
+        return self.closed(slot, self.at(_new[cst.BinaryOperation](
+            left=self.expr(node.left), operator=_OPERATORS[type(node.op)], right=self.expr(node.right)), node))
 
     def expr_UnaryOp(self, node: ast.UnaryOp) -> cst.UnaryOperation:
         return self.at(_new[cst.UnaryOperation](operator=_OPERATORS[type(node.op)],
@@ -782,19 +810,22 @@ class _Converter:
         return found
 
     def expr_Compare(self, node: ast.Compare) -> cst.Comparison:
+        left = self.expr(node.left)
         targets = [_new[cst.ComparisonTarget](operator=_OPERATORS[type(op)], comparator=self.expr(c))
                    for op, c in zip(node.ops, node.comparators, strict=True)]
-        return self.at(_new[cst.Comparison](left=self.expr(node.left), comparisons=targets), node)
+        return self.at(_new[cst.Comparison](left=left, comparisons=targets), node)
 
     def expr_IfExp(self, node: ast.IfExp) -> cst.IfExp:
-        return self.at(_new[cst.IfExp](test=self.expr(node.test), body=self.expr(node.body),
-                                       orelse=self.expr(node.orelse)), node)
+        body = self.expr(node.body)  # written first: ``body if test else orelse``
+        return self.at(_new[cst.IfExp](body=body, test=self.expr(node.test), orelse=self.expr(node.orelse)), node)
 
     def expr_NamedExpr(self, node: ast.NamedExpr) -> cst.NamedExpr:
         return self.at(_new[cst.NamedExpr](target=self.expr(node.target), value=self.expr(node.value)), node)
 
     def expr_Lambda(self, node: ast.Lambda) -> cst.Lambda:
-        return self.at(_new[cst.Lambda](params=self.parameters(node.args), body=self.expr(node.body)), node)
+        slot = self.opened()
+        return self.closed(slot, self.at(_new[cst.Lambda](params=self.parameters(node.args),
+                                                          body=self.expr(node.body)), node))
 
     def expr_Await(self, node: ast.Await) -> cst.Await:
         return self.at(_new[cst.Await](expression=self.expr(node.value)), node)
@@ -841,12 +872,13 @@ class _Converter:
         return self.at(_new[cst.Dict](elements=elements), node)
 
     def comprehension(self, generators: Sequence[ast.comprehension]) -> cst.CompFor:
+        """libcst nests each ``for`` in the one before it; they are converted in the order written."""
+        parts = [(self.expr(g.target), self.expr(g.iter), [_new[cst.CompIf](test=self.expr(t)) for t in g.ifs],
+                  _new[cst.Asynchronous]() if g.is_async else None) for g in generators]
         inner = None
-        for generator in reversed(generators):
-            ifs = [_new[cst.CompIf](test=self.expr(test)) for test in generator.ifs]
-            inner = _new[cst.CompFor](target=self.expr(generator.target), iter=self.expr(generator.iter),
-                                      ifs=ifs, inner_for_in=inner,
-                          asynchronous=_new[cst.Asynchronous]() if generator.is_async else None)
+        for target, iterated, ifs, asynchronous in reversed(parts):
+            inner = _new[cst.CompFor](target=target, iter=iterated, ifs=ifs, inner_for_in=inner,
+                                      asynchronous=asynchronous)
         assert inner is not None
         return inner
 
@@ -870,12 +902,12 @@ class _Converter:
         return self.at(_new[cst.DictComp](key=key, value=value, for_in=self.comprehension(node.generators)), node)
 
     def expr_Subscript(self, node: ast.Subscript) -> cst.Subscript:
-        index = node.slice
+        value, index = self.expr(node.value), node.slice
         if isinstance(index, ast.Tuple) and index.elts and not self._parenthesised(index):
             elements = [self.subscript_element(e) for e in index.elts]
         else:
             elements = [self.subscript_element(index)]
-        return self.at(_new[cst.Subscript](value=self.expr(node.value), slice=elements), node)
+        return self.at(_new[cst.Subscript](value=value, slice=elements), node)
 
     def subscript_element(self, node: ast.expr) -> cst.SubscriptElement:
         if isinstance(node, ast.Slice):

@@ -18,6 +18,11 @@ their type: no rule looks at them, and they are half of all nodes. Such a walk
 reads each node's children with ``subtree``'s reader for its class, which never
 touches the trivia fields. A visitor that overrides ``on_visit`` sees every
 node, as before.
+
+A tree from ``fast_tree`` lists, as it is built, the nodes of the classes the
+rules and the facts index ask about (calls, assignments, definitions...), in
+the order a walk meets them. A walk whose callbacks ask about those classes
+only replays that list (``_Walker.replay``): no node is read for its children.
 """
 
 from __future__ import annotations
@@ -76,13 +81,58 @@ class _Walker:
         self.plans[cls] = found
         return found
 
-    def walk(self, node: cst.CSTNode) -> None:
-        visits, leaves, read = self.plans.get(type(node)) or self.plan(type(node))
+    def run(self, node: cst.CSTNode) -> None:
+        """The walk from ``node``: a replay of its events where it has them and they cover
+        every class a callback asks for (``fast_tree.FastModule``), else a walk of the tree."""
+        events = getattr(node, "events", None)
+        if events is not None and self.every is None and not self.trivia:
+            names = {cls.__name__ for cls in node.EVENT_CLASSES}  # type: ignore[attr-defined]
+            if all(name.split("_", 1)[1] in names for name in self.table):
+                self.replay(node, events)
+                return
+        self.walk(node)
+
+    def replay(self, root: cst.CSTNode, events: list[tuple[cst.CSTNode, int]]) -> None:
+        """The callbacks a walk from ``root`` would run, from the nodes under it it would run
+        them on, in pre-order, each with the index past its subtree: where a pruned walk
+        resumes, and where its ``leave_*`` callbacks run."""
+        count = len(events)
+        pending: list[tuple[int, tuple[Callback, ...], cst.CSTNode]] = []
+        at = 0 if self._enter(root, count, pending) else count
+        while at < count:
+            node, end = events[at]
+            while pending and pending[-1][0] <= at:
+                self._leave(pending.pop())
+            at = at + 1 if self._enter(node, end, pending) else end
+        while pending:
+            self._leave(pending.pop())
+
+    def _enter(self, node: cst.CSTNode, end: int,
+               pending: list[tuple[int, tuple[Callback, ...], cst.CSTNode]]) -> bool:
+        """Run ``node``'s visit callbacks, queue its leave callbacks; whether to go into it."""
+        visits, leaves, _ = self.plans.get(type(node)) or self.plan(type(node))
+        if leaves:
+            pending.append((end, leaves, node))
+        return self._visit(node, visits)
+
+    def _visit(self, node: cst.CSTNode, visits: tuple[Callback, ...]) -> bool:
+        """Run ``node``'s visit callbacks; whether the walk goes into it (every callback runs,
+        as in libcst, even after one has said no)."""
         descend = True
         for callback in visits:
             if callback(node) is False and self.prune:
                 descend = False
-        if descend:
+        return descend
+
+    @staticmethod
+    def _leave(entry: tuple[int, tuple[Callback, ...], cst.CSTNode]) -> None:
+        _, leaves, node = entry
+        for callback in leaves:
+            callback(node)
+
+    def walk(self, node: cst.CSTNode) -> None:
+        visits, leaves, read = self.plans.get(type(node)) or self.plan(type(node))
+        if self._visit(node, visits):
             skip = self.skip
             for child in read(node):
                 if type(child) not in skip:
@@ -130,7 +180,7 @@ def visit(node: cst.CSTNode, visitor: cst.CSTVisitor, *, trivia: bool = True) ->
     elif cls.on_visit is not base.on_visit or cls.on_leave is not base.on_leave:
         _Walker({}, prune=True, every=(visitor.on_visit, visitor.on_leave), trivia=trivia).walk(node)
     else:
-        _Walker({name: [getattr(visitor, name)] for name in _own_methods(cls)}, prune=True).walk(node)
+        _Walker({name: [getattr(visitor, name)] for name in _own_methods(cls)}, prune=True).run(node)
 
 
 def visit_batched(module: cst.Module, visitors: Iterable[cst.BatchableCSTVisitor],
@@ -147,7 +197,7 @@ def visit_batched(module: cst.Module, visitors: Iterable[cst.BatchableCSTVisitor
     for visitor in visitors:
         visitor.metadata = metadata
     try:
-        _Walker(table, prune=False).walk(module)
+        _Walker(table, prune=False).run(module)
     finally:
         for visitor in visitors:
             visitor.metadata = {}

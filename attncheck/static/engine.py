@@ -264,7 +264,9 @@ def _lint_module(
     return result
 
 
-def _unsuppressed(findings: Iterable[Finding], source: Source) -> list[Finding]:
+def _unsuppressed(findings: Sequence[Finding], source: Source) -> list[Finding]:
+    if not findings:
+        return []  # most files: no need to read their comments
     lines = source.text.splitlines()
     suppressed: dict[int, set[str] | None] = {}
     for number, text in enumerate(lines, start=1):

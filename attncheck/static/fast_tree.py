@@ -416,6 +416,8 @@ class _Converter:
         self.positions = Positions(lines)
         self.spans = self.positions.spans
         self.events: list[Any] = []
+        self.expressions = _methods(type(self), "expr_")
+        self.small_statements = _methods(type(self), "small_")
 
     def at(self, node: cst.CSTNode, located: _Located) -> Any:
         self.spans[id(node)] = located
@@ -466,7 +468,7 @@ class _Converter:
         return self.at(_new[cst.IndentedBlock](body=self.statements(body)), _between(first, body[-1]))
 
     def small(self, node: ast.stmt) -> cst.BaseSmallStatement:
-        return self.at(_methods(type(self), "small_")[type(node)](self, node), node)
+        return self.at(self.small_statements[type(node)](self, node), node)
 
     def small_Expr(self, node: ast.Expr) -> cst.Expr:
         return _new[cst.Expr](value=self.expr(node.value))
@@ -705,13 +707,15 @@ class _Converter:
         return self.expr(node) if node is not None else None
 
     def expr(self, node: ast.expr) -> Any:
-        method = _methods(type(self), "expr_").get(type(node))
+        method = self.expressions.get(type(node))
         if method is None:
             raise NotModelledError(type(node).__name__)
         return method(self, node)
 
     def expr_Name(self, node: ast.Name) -> cst.Name:
-        return self.at(_new[cst.Name](value=node.id), node)
+        name = _new[cst.Name](value=node.id)
+        self.spans[id(name)] = node  # self.at, inlined for the commonest node
+        return name
 
     def expr_Constant(self, node: ast.Constant) -> Any:
         value = node.value

@@ -222,13 +222,13 @@ def _assigned_values(function: cst.FunctionDef) -> Iterator[cst.BaseExpression]:
     stack: list[cst.CSTNode] = [function.body]
     while stack:
         node = stack.pop()
-        if isinstance(node, (cst.Assign, cst.AnnAssign)) and node.value is not None:
+        if type(node) in (cst.Assign, cst.AnnAssign) and node.value is not None:
             values = [node.value]
             while values:
                 value = values.pop()
                 if type(value) not in _SCOPES:  # a lambda is not in the flow, only its parts
                     yield value
-                if isinstance(value, (cst.Tuple, cst.List)):
+                if type(value) in (cst.Tuple, cst.List):
                     values.extend(e.value for e in value.elements)
         elif type(node) in _STATEMENT_HOLDERS:
             stack.extend(subtree.children(node))
@@ -408,7 +408,7 @@ def softmax_input(
     ``F.softmax(s, dim=-1)``, ``torch.softmax(s, -1)``, ``s.softmax(-1)``, and
     ``self.softmax(s)`` where ``self.softmax = nn.Softmax(dim=-1)``.
     """
-    if not isinstance(node, cst.Call):
+    if type(node) is not cst.Call:
         return None
     canonical = facts.canonical(node.func) or ""
     if canonical in ("torch.softmax", "torch.nn.functional.softmax", "torch.special.softmax"):

@@ -336,7 +336,7 @@ class _IndexBuilder:
             self._record(self.stack[-1], node.target, node.value)
 
     def _record(self, fn: FunctionFacts, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
-        if isinstance(target, (cst.Tuple, cst.List)) and not isinstance(value, (cst.Tuple, cst.List)):
+        if type(target) in (cst.Tuple, cst.List) and type(value) not in (cst.Tuple, cst.List):
             for position, element in enumerate(target.elements):
                 if isinstance(element.value, cst.Name):
                     self.index.unpacks[(id(fn), element.value.value)] = (
@@ -488,7 +488,7 @@ def _arm(branch: cst.If, child: cst.CSTNode, inside: tuple[tuple[int, int], ...]
 def _written(node: cst.CSTNode) -> cst.CSTNode:
     """The parsed node standing for ``node``: facts.py writes ``x /= s`` as a new ``x / s``
     around the parsed target and ``a, b = t`` as a new ``t[0]`` around the parsed value."""
-    while isinstance(node, (cst.BinaryOperation, cst.Subscript)):
+    while type(node) in (cst.BinaryOperation, cst.Subscript):
         inner = node.left if isinstance(node, cst.BinaryOperation) else node.value
         if inner is node:
             break
@@ -625,7 +625,7 @@ class Semantics:
                 (self.code(node.left), self.code(node.right))
                 for method in owner.methods.values()
                 for node in _walk_expression(method.node.body)
-                if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply)
+                if type(node) is cst.BinaryOperation and type(node.operator) is cst.Multiply
             ]
             self._products[id(owner)] = found
         return found
@@ -844,7 +844,7 @@ class Semantics:
         return None
 
     def _softmax_module(self, func: cst.BaseExpression, fn: FunctionFacts | None) -> cst.Call | None:
-        if self_attribute(func) is None and not isinstance(func, cst.Call):
+        if self_attribute(func) is None and type(func) is not cst.Call:
             return None
         candidates = [func] if isinstance(func, cst.Call) else [v for v, _ in self.values(func, fn)]
         for value in candidates:
@@ -943,7 +943,7 @@ class Semantics:
         if found is None:
             found = {}
             for node in subtree.preorder(fn.node.body):
-                if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply):
+                if type(node) is cst.BinaryOperation and type(node.operator) is cst.Multiply:
                     found[id(node.left)] = found[id(node.right)] = node
             self._multiplications_in[id(fn)] = found
         return found

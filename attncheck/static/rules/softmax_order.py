@@ -130,7 +130,7 @@ class SoftmaxOrder(Rule):
         return fn is not None and bool(_RENORMALISED.search(self.context.module.code_for_node(fn.node)))
 
     def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
-        if isinstance(node.operator, cst.Divide) and self._is_probabilities(node.left):
+        if type(node.operator) is cst.Divide and self._is_probabilities(node.left):
             if "sum" not in self.context.module.code_for_node(node.right):
                 self._report_scale(node, node.right)
             return
@@ -180,7 +180,7 @@ class SoftmaxOrder(Rule):
         return earlier is not None and self.context.module.code_for_node(earlier.mask) == mask_text
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        if isinstance(node.operator, cst.AddAssign) and "mask" in self.context.module.code_for_node(
+        if type(node.operator) is cst.AddAssign and "mask" in self.context.module.code_for_node(
             node.value
         ):
             self._check_masked_too_late(node, node.target)

@@ -8,6 +8,7 @@ import libcst as cst
 
 from attncheck.static import semantics
 from attncheck.static.engine import FileContext
+from attncheck.static.facts import FunctionFacts
 from attncheck.static.patterns import (
     base_name,
     constant_value,
@@ -103,6 +104,7 @@ class SoftmaxOrder(Rule):
     def __init__(self, context: FileContext) -> None:
         super().__init__(context)
         self.tracer = tracer(context)
+        self._softmax_scopes: dict[int, bool] = {}  # by id of a function or of a class
 
     def _softmax_of(self, node: cst.BaseExpression) -> cst.Call | None:
         """The softmax call whose attention weights ``node`` holds, or None.
@@ -112,6 +114,8 @@ class SoftmaxOrder(Rule):
         router's ``F.linear`` output is no attention.
         """
         fn = self.context.function
+        if fn is not None and not self._reaches_a_softmax(fn):
+            return None
         source, fn = self.tracer.origin(node, fn)
         taken = softmax_input(source, self.context.facts, fn)
         if taken is None or not isinstance(source, cst.Call):
@@ -121,6 +125,27 @@ class SoftmaxOrder(Rule):
         origin, _ = self.tracer.origin(taken, fn)
         handed_in = isinstance(origin, cst.Name) and fn is not None and origin.value in fn.params
         return source if handed_in and _SCORES_NAME.search(origin.value) else None
+
+    def _reaches_a_softmax(self, fn: FunctionFacts) -> bool:
+        """Whether a value in ``fn`` can come from a softmax: the tracer follows names within
+        ``fn`` and ``self.`` attributes into the methods of its class, so one of their calls
+        must be one. Most functions have none, and need not be traced at all."""
+        if self._calls_a_softmax(fn):
+            return True
+        owner = fn.owner
+        if owner is None:
+            return False
+        found = self._softmax_scopes.get(id(owner))
+        if found is None:
+            found = self._softmax_scopes[id(owner)] = any(map(self._calls_a_softmax, owner.methods.values()))
+        return found
+
+    def _calls_a_softmax(self, fn: FunctionFacts) -> bool:
+        found = self._softmax_scopes.get(id(fn))
+        if found is None:
+            facts = self.context.facts
+            found = self._softmax_scopes[id(fn)] = any(softmax_input(c, facts, fn) is not None for c in fn.calls)
+        return found
 
     def _is_probabilities(self, node: cst.BaseExpression) -> bool:
         return self._softmax_of(node) is not None

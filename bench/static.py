@@ -54,6 +54,10 @@ def main() -> None:
     print(f"ruff --select ALL   {ruff_s:7.2f} s")
     print(f"attncheck cold      {cold_s:7.2f} s   ratio to ruff {cold_s / ruff_s:.2f}")
     print(f"attncheck warm      {warm_s:7.2f} s   ratio to ruff {warm_s / ruff_s:.2f}")
+    # Each repeat times ruff and attncheck back to back, so their ratio is less moved by a
+    # machine whose speed drifts from one minute to the next than the ratio of the medians.
+    paired = sorted(c / r for c, r in zip(cold_times, ruff_times, strict=True))
+    print(f"cold/ruff per repeat: median {statistics.median(paired):.2f} (from {paired[0]:.2f} to {paired[-1]:.2f})")
 
 
 if __name__ == "__main__":

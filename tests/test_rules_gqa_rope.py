@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attncheck.findings import Severity
+from attncheck.static import fast_tree, subtree
 from attncheck.static import rope_patterns as rp
 from attncheck.static.facts import FileFacts
 from attncheck.static.rules.gqa_grouping import GqaGrouping
@@ -277,3 +278,23 @@ def test_the_index_walk_finds_what_libcst_visits(path):
     returns = [(id(fn), id(node)) for name, fn, node in reference.found if name == "Return"]
     assert sorted(returns) == sorted((key, id(node)) for key, found in nodes.returns.items() for node in found)
     assert all(nodes.parents[key] is parent for key, parent in reference.parents.items())
+
+
+@pytest.mark.parametrize("path", sorted(FIXTURES.rglob("*.py")), ids=lambda p: p.name)
+def test_the_rope_index_of_a_fast_trees_events_is_that_of_a_walk(path: Path) -> None:
+    """The calls, products, subscripts, returns and scopes read from the events, and the parents
+    found statement by statement when asked, are what a walk of the whole tree records."""
+    module = fast_tree.build(path.read_text(encoding="utf-8"))
+    facts = FileFacts(module)
+    replayed, walked = rp._from_events(facts, module.events), rp._walk(facts)
+    for part in ("calls", "binops", "expressions", "subscripts"):
+        assert [(id(fn), id(node)) for fn, node in getattr(replayed, part)] == \
+               [(id(fn), id(node)) for fn, node in getattr(walked, part)], part
+    assert {key: [id(r) for r in found] for key, found in replayed.returns.items()} == \
+           {key: [id(r) for r in found] for key, found in walked.returns.items()}
+    assert {key: id(fn) for key, fn in replayed.scope_of.items()} == \
+           {key: id(fn) for key, fn in walked.scope_of.items()}
+    for node in reversed(list(subtree.preorder(module))):  # the deepest first: every statement gets walked
+        assert replayed.parent(node) is walked.parents.get(id(node)), type(node).__name__
+    built = cst.Subscript(cst.Name("q"), [cst.SubscriptElement(cst.Index(cst.Integer("0")))])
+    assert replayed.parent(built) is None

@@ -107,8 +107,8 @@ class FastModule(cst.Module):
     The module itself is not listed: the list would hold it in a reference cycle."""
 
     EVENT_CLASSES = frozenset({cst.Module, cst.ClassDef, cst.FunctionDef, cst.Lambda, cst.Call,
-                               cst.BinaryOperation, cst.Assign, cst.AugAssign, cst.AnnAssign, cst.Import,
-                               cst.ImportFrom})
+                               cst.BinaryOperation, cst.Subscript, cst.Assign, cst.AugAssign, cst.AnnAssign,
+                               cst.Return, cst.Import, cst.ImportFrom})
 
     def code_for_node(self, node: cst.CSTNode) -> str:
         """libcst's code for ``node``: its text, with the parentheses that group it (libcst
@@ -491,7 +491,8 @@ class _Converter:
         return self.closed(slot, _new[cst.AnnAssign](target=target, annotation=annotation, value=value))
 
     def small_Return(self, node: ast.Return) -> cst.Return:
-        return _new[cst.Return](value=self.optional(node.value))
+        slot = self.opened()
+        return self.closed(slot, _new[cst.Return](value=self.optional(node.value)))
 
     def small_Pass(self, node: ast.Pass) -> cst.Pass:
         return _new[cst.Pass]()
@@ -906,12 +907,13 @@ class _Converter:
         return self.at(_new[cst.DictComp](key=key, value=value, for_in=self.comprehension(node.generators)), node)
 
     def expr_Subscript(self, node: ast.Subscript) -> cst.Subscript:
+        slot = self.opened()
         value, index = self.expr(node.value), node.slice
         if isinstance(index, ast.Tuple) and index.elts and not self._parenthesised(index):
             elements = [self.subscript_element(e) for e in index.elts]
         else:
             elements = [self.subscript_element(index)]
-        return self.at(_new[cst.Subscript](value=value, slice=elements), node)
+        return self.closed(slot, self.at(_new[cst.Subscript](value=value, slice=elements), node))
 
     def subscript_element(self, node: ast.expr) -> cst.SubscriptElement:
         if isinstance(node, ast.Slice):

@@ -19,6 +19,7 @@ when the text holds a word some RoPE pattern needs.
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -110,7 +111,8 @@ class RopeIndex:
 
     @cached_property
     def _nodes(self) -> _Nodes:
-        return _walk(self.facts)
+        events = getattr(self.facts.module, "events", None)
+        return _from_events(self.facts, events) if events is not None else _walk(self.facts)
 
     def _says(self, *words: str) -> bool:
         return any(word in self.text for word in words)
@@ -243,7 +245,7 @@ class RopeIndex:
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         """The parent of a call, binary operation or subscript, or of one of their ancestors."""
-        return self._nodes.parents.get(id(node))
+        return self._nodes.parent(node)
 
     def scope(self, node: cst.CSTNode) -> FunctionFacts | None:
         """The function whose own scope holds a call, binary operation or subscript."""
@@ -283,6 +285,56 @@ class _Nodes:
     returns: dict[int, list[cst.Return]] = field(default_factory=dict)  # by id of the function
     parents: dict[int, cst.CSTNode | None] = field(default_factory=dict)  # leaves left out
     scope_of: dict[int, FunctionFacts | None] = field(default_factory=dict)  # calls, binops, subscripts
+    # Set when the lists come from a fast tree's events: ``parents`` then holds the top-level
+    # statements walked so far, each walked when a node in it is first asked about.
+    module: cst.Module | None = None
+    walked: set[int] = field(default_factory=set)
+
+    def record(self, node: cst.CSTNode, fn: FunctionFacts | None) -> None:
+        """Note ``node`` if it is a call, binary operation, subscript or return, in ``fn``'s scope."""
+        cls = type(node)
+        if cls is cst.Call:
+            self.calls.append((fn, node))  # type: ignore[arg-type]
+            self.expressions.append((fn, node))
+            self.scope_of[id(node)] = fn
+        elif cls is cst.BinaryOperation:
+            self.binops.append((fn, node))  # type: ignore[arg-type]
+            self.expressions.append((fn, node))
+            self.scope_of[id(node)] = fn
+        elif cls is cst.Subscript:
+            self.subscripts.append((fn, node))  # type: ignore[arg-type]
+            self.scope_of[id(node)] = fn
+        elif cls is cst.Return:
+            self.returns.setdefault(id(fn), []).append(node)  # type: ignore[arg-type]
+
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        found = self.parents.get(id(node), _UNKNOWN)
+        if found is _UNKNOWN and self.module is not None:
+            for statement in self._statements_holding(node):
+                if id(statement) not in self.walked:
+                    self.walked.add(id(statement))
+                    _record_parents(statement, self.module, self.parents)
+            found = self.parents.get(id(node), _UNKNOWN)
+        return None if found is _UNKNOWN else found  # type: ignore[return-value]
+
+    def _statements_holding(self, node: cst.CSTNode) -> list[cst.CSTNode]:
+        """The top-level statement ``node`` is in, found by its line; every statement for a node
+        without a line (or none, for one the analyses built)."""
+        module = self.module
+        assert module is not None
+        positions = module.positions  # type: ignore[attr-defined]
+        if id(node) not in positions.spans:
+            return list(module.body) if positions.in_tree(node) else []
+        line = positions[node].start.line
+        ends = self._statement_ends
+        return [module.body[bisect_left(ends, line)]] if ends and line <= ends[-1] else []
+
+    @cached_property
+    def _statement_ends(self) -> list[int]:
+        """The last line of each top-level statement: a node is in the first that ends at or after
+        its line (a decorator comes before its ``def``, which ast gives as the start)."""
+        positions = self.module.positions  # type: ignore[union-attr]
+        return [positions[statement].end.line for statement in self.module.body]  # type: ignore[union-attr]
 
     @cached_property
     def by_function(self) -> dict[int, list[cst.CSTNode]]:
@@ -292,51 +344,47 @@ class _Nodes:
         return found
 
 
+_UNKNOWN = object()
+
+
+def _from_events(facts: FileFacts, events: list[tuple[cst.CSTNode, int]]) -> _Nodes:
+    """What ``_walk`` records, less the parents (found per statement when asked), from a fast
+    tree's events: its calls, binary operations, subscripts, returns and functions in pre-order."""
+    found = _Nodes(module=facts.module)
+    functions: list[tuple[int, FunctionFacts | None]] = []  # (index past its subtree, function)
+    for at, (node, end) in enumerate(events):
+        while functions and functions[-1][0] <= at:
+            functions.pop()
+        if type(node) is cst.FunctionDef:
+            functions.append((end, facts.function(node)))  # type: ignore[arg-type]
+        else:
+            found.record(node, functions[-1][1] if functions else None)
+    return found
+
+
+def _record_parents(root: cst.CSTNode, parent: cst.CSTNode, parents: dict[int, cst.CSTNode | None]) -> None:
+    """The parent of ``root`` and of every node under it but leaves, as ``_walk`` records them."""
+    parents[id(parent)] = None
+    stack: list[tuple[cst.CSTNode, cst.CSTNode]] = [(root, parent)]
+    while stack:
+        node, above = stack.pop()
+        parents[id(node)] = above
+        stack.extend((child, node) for child in subtree.children(node) if type(child) not in _LEAVES)
+
+
 def _walk(facts: FileFacts) -> _Nodes:
-    """One recursive walk of the module (as ``walk.py`` does: libcst's own walk rebuilds nodes)."""
+    """One walk of the module for a tree without events (libcst's own), parents included."""
     found = _Nodes()
-    parents, scope_of = found.parents, found.scope_of
-    calls, binops, expressions, subscripts = found.calls, found.binops, found.expressions, found.subscripts
-    skip = _LEAVES
-
-    def visit(node: cst.CSTNode, parent: cst.CSTNode | None, fn: FunctionFacts | None) -> None:
+    parents = found.parents
+    stack: list[tuple[cst.CSTNode, cst.CSTNode | None, FunctionFacts | None]] = [(facts.module, None, None)]
+    while stack:
+        node, parent, fn = stack.pop()
         parents[id(node)] = parent
-        cls = type(node)
-        if cls is cst.Call:
-            calls.append((fn, node))
-            expressions.append((fn, node))
-            scope_of[id(node)] = fn
-        elif cls is cst.BinaryOperation:
-            binops.append((fn, node))
-            expressions.append((fn, node))
-            scope_of[id(node)] = fn
-        elif cls is cst.Subscript:
-            subscripts.append((fn, node))
-            scope_of[id(node)] = fn
-        elif cls is cst.Return:
-            found.returns.setdefault(id(fn), []).append(node)
-        elif cls is cst.FunctionDef:
-            fn = facts.function(node)
-        fields = subtree.fields_beyond(cls, skip)
-        if fields is None:
-            for child in node.children:
-                if type(child) not in skip:
-                    visit(child, node, fn)
-            return
-        for name in fields:
-            value = getattr(node, name)
-            kind = type(value)
-            if kind is tuple or kind is list:
-                for child in value:
-                    if type(child) not in skip:
-                        visit(child, node, fn)
-            elif kind not in skip:
-                visit(value, node, fn)
-
-    visit(facts.module, None, None)
-    # ``visit`` calls itself through its closure cell: emptying the cell breaks that cycle,
-    # which would otherwise keep every list above alive until Python's collector ran.
-    visit = None  # type: ignore[assignment]
+        if type(node) is cst.FunctionDef:
+            fn = facts.function(node)  # type: ignore[arg-type]
+        else:
+            found.record(node, fn)
+        stack.extend((child, node, fn) for child in reversed(subtree.children(node)) if type(child) not in _LEAVES)
     return found
 
 

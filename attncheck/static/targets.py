@@ -24,13 +24,12 @@ if TYPE_CHECKING:
 
 _ATTENTION_NAME = re.compile(r"attention|attn|mha|multihead|selfatten", re.I)
 _ROPE_NAME = re.compile(r"rotary|rope", re.I)
-_GQA = re.compile(
-    r"num_kv_heads|n_kv_heads|num_key_value_heads|num_query_groups|kv_heads|repeat_kv|enable_gqa"
-)
+# Any of them, anywhere (``kv_heads`` covers ``num_kv_heads`` and ``n_kv_heads``).
+_GQA_WORDS = ("kv_heads", "num_key_value_heads", "num_query_groups", "repeat_kv", "enable_gqa")
 # RoPE and causal words, matched case-insensitively (on lowered text: see _text_kinds).
 _ROPE_WORDS = ("rotary", "rope", "cos_cached", "freqs_cis")
 _COS_OR_SIN = re.compile(r"\b(?:cos|sin)\b")
-_TRIANGLE = re.compile(r"torch\.tril|torch\.triu|\.tril\(|\.triu\(")  # ``is_causal=True`` holds "causal"
+_TRIANGLE = ("torch.tril", "torch.triu", ".tril(", ".triu(")  # ``is_causal=True`` holds "causal"
 _DEFINITION = re.compile(r"(class|(?:async\s+)?def)(?=\s+(\w+))")  # a lookahead: no match hides the next
 # Where a top-level definition's text ends: a line that starts a statement at the top level.
 _TOP_LEVEL_LINE = re.compile(r"\n(?=[^ \t\n\r#)\]}])")
@@ -147,14 +146,14 @@ def _input_kinds(params: tuple[Parameter, ...]) -> list[str]:
 
 def _text_kinds(text: str) -> list[str]:
     """What a definition's text says it does. Case-insensitive, on the lowered text: the
-    words are tested with ``in`` first, several times cheaper than one regex with ``re.I``."""
+    words are tested with ``in``, several times cheaper than a regex (with ``re.I``, more)."""
     lowered = text.lower()
     found = []
-    if _GQA.search(text):
+    if any(word in text for word in _GQA_WORDS):
         found.append("gqa")
     if any(word in lowered for word in _ROPE_WORDS) or _COS_OR_SIN.search(lowered):
         found.append("rope")
-    if "causal" in lowered or _TRIANGLE.search(lowered):
+    if "causal" in lowered or any(word in lowered for word in _TRIANGLE):
         found.append("causal")
     return found
 

@@ -122,7 +122,7 @@ class LocalFlow:
         """Number the nodes of ``body`` in source order (pre-order, trivia and nested scopes
         left out), and each write to a name once its right-hand side was read: an
         assignment's targets are written after every node under it, one tick per target."""
-        order, clock = self.order, 0
+        order, clock, readers = self.order, 0, subtree.READERS
         stack: list[cst.CSTNode | tuple[cst.CSTNode]] = [body]
         while stack:
             node = stack.pop()
@@ -136,7 +136,7 @@ class LocalFlow:
             clock += 1
             if kind in _ASSIGNMENTS:
                 stack.append((node,))
-            found = subtree.children(node)  # type: ignore[arg-type]
+            found = readers[kind](node)  # type: ignore[arg-type]
             found.reverse()
             stack.extend(found)
 

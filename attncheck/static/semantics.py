@@ -247,7 +247,7 @@ class _AttributeReferences:
                 attr = self_attribute(node)
                 if attr is not None:
                     self.found.setdefault((id(klass), attr), []).append((stack[-1], node))  # type: ignore[arg-type]
-            found = subtree.children(node)  # type: ignore[arg-type]
+            found = subtree.READERS[kind](node)  # type: ignore[arg-type]
             found.reverse()
             pending.extend(found)
 
@@ -454,14 +454,14 @@ class _Layout:
         stack: list[tuple[cst.CSTNode, tuple[tuple[int, int], ...], frozenset[int]]] = [
             (function, (), frozenset())
         ]
-        push, children = stack.append, subtree.children
+        push, readers = stack.append, subtree.READERS
         while stack:
             node, inside, loops = stack.pop()
             where[id(node)] = (len(where), inside, loops)
-            found = children(node)
+            kind = type(node)  # exact classes: isinstance on libcst's abstract classes is slow
+            found = readers[kind](node)
             if not found:
                 continue
-            kind = type(node)  # exact classes: isinstance on libcst's abstract classes is slow
             if kind is cst.If:
                 for child in reversed(found):
                     push((child, _arm(node, child, inside), loops))

@@ -28,7 +28,7 @@ only replays that list (``_Walker.replay``): no node is read for its children.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from functools import cache
+from functools import cache, cached_property
 
 import libcst as cst
 
@@ -48,6 +48,7 @@ def _callbacks(visitors: Iterable[cst.BatchableCSTVisitor]) -> dict[str, list[Ca
 
 
 Plan = tuple[tuple[Callback, ...], tuple[Callback, ...], Reader]
+_TRIVIA_NAMES = frozenset(cls.__name__ for cls in TRIVIA)
 
 
 class _Walker:
@@ -63,13 +64,18 @@ class _Walker:
         self.table = table
         self.prune = prune  # a visit callback returning False skips the children
         self.every = every
-        asked = {name.split("_", 1)[1] for name in table}
+        self.asked = {name.split("_", 1)[1] for name in table}
         # Trivia nest (a comment sits in an EmptyLine): asking for any walks them all.
-        self.trivia = trivia or any(c.__name__ in asked for c in TRIVIA)
-        # Leaves no callback asks for (a Name, a number: a third of all nodes) are not even entered.
-        quiet = every is None and not self.trivia
-        self.skip = frozenset(c for c in _leaf_classes() if c.__name__ not in asked) if quiet else frozenset()
+        self.trivia = trivia or not _TRIVIA_NAMES.isdisjoint(self.asked)
         self.plans: dict[type, Plan] = {}
+
+    @cached_property
+    def skip(self) -> frozenset[type]:
+        """Leaves no callback asks for (a Name, a number: a third of all nodes): a walk does not
+        even enter them (a replay has no use for this)."""
+        if self.every is not None or self.trivia:
+            return frozenset()
+        return frozenset(c for c in _leaf_classes() if c.__name__ not in self.asked)
 
     def plan(self, cls: type) -> Plan:
         read = node_fields.children if self.trivia else subtree.reader(cls)

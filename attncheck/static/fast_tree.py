@@ -106,6 +106,7 @@ class FastModule(cst.Module):
     asks only about those classes replays the list instead of walking the tree (``walk``).
     The module itself is not listed: the list would hold it in a reference cycle."""
 
+    # Module: a replay visits the root itself, so callbacks on it are covered too.
     EVENT_CLASSES = frozenset({cst.Module, cst.ClassDef, cst.FunctionDef, cst.Lambda, cst.Call,
                                cst.BinaryOperation, cst.Subscript, cst.Assign, cst.AugAssign, cst.AnnAssign,
                                cst.Return, cst.Import, cst.ImportFrom})
@@ -409,7 +410,8 @@ _STRING_PREFIX = re.compile(r"[A-Za-z]*")
 
 
 class _Converter:
-    """One conversion: ast nodes in, libcst nodes out, each one's span recorded."""
+    """One conversion: ast nodes in, libcst nodes out, each one's span recorded. Children are
+    converted in libcst's visiting order, so that ``events`` come out in pre-order."""
 
     def __init__(self, lines: Sequence[str]) -> None:
         self.lines = lines

@@ -107,6 +107,8 @@ class FileFacts:
         self.every_class: list[ClassFacts] = []  # nested and shadowed ones too
         self.functions: list[FunctionFacts] = []
         self._by_node: dict[int, FunctionFacts] = {}
+        # canonical() by id, each with its node: held, a node's id cannot be reused meanwhile.
+        self._canonical: dict[int, tuple[cst.CSTNode, str | None]] = {}
         walk.visit(module, _Indexer(self))
 
     # -- lookups -------------------------------------------------------------
@@ -115,7 +117,15 @@ class FileFacts:
         return self._by_node.get(id(node))
 
     def canonical(self, node: cst.CSTNode) -> str | None:
-        """The dotted name of ``node`` with its import alias expanded."""
+        """The dotted name of ``node`` with its import alias expanded. Every rule asks it of
+        every call's callee, so each answer is kept; the index asks it of class bases while
+        the imports are still being read, before any is kept (see ``_Indexer``)."""
+        found = self._canonical.get(id(node))
+        if found is None:
+            found = self._canonical[id(node)] = (node, self._expanded(node))
+        return found[1]
+
+    def _expanded(self, node: cst.CSTNode) -> str | None:
         name = dotted_name(node)
         if name is None:
             return None
@@ -191,7 +201,8 @@ class _Indexer(cst.CSTVisitor):
             self.facts.aliases[local] = f"{module}.{name}"
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        bases = tuple(filter(None, (self.facts.canonical(arg.value) for arg in node.bases)))
+        # Not canonical(): the imports below this class are not read yet, so the answer is not kept.
+        bases = tuple(filter(None, (self.facts._expanded(arg.value) for arg in node.bases)))
         facts = ClassFacts(node=node, bases=bases)
         self.facts.every_class.append(facts)
         if not self.class_stack and not self.function_stack:

@@ -277,16 +277,19 @@ def test_the_index_walk_finds_what_libcst_visits(path):
         assert [(id(fn), id(node)) for fn, node in walked] == [(id(fn), id(node)) for fn, node in expected]
     returns = [(id(fn), id(node)) for name, fn, node in reference.found if name == "Return"]
     assert sorted(returns) == sorted((key, id(node)) for key, found in nodes.returns.items() for node in found)
-    assert all(nodes.parents[key] is parent for key, parent in reference.parents.items())
+    assert all(nodes.parent(node) is reference.parents[id(node)] for _, _, node in reference.found)
 
 
 @pytest.mark.parametrize("path", sorted(FIXTURES.rglob("*.py")), ids=lambda p: p.name)
-def test_the_rope_index_of_a_fast_trees_events_is_that_of_a_walk(path: Path) -> None:
-    """The calls, products, subscripts, returns and scopes read from the events, and the parents
-    found statement by statement when asked, are what a walk of the whole tree records."""
+def test_the_rope_index_of_a_fast_trees_events_is_that_of_a_walk(path: Path, monkeypatch) -> None:
+    """The calls, products, subscripts, returns and scopes read from the events are what a walk of
+    the tree records, and the parents, found statement by statement when asked, are a walk's."""
     module = fast_tree.build(path.read_text(encoding="utf-8"))
     facts = FileFacts(module)
-    replayed, walked = rp._from_events(facts, module.events), rp._walk(facts)
+    replayed = rp.build_rope_index(facts, "")._nodes
+    monkeypatch.setattr(type(module), "EVENT_CLASSES", frozenset())  # no replay: a walk of the tree
+    walked = rp.build_rope_index(facts, "")._nodes
+    monkeypatch.undo()
     for part in ("calls", "binops", "expressions", "subscripts"):
         assert [(id(fn), id(node)) for fn, node in getattr(replayed, part)] == \
                [(id(fn), id(node)) for fn, node in getattr(walked, part)], part
@@ -294,7 +297,14 @@ def test_the_rope_index_of_a_fast_trees_events_is_that_of_a_walk(path: Path) -> 
            {key: [id(r) for r in found] for key, found in walked.returns.items()}
     assert {key: id(fn) for key, fn in replayed.scope_of.items()} == \
            {key: id(fn) for key, fn in walked.scope_of.items()}
+    parents: dict[int, cst.CSTNode] = {}  # every node's but those of leaves and below them
+    stack: list[cst.CSTNode] = [module]
+    while stack:
+        node = stack.pop()
+        inner = [child for child in subtree.children(node) if type(child) not in rp._LEAVES]
+        parents.update((id(child), node) for child in inner)
+        stack.extend(inner)
     for node in reversed(list(subtree.preorder(module))):  # the deepest first: every statement gets walked
-        assert replayed.parent(node) is walked.parents.get(id(node)), type(node).__name__
+        assert replayed.parent(node) is parents.get(id(node)), type(node).__name__
     built = cst.Subscript(cst.Name("q"), [cst.SubscriptElement(cst.Index(cst.Integer("0")))])
     assert replayed.parent(built) is None

@@ -23,11 +23,11 @@ from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
-from attncheck.static import node_fields, subtree
+from attncheck.static import node_fields, subtree, walk
 from attncheck.static.facts import FileFacts, FunctionFacts
 
 if TYPE_CHECKING:
@@ -111,8 +111,9 @@ class RopeIndex:
 
     @cached_property
     def _nodes(self) -> _Nodes:
-        events = getattr(self.facts.module, "events", None)
-        return _from_events(self.facts, events) if events is not None else _walk(self.facts)
+        found = _Nodes(self.facts.module)
+        walk.visit(self.facts.module, _Recorder(self.facts, found))  # a fast tree's: a replay of its events
+        return found
 
     def _says(self, *words: str) -> bool:
         return any(word in self.text for word in words)
@@ -276,8 +277,10 @@ _LEAVES: frozenset[type] = node_fields.TRIVIA | {
 @dataclass
 class _Nodes:
     """What one walk of a file records, each list in source order (pre-order) with the
-    function whose own scope holds the node."""
+    function whose own scope holds the node, and the parents of nodes, found a top-level
+    statement at a time when a node in it is first asked about (few are)."""
 
+    module: cst.Module
     calls: list[tuple[FunctionFacts | None, cst.Call]] = field(default_factory=list)
     binops: list[tuple[FunctionFacts | None, cst.BinaryOperation]] = field(default_factory=list)
     expressions: list[tuple[FunctionFacts | None, cst.CSTNode]] = field(default_factory=list)  # both
@@ -285,31 +288,11 @@ class _Nodes:
     returns: dict[int, list[cst.Return]] = field(default_factory=dict)  # by id of the function
     parents: dict[int, cst.CSTNode | None] = field(default_factory=dict)  # leaves left out
     scope_of: dict[int, FunctionFacts | None] = field(default_factory=dict)  # calls, binops, subscripts
-    # Set when the lists come from a fast tree's events: ``parents`` then holds the top-level
-    # statements walked so far, each walked when a node in it is first asked about.
-    module: cst.Module | None = None
-    walked: set[int] = field(default_factory=set)
-
-    def record(self, node: cst.CSTNode, fn: FunctionFacts | None) -> None:
-        """Note ``node`` if it is a call, binary operation, subscript or return, in ``fn``'s scope."""
-        cls = type(node)
-        if cls is cst.Call:
-            self.calls.append((fn, node))  # type: ignore[arg-type]
-            self.expressions.append((fn, node))
-            self.scope_of[id(node)] = fn
-        elif cls is cst.BinaryOperation:
-            self.binops.append((fn, node))  # type: ignore[arg-type]
-            self.expressions.append((fn, node))
-            self.scope_of[id(node)] = fn
-        elif cls is cst.Subscript:
-            self.subscripts.append((fn, node))  # type: ignore[arg-type]
-            self.scope_of[id(node)] = fn
-        elif cls is cst.Return:
-            self.returns.setdefault(id(fn), []).append(node)  # type: ignore[arg-type]
+    walked: set[int] = field(default_factory=set)  # the top-level statements ``parents`` covers
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         found = self.parents.get(id(node), _UNKNOWN)
-        if found is _UNKNOWN and self.module is not None:
+        if found is _UNKNOWN:
             for statement in self._statements_holding(node):
                 if id(statement) not in self.walked:
                     self.walked.add(id(statement))
@@ -318,11 +301,13 @@ class _Nodes:
         return None if found is _UNKNOWN else found  # type: ignore[return-value]
 
     def _statements_holding(self, node: cst.CSTNode) -> list[cst.CSTNode]:
-        """The top-level statement ``node`` is in, found by its line; every statement for a node
-        without a line (or none, for one the analyses built)."""
+        """The top-level statement ``node`` is in, found by its line in a fast tree; every
+        statement for a node without a line, or in libcst's tree (none, for one the analyses
+        built)."""
         module = self.module
-        assert module is not None
-        positions = module.positions  # type: ignore[attr-defined]
+        positions = getattr(module, "positions", None)
+        if positions is None:
+            return list(module.body)
         if id(node) not in positions.spans:
             return list(module.body) if positions.in_tree(node) else []
         line = positions[node].start.line
@@ -333,8 +318,8 @@ class _Nodes:
     def _statement_ends(self) -> list[int]:
         """The last line of each top-level statement: a node is in the first that ends at or after
         its line (a decorator comes before its ``def``, which ast gives as the start)."""
-        positions = self.module.positions  # type: ignore[union-attr]
-        return [positions[statement].end.line for statement in self.module.body]  # type: ignore[union-attr]
+        positions = self.module.positions  # type: ignore[attr-defined]
+        return [positions[statement].end.line for statement in self.module.body]
 
     @cached_property
     def by_function(self) -> dict[int, list[cst.CSTNode]]:
@@ -347,45 +332,50 @@ class _Nodes:
 _UNKNOWN = object()
 
 
-def _from_events(facts: FileFacts, events: list[tuple[cst.CSTNode, int]]) -> _Nodes:
-    """What ``_walk`` records, less the parents (found per statement when asked), from a fast
-    tree's events: its calls, binary operations, subscripts, returns and functions in pre-order."""
-    found = _Nodes(module=facts.module)
-    functions: list[tuple[int, FunctionFacts | None]] = []  # (index past its subtree, function)
-    for at, (node, end) in enumerate(events):
-        while functions and functions[-1][0] <= at:
-            functions.pop()
-        if type(node) is cst.FunctionDef:
-            functions.append((end, facts.function(node)))  # type: ignore[arg-type]
-        else:
-            found.record(node, functions[-1][1] if functions else None)
-    return found
+class _Recorder(cst.CSTVisitor):
+    """Fills a ``_Nodes`` with the calls, binary operations, subscripts and returns, each with
+    the function whose own scope holds it (its ``def`` line included)."""
+
+    def __init__(self, facts: FileFacts, found: _Nodes) -> None:
+        super().__init__()
+        self.facts, self.found = facts, found
+        self.scopes: list[FunctionFacts | None] = [None]
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.scopes.append(self.facts.function(node))
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self.scopes.pop()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self._expression(node, self.found.calls)
+
+    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+        self._expression(node, self.found.binops)
+
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        fn = self.scopes[-1]
+        self.found.subscripts.append((fn, node))
+        self.found.scope_of[id(node)] = fn
+
+    def visit_Return(self, node: cst.Return) -> None:
+        self.found.returns.setdefault(id(self.scopes[-1]), []).append(node)
+
+    def _expression(self, node: cst.CSTNode, kind: list[tuple[FunctionFacts | None, Any]]) -> None:
+        fn = self.scopes[-1]
+        kind.append((fn, node))
+        self.found.expressions.append((fn, node))
+        self.found.scope_of[id(node)] = fn
 
 
 def _record_parents(root: cst.CSTNode, parent: cst.CSTNode, parents: dict[int, cst.CSTNode | None]) -> None:
-    """The parent of ``root`` and of every node under it but leaves, as ``_walk`` records them."""
+    """The parent of ``root`` and of every node under it but leaves."""
     parents[id(parent)] = None
     stack: list[tuple[cst.CSTNode, cst.CSTNode]] = [(root, parent)]
     while stack:
         node, above = stack.pop()
         parents[id(node)] = above
         stack.extend((child, node) for child in subtree.children(node) if type(child) not in _LEAVES)
-
-
-def _walk(facts: FileFacts) -> _Nodes:
-    """One walk of the module for a tree without events (libcst's own), parents included."""
-    found = _Nodes()
-    parents = found.parents
-    stack: list[tuple[cst.CSTNode, cst.CSTNode | None, FunctionFacts | None]] = [(facts.module, None, None)]
-    while stack:
-        node, parent, fn = stack.pop()
-        parents[id(node)] = parent
-        if type(node) is cst.FunctionDef:
-            fn = facts.function(node)  # type: ignore[arg-type]
-        else:
-            found.record(node, fn)
-        stack.extend((child, node, fn) for child in reversed(subtree.children(node)) if type(child) not in _LEAVES)
-    return found
 
 
 def code(facts: FileFacts, node: cst.CSTNode) -> str:

@@ -406,7 +406,6 @@ _SMALL = (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Return, ast.Pa
           ast.Nonlocal)
 _NAME_CONSTANTS = {True: "True", False: "False", None: "None"}
 _DEF = re.compile(rb"(?:async\s+)?(?:def|class)\s+")
-_STRING_PREFIX = re.compile(r"[A-Za-z]*")
 
 
 class _Converter:
@@ -762,11 +761,9 @@ class _Converter:
 
     def string_token(self, token: str, start: tuple[int, int]) -> Any:
         """A string or f-string literal ``token``, which starts at ``start`` (line, byte column)."""
-        prefix = _STRING_PREFIX.match(token).group(0)  # type: ignore[union-attr]
+        prefix, quote = fstrings.delimiters(token)
         if "f" not in prefix.lower():
             return _new[cst.SimpleString](value=token)
-        quote = token[len(prefix) : len(prefix) + 3]
-        quote = quote if quote in ('"""', "'''") else quote[0]
         try:
             parts = fstrings.parts(token)
         except ValueError as error:
@@ -941,9 +938,8 @@ def _name_items(names: Sequence[str]) -> list[cst.NameItem]:
 def _is_one_literal(text: str) -> bool:
     """``text`` is a single string token (the common case, which skips tokenize):
     its opening quote closes it and appears nowhere in between."""
-    prefix = _STRING_PREFIX.match(text).group(0)  # type: ignore[union-attr]
+    prefix, quote = fstrings.delimiters(text)
     body = text[len(prefix):]
-    quote = body[:3] if body[:3] in ('"""', "'''") else body[:1]
     inner = body[len(quote) : len(body) - len(quote)]
     return len(body) >= 2 * len(quote) and body.endswith(quote) and quote[0] not in inner and "\\" not in inner
 
@@ -964,9 +960,8 @@ def _field_expression(token: str, start: tuple[int, int], field: fstrings.Field)
         expression = ast.parse(f"({text})", mode="eval").body
     except (SyntaxError, ValueError) as error:
         raise NotModelledError("an f-string expression that does not parse alone") from error
-    row = token.count("\n", 0, field.start)
-    width = len(token[token.rfind("\n", 0, field.start) + 1 : field.start].encode())
-    line, column = (start[0], start[1] + width) if row == 0 else (start[0] + row, width)
+    row = token.count("\n", 0, field.start) + 1
+    line, column = _file_place(start, row, token[token.rfind("\n", 0, field.start) + 1 : field.start])
     # Parsed as "(text)", the text starts at column 1 of line 1.
     for node in ast.walk(expression):
         if hasattr(node, "end_lineno"):
@@ -989,7 +984,13 @@ def _between(first: ast.AST, last: ast.AST) -> Span:
 def _token_span(line: int, column: int, segment: Sequence[str], token: tokenize.TokenInfo) -> Span:
     """A token's span in the file, from its (row, character column) in ``segment``,
     the text's lines from byte ``column`` of ``line`` on."""
-    def place(row: int, character: int) -> tuple[int, int]:
-        width = len(segment[row - 1][:character].encode())
-        return (line, column + width) if row == 1 else (line + row - 1, width)
-    return (*place(*token.start), *place(*token.end))
+    (row, character), (end_row, end_character) = token.start, token.end
+    return (*_file_place((line, column), row, segment[row - 1][:character]),
+            *_file_place((line, column), end_row, segment[end_row - 1][:end_character]))
+
+
+def _file_place(start: tuple[int, int], row: int, before: str) -> tuple[int, int]:
+    """The file's (line, byte column) of a place in a text that starts at ``start`` in the file:
+    on the text's line ``row`` (from 1), after the characters ``before`` on that line."""
+    width = len(before.encode())
+    return (start[0], start[1] + width) if row == 1 else (start[0] + row - 1, width)

@@ -46,14 +46,19 @@ def parts(token: str) -> list[Text | Field]:
 
     Raises ValueError on a token that is not a well-formed f-string (``ast`` has
     accepted it before this is called, so that means the scan is wrong)."""
-    prefix = _PREFIX.match(token).group(0)  # type: ignore[union-attr]
-    quote = token[len(prefix) : len(prefix) + 3]
-    quote = quote if quote in ('"""', "'''") else quote[:1]
+    prefix, quote = delimiters(token)
     scan = _Scan(token, len(prefix) + len(quote), len(token) - len(quote), raw="r" in prefix.lower())
     found = scan.parts(nested=False)
     if scan.position != scan.stop:
         raise ValueError("a single '}' in an f-string")
     return found
+
+
+def delimiters(token: str) -> tuple[str, str]:
+    """A string literal's prefix (``rf``, or "") and its quote: ``'``, ``"``, or three of either."""
+    prefix = _PREFIX.match(token).group(0)  # type: ignore[union-attr]
+    quote = token[len(prefix) : len(prefix) + 3]
+    return prefix, quote if quote in ('"""', "'''") else quote[:1]
 
 
 class _Scan:

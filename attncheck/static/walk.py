@@ -91,12 +91,11 @@ class _Walker:
         """The walk from ``node``: a replay of its events where it has them and they cover
         every class a callback asks for (``fast_tree.FastModule``), else a walk of the tree."""
         events = getattr(node, "events", None)
-        if events is not None and self.every is None and not self.trivia:
-            names = {cls.__name__ for cls in node.EVENT_CLASSES}  # type: ignore[attr-defined]
-            if all(name.split("_", 1)[1] in names for name in self.table):
-                self.replay(node, events)
-                return
-        self.walk(node)
+        if (events is not None and self.every is None and not self.trivia
+                and self.asked <= {cls.__name__ for cls in node.EVENT_CLASSES}):  # type: ignore[attr-defined]
+            self.replay(node, events)
+        else:
+            self.walk(node)
 
     def replay(self, root: cst.CSTNode, events: list[tuple[cst.CSTNode, int]]) -> None:
         """The callbacks a walk from ``root`` would run, from the nodes under it it would run

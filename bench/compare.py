@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus import transformers_modeling_files
+from static import timed
 
 HERE = Path(__file__).resolve().parent.parent
 
@@ -31,18 +29,8 @@ def cold_run(source_tree: Path, files: list[str]) -> tuple[float, float]:
     """Wall and CPU seconds of one cold static run of the attncheck in ``source_tree``."""
     with tempfile.TemporaryDirectory() as cache:
         env = {**os.environ, "ATTNCHECK_CACHE_DIR": cache, "PYTHONPATH": str(source_tree)}
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        start = time.perf_counter()
-        completed = subprocess.run(
-            [sys.executable, "-m", "attncheck", "--static-only", "--exit-zero", "--format", "json", *files],
-            capture_output=True, env=env, cwd=tempfile.gettempdir(), check=False,
-        )
-        wall = time.perf_counter() - start
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if completed.returncode not in (0, 1):
-        raise SystemExit(f"{source_tree} failed ({completed.returncode}):\n{completed.stderr.decode()[-2000:]}")
-    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
-    return wall, cpu
+        command = [sys.executable, "-m", "attncheck", "--static-only", "--exit-zero", "--format", "json", *files]
+        return timed(command, env, cwd=tempfile.gettempdir())
 
 
 def main() -> None:

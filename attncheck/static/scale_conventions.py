@@ -24,6 +24,7 @@ import libcst as cst
 
 from attncheck.static import semantics
 from attncheck.static.facts import ClassFacts, FileFacts, FunctionFacts, self_attribute
+from attncheck.static.patterns import method_name
 from attncheck.static.semantics import Pipeline
 
 _SAYS_UNSCALED = r"no scal|unscaled|without scal|not scaled|does not scale|avoid scaling|scaling is folded"
@@ -61,7 +62,7 @@ def contracts_tokens(sem: semantics.Semantics, pipeline: Pipeline) -> bool:
 def _transposed(expr: cst.BaseExpression) -> bool:
     if isinstance(expr, cst.Attribute):
         return expr.attr.value in {"mT", "T"}
-    if not (isinstance(expr, cst.Call) and semantics.method_name(expr) == "transpose"):
+    if not (isinstance(expr, cst.Call) and method_name(expr) == "transpose"):
         return False
     dims = tuple(semantics.number(a) for a in semantics.positional(expr))
     return dims in _LAST_TWO
@@ -81,7 +82,7 @@ def _unbound_last(sem: semantics.Semantics, value: cst.BaseExpression, fn: Funct
     """``qkv.unbind(-1)`` of a tensor of at most 3 dims (b, n, 3): not ``view(b, s, h, d, 3)``,
     whose last-axis unbind leaves full heads."""
     call = value.value if isinstance(value, cst.Subscript) else value
-    if not (isinstance(call, cst.Call) and semantics.method_name(call) == "unbind"):
+    if not (isinstance(call, cst.Call) and method_name(call) == "unbind"):
         return False
     args = semantics.positional(call)
     dim = args[0] if args else semantics.keyword(call, "dim")

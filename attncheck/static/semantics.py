@@ -23,6 +23,7 @@ import libcst as cst
 
 from attncheck.static import subtree
 from attncheck.static.facts import ClassFacts, FileFacts, FunctionFacts, dotted_name, self_attribute
+from attncheck.static.patterns import method_name
 
 if TYPE_CHECKING:
     from attncheck.static.engine import FileContext
@@ -179,11 +180,6 @@ def is_infinite(expr: cst.BaseExpression, facts: FileFacts) -> bool:
         return isinstance(arg, cst.SimpleString) and "inf" in arg.value.lower()
     name = facts.canonical(expr) or ""
     return name.endswith(".inf")
-
-
-def method_name(call: cst.Call) -> str | None:
-    """``"view"`` for ``x.view(...)``, None for a plain function call."""
-    return call.func.attr.value if type(call.func) is cst.Attribute else None
 
 
 def keyword(call: cst.Call, *names: str) -> cst.BaseExpression | None:

@@ -16,8 +16,9 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache as memoized
+from functools import partial
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from attncheck import collector
 from attncheck.cache import Cache, default_dir
@@ -90,6 +91,13 @@ def lint_one(item: Item, codes: tuple[str, ...]) -> FileResult | FileError:
 Answer = tuple[list[Finding], list[Target], "str | None"]  # findings, targets, error: what a worker sends back
 
 
+class Miss(NamedTuple):
+    """A file read whose content the cache has no entry for, and the key to store its answer under."""
+
+    source: Source
+    key: str
+
+
 def lint_source(source: Source, codes: tuple[str, ...]) -> Answer:
     """Lint text already read; the answer leaves the text out, so a worker sends back little."""
     from attncheck.static.engine import lint
@@ -152,6 +160,8 @@ def _start_worker(codes: tuple[str, ...]) -> None:
 
 def _size(item: Item) -> int:
     """How much there is to lint in an item, to hand out the big ones first."""
+    if isinstance(item, Miss):
+        item = item.source
     if isinstance(item, Source):
         return len(item.text)
     if isinstance(item, Candidate):
@@ -183,16 +193,23 @@ def lint_all(items: Iterable[Item], codes: tuple[str, ...], jobs: int,
         if pool is not None:
             pool.shutdown(cancel_futures=True)
         raise
-    misses = [source for _, source, _ in looked_up if source is not None]
-    answers = _in_order(lint_source, misses, codes, jobs, pool)
-    for item, (key, source, entry) in zip(items, looked_up, strict=True):
+    misses = [Miss(source, key) for key, source, _ in looked_up if source is not None]
+    answers = _in_order(partial(_lint_and_store, cache), misses, codes, jobs, pool)
+    for item, (_, source, entry) in zip(items, looked_up, strict=True):
         if source is None:
             yield entry if entry is not None else lint_one(item, codes)
             continue
-        findings, targets, error = next(answers)
-        if not deadline.is_gave_up(error):
-            cache.put(key, findings, targets, error)
-        yield _as_result(source, findings, targets, error)
+        yield _as_result(source, *next(answers))
+
+
+def _lint_and_store(cache: Cache, miss: Miss, codes: tuple[str, ...]) -> Answer:
+    """Lint a cache miss and store its answer under its key, in the process that linted it: the
+    workers write their entries while the others still lint, not this process once all are done."""
+    source, key = miss
+    findings, targets, error = answer = lint_source(source, codes)
+    if not deadline.is_gave_up(error):
+        cache.put(key, findings, targets, error)
+    return answer
 
 
 def _look_up(item: Item, cache: Cache) -> tuple[str, Source | None, FileResult | FileError | None]:

@@ -117,7 +117,6 @@ class MaskPolarity(Rule):
     def __init__(self, context: FileContext) -> None:
         super().__init__(context)
         self.tracer = tracer(context)
-        self.lines = context.source.text.splitlines()
 
     def visit_Call(self, node: cst.Call) -> None:
         facts = self.context.facts
@@ -178,6 +177,11 @@ class MaskPolarity(Rule):
             return node
         masks = [e.value for e in pieces.elements if _is_named_mask(e.value)]
         return masks[0] if len(masks) == 1 else node
+
+    @cached_property
+    def lines(self) -> list[str]:
+        """The file's lines, split only for a file with a fill to judge (most have none)."""
+        return self.context.source.text.splitlines()
 
     @cached_property
     def _comments_declare(self) -> bool:

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from corpus import transformers_modeling_files
+from corpus import byte_compile, transformers_modeling_files
 from static import timed
 
 HERE = Path(__file__).resolve().parent.parent
@@ -40,6 +40,8 @@ def main() -> None:
     args = parser.parse_args()
     files = [str(path) for path in transformers_modeling_files()]
     trees = {"baseline": args.baseline.resolve(), "this": HERE}
+    for tree in trees.values():
+        byte_compile(tree)
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in trees}
     for repeat in range(args.repeat):
         order = list(trees) if repeat % 2 == 0 else list(reversed(trees))

@@ -6,6 +6,7 @@ The wheels are fetched with ``pip download --no-deps`` into ``bench/.cache``
 
 from __future__ import annotations
 
+import compileall
 import subprocess
 import sys
 import zipfile
@@ -38,3 +39,16 @@ def unpacked(package: str) -> Path:
 def transformers_modeling_files() -> list[Path]:
     """The ``modeling_*.py`` files of the transformers wheel (about 540 files)."""
     return sorted(unpacked("transformers").rglob("modeling_*.py"))
+
+
+def byte_compile(source_tree: Path) -> None:
+    """Write the bytecode of the attncheck package in ``source_tree``, as ``pip install`` does.
+
+    A timed run should start Python the way an installed attncheck starts, from bytecode, as
+    its dependencies do. Run from a source tree under ``PYTHONDONTWRITEBYTECODE`` (set on this
+    project's machines), every run and each of its workers would compile the package again:
+    about 0.15 s a process, which measures the environment, not attncheck. The bytecode records
+    its source's size and time, so an edited module is compiled again.
+    """
+    if not compileall.compile_dir(source_tree / "attncheck", quiet=1):
+        raise SystemExit(f"cannot byte-compile {source_tree / 'attncheck'}")

@@ -227,7 +227,7 @@ def lint(source: Source, rules: Sequence[type[Rule]]) -> FileResult:
     construct it does not model, a position it did not record, the code of a node
     it did not place), it says so, and the file is linted on libcst's tree.
     """
-    if not source.text.strip():
+    if not source.text or source.text.isspace():  # not strip(): no copy of the text
         return FileResult(source, error="empty file: nothing to check")
     reduced = attention_regions(source.text)
     try:

@@ -17,6 +17,7 @@ from dataclasses import InitVar, dataclass, field
 import libcst as cst
 
 from attncheck.static import walk
+from attncheck.static.construct import new
 
 # Module aliases people import attention code with, mapped to the canonical
 # module, so that ``F.softmax``, ``nn.functional.softmax`` and
@@ -257,7 +258,7 @@ class _Indexer(cst.CSTVisitor):
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
         # ``x *= s`` makes x's value no longer the one assigned: record it so
         # that resolve() sees two assignments and stops there.
-        self._bind(node.target, cst.BinaryOperation(node.target, _binary_op(node.operator), node.value))
+        self._bind(node.target, augmented_value(node))
 
     def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
         if not self.function_stack:
@@ -274,23 +275,22 @@ class _Indexer(cst.CSTVisitor):
             # ``b, s, d = x.shape`` binds s to ``x.shape[1]``.
             for index, element in enumerate(elements):
                 if isinstance(element, cst.Name):
-                    fn.assignments.setdefault(element.value, []).append(_element(value, index))
+                    fn.assignments.setdefault(element.value, []).append(element_of(value, index))
         attr = self_attribute(target)
         if attr is not None and fn.owner is not None:
             fn.owner.attributes.setdefault(attr, []).append(value)
 
 
-def _element(value: cst.BaseExpression, index: int) -> cst.BaseExpression:
+def element_of(value: cst.BaseExpression, index: int) -> cst.BaseExpression:
     """``value[index]``: what a name bound by unpacking holds, as an expression."""
-    return cst.Subscript(
-        value=value,
-        slice=[cst.SubscriptElement(cst.Index(cst.Integer(str(index))))],
-    )
+    integer = new[cst.Integer](value=str(index))
+    return new[cst.Subscript](value=value, slice=[new[cst.SubscriptElement](slice=new[cst.Index](value=integer))])
 
 
-def _binary_op(op: cst.BaseAugOp) -> cst.BaseBinaryOp:
-    name = type(op).__name__.replace("Assign", "")
-    return getattr(cst, name)()
+def augmented_value(node: cst.AugAssign) -> cst.BinaryOperation:
+    """``x + s``: the value ``x += s`` gives ``x``, as an expression."""
+    operator = new[getattr(cst, type(node.operator).__name__.replace("Assign", ""))]()
+    return new[cst.BinaryOperation](left=node.target, operator=operator, right=node.value)
 
 
 def _all_params(params: cst.Parameters) -> Iterator[cst.Param]:

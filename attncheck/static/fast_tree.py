@@ -39,7 +39,7 @@ from typing import Any
 import libcst as cst
 from libcst.metadata import CodePosition, CodeRange
 
-from attncheck.static import fstrings, node_fields, subtree
+from attncheck.static import construct, fstrings, node_fields, subtree
 
 Span = tuple[int, int, int, int]  # start line, start byte column, end line, end byte column
 _Located = ast.AST | Span
@@ -57,44 +57,7 @@ class MissingPositionError(Exception):
     """
 
 
-class _Constructors(dict[type, Callable[..., Any]]):
-    """Per node class, a function building an instance from keyword fields, with libcst's
-    defaults for the rest, without running the dataclass constructor's validation (the
-    text parsed): ``_new[cst.Name](value="x")``.
-
-    A tree is about a million nodes, so each function is generated once per class, with
-    one slot write per field and nothing else: several times cheaper than a loop over
-    the fields or the frozen dataclass's ``__init__``.
-    """
-
-    def __missing__(self, cls: type[cst.CSTNode]) -> Callable[..., Any]:
-        namespace: dict[str, Any] = {"new": object.__new__, "cls": cls}
-        parameters, writes = [], []
-        for index, field in enumerate(dataclasses.fields(cls)):
-            name = field.name
-            if field.default is not dataclasses.MISSING:
-                namespace[f"default{index}"] = field.default
-                parameters.append(f"{name}=default{index}")
-            elif field.default_factory is not dataclasses.MISSING:
-                namespace[f"default{index}"] = field.default_factory()  # one shared, never mutated
-                parameters.append(f"{name}=default{index}")
-            else:
-                parameters.append(name)
-            namespace[f"write{index}"] = _slot(cls, name).__set__
-            writes.append(f"    write{index}(node, {name})\n")
-        signature = f"*, {', '.join(parameters)}" if parameters else ""
-        source = f"def construct({signature}):\n    node = new(cls)\n{''.join(writes)}    return node\n"
-        exec(source, namespace)  # built above from the dataclass's own field names
-        self[cls] = constructor = namespace["construct"]
-        return constructor
-
-
-def _slot(cls: type, name: str) -> Any:
-    """The slot descriptor of field ``name`` (libcst's node classes are slotted dataclasses)."""
-    return next(vars(base)[name] for base in cls.__mro__ if hasattr(vars(base).get(name), "__set__"))
-
-
-_new = _Constructors()
+_new = construct.new
 _set = object.__setattr__
 
 

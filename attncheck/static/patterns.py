@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Literal
 import libcst as cst
 
 from attncheck.static import subtree
-from attncheck.static.facts import FileFacts, FunctionFacts, dotted_name, self_attribute
+from attncheck.static.facts import FileFacts, FunctionFacts, augmented_value, dotted_name, element_of, self_attribute
 
 if TYPE_CHECKING:
     from attncheck.static.engine import FileContext
@@ -183,7 +183,7 @@ class LocalFlow:
 class _Written:
     """The value a write gave a name, where no parsed node is that value: ``x += s`` wrote
     ``x + s``, ``a, b = t`` wrote ``t[0]`` to ``a``. Built once, when first read: most writes
-    never are, and building libcst nodes validates them."""
+    never are."""
 
     def __init__(self, source: cst.AugAssign | cst.BaseExpression | _Written, index: int | None = None) -> None:
         self.source = source
@@ -194,12 +194,10 @@ class _Written:
         if self.built is None:
             source = self.source
             if isinstance(source, cst.AugAssign):
-                operator = getattr(cst, type(source.operator).__name__.replace("Assign", ""))()
-                self.built = cst.BinaryOperation(source.target, operator, source.value)
+                self.built = augmented_value(source)
             else:
                 value = source.expression() if isinstance(source, _Written) else source
-                element = cst.SubscriptElement(cst.Index(cst.Integer(str(self.index))))
-                self.built = cst.Subscript(value, [element])
+                self.built = element_of(value, self.index)
         return self.built
 
 

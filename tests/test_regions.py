@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -92,6 +93,28 @@ def test_other_line_breaks_keep_the_same_lines(newline):
     assert reduced is not None and other is not None
     assert other.lines == reduced.lines
     assert other.text == reduced.text.replace("\n", newline)
+
+
+@settings(max_examples=10, deadline=None)
+@given(position=st.integers(min_value=0, max_value=40), newline=st.sampled_from(["\n", "\r\n"]))
+def test_the_scan_tells_where_each_top_level_definition_starts(position, newline):
+    text = _large_file(position).replace("\n", newline)
+    reduced = attention_regions(text)
+    expected: dict[tuple[bool, str], int] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        match = re.match(r"(class|def)\s+(\w+)", line)
+        if match and match.group(2) != "NotAClass":  # that one is in a docstring
+            expected.setdefault((match.group(1) == "class", match.group(2)), number)
+    assert reduced is not None and reduced.definitions is not None
+    assert {key: line for key, (line, _) in reduced.definitions.items()} == expected
+    for (is_class, name), (line, offset) in reduced.definitions.items():
+        assert text.startswith(f"{'class' if is_class else 'def'} {name}", offset)
+        assert text.count("\n", 0, offset) + 1 == line
+
+
+def test_lines_broken_at_a_bare_carriage_return_have_no_definitions():
+    reduced = attention_regions(_large_file(5).replace("\n", "\r"))
+    assert reduced is not None and reduced.definitions is None
 
 
 @settings(max_examples=10, deadline=None)

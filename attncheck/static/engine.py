@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from functools import cache as memoized
 from functools import cached_property
 from typing import Any, TypeVar
 
@@ -252,7 +253,8 @@ def _lint_module(
 ) -> FileResult:
     result = FileResult(source)
     parsed_text = reduced.text if reduced is not None else source.text
-    wanted = [rule for rule in rules if rule.wants(parsed_text)]
+    contains = memoized(parsed_text.__contains__)
+    wanted = [rule for rule in rules if rule.wants(contains)]
     context = FileContext(source, module, reduced)
     if wanted:
         visitors: list[cst.BatchableCSTVisitor] = [_ScopeTracker(context)]

@@ -263,10 +263,10 @@ class _Indexer(cst.CSTVisitor):
     def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
         if not self.function_stack:
             return
-        fn = self.function_stack[-1]
-        if isinstance(target, cst.Name):
+        fn, kind = self.function_stack[-1], type(target)  # exact classes: isinstance on libcst's is slow
+        if kind is cst.Name:
             fn.assignments.setdefault(target.value, []).append(value)
-        elif isinstance(target, (cst.Tuple, cst.List)):
+        elif kind is cst.Tuple or kind is cst.List:
             elements = [e.value for e in target.elements]
             if isinstance(value, (cst.Tuple, cst.List)) and len(value.elements) == len(elements):
                 for element, item in zip(elements, value.elements, strict=True):

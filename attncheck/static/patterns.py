@@ -563,9 +563,15 @@ class FillSite:
     in_place: bool = False
 
 
+# The last names of the callees fill_site reads (most calls of a file are none of them).
+_FILL_CALLEES = frozenset({"masked_fill", "masked_fill_", "where"})
+
+
 def fill_site(node: cst.Call, facts: FileFacts) -> FillSite | None:
     """``s.masked_fill(m, v)``, ``s.masked_fill_(m, v)``, ``torch.masked_fill(s, m, v)``,
     and ``torch.where(m, s, v)`` / ``torch.where(m, v, s)`` where v is a constant."""
+    if type(node.func) is cst.Attribute and node.func.attr.value not in _FILL_CALLEES:
+        return None  # the last name of a dotted callee survives alias expansion: no fill
     canonical = facts.canonical(node.func) or ""
     if canonical == "torch.masked_fill" and len(node.args) >= 3:
         return FillSite(node, node.args[0].value, node.args[1].value, node.args[2].value, True)

@@ -65,6 +65,7 @@ _BLOCK_HEAD = re.compile(r"(?:class|def|async\s+def)\s|@")
 _ENTRY = re.compile(r"(?:async\s+)?def\s+(?:forward|__call__)\b")
 _INIT = re.compile(r"(?:async\s+)?def\s+__init__\b")
 _DEF = re.compile(r"(?:async\s+)?def\s")
+_DEFINED_NAME = re.compile(r"(?:class|(?:async\s+)?def)\s+(\w+)")
 _COMMENT_ONLY = re.compile(r"\n[^\S\n]*#")
 # A code line's text after its indentation: not blank, not a comment. The indentation
 # is spaces and tabs only; other whitespace (a no-break space) may start the text.
@@ -72,12 +73,22 @@ _CODE_AFTER_INDENT = r"(?:[^\s#]|[^ \t#\n][^\n]*?\S)"
 SMALL_CONFIG_LINES = 40
 
 
+Definitions = dict[tuple[bool, str], tuple[int, int]]  # (is a class, name) -> (line, offset)
+
+
 @dataclass(frozen=True)
 class Reduced:
-    """The kept text, and for each of its lines the 1-based line in the original."""
+    """The kept text, and for each of its lines the 1-based line in the original.
+
+    ``definitions`` tells where in the file the first top-level class or function of each
+    name starts (its ``class``/``def`` line, after any decorators), which the target finder
+    reads the file's text from; the scan finds them anyway. None when the scan's lines are
+    not the file's (a file breaking lines at characters other than ``\\n``).
+    """
 
     text: str
     lines: tuple[int, ...]
+    definitions: Definitions | None = None
 
     def original_line(self, line: int) -> int:
         return self.lines[line - 1] if 0 < line <= len(self.lines) else line
@@ -96,7 +107,8 @@ class _LineIndex:
 
     def __init__(self, text: str, lines: list[str]) -> None:
         self.lines = lines
-        if len(lines) == text.count("\n") + (not text.endswith("\n")):
+        self.exact = len(lines) == text.count("\n") + (not text.endswith("\n"))  # offsets are the file's
+        if self.exact:
             self.scan = "\n" + text
             self.offsets = list(accumulate(map(len, lines), initial=1))
         else:  # ``str.splitlines`` also breaks at \r, \f, \x1c...: one \n per line instead
@@ -208,10 +220,13 @@ def attention_regions(text: str) -> Reduced | None:
     index = _LineIndex(text, lines)
     kept: list[tuple[int, int]] = []
     imports: list[tuple[int, int]] = []
+    definitions: Definitions = {}
     for statement in _statements(index, 0, len(index.lines), ""):
         start, end = statement.start, statement.end
         head = _header_keyword(index, statement)
         block = index.text(start, end)
+        if head and statement.header is not None:
+            _record_definition(definitions, index, statement.header, head == "class")
         if not head:
             if "import" in block:
                 imports.append((start, end))
@@ -227,7 +242,14 @@ def attention_regions(text: str) -> Reduced | None:
         kept += _relevant_members(index, start, end)
     unused = _unused_imports(index, kept, imports)
     kept += [span for number, span in enumerate(imports) if number not in unused]
-    return _reduced(index, sorted(kept))
+    return _reduced(index, sorted(kept), definitions if index.exact else None)
+
+
+def _record_definition(definitions: Definitions, index: _LineIndex, header: int, is_class: bool) -> None:
+    """Note where the definition on line ``header`` (0-based) starts, unless one of its name came first."""
+    match = _DEFINED_NAME.match(index.lines[header])
+    if match is not None:
+        definitions.setdefault((is_class, match.group(1)), (header + 1, index.offsets[header] - 1))
 
 
 def _relevant_members(index: _LineIndex, start: int, end: int) -> list[tuple[int, int]]:
@@ -292,7 +314,7 @@ def _spells(text: str, name: str) -> bool:
     return False
 
 
-def _reduced(index: _LineIndex, spans: list[tuple[int, int]]) -> Reduced:
+def _reduced(index: _LineIndex, spans: list[tuple[int, int]], definitions: Definitions | None) -> Reduced:
     """The kept spans (sorted, disjoint) less their comment-only lines."""
     numbers: list[int] = []
     pieces: list[str] = []
@@ -302,7 +324,7 @@ def _reduced(index: _LineIndex, spans: list[tuple[int, int]]) -> Reduced:
                 numbers.extend(range(start + 1, comment + 1))
                 pieces.extend(index.lines[start:comment])
             start = comment + 1
-    return Reduced("".join(pieces), tuple(numbers))
+    return Reduced("".join(pieces), tuple(numbers), definitions)
 
 
 def _is_config_class(block: str) -> bool:

@@ -384,9 +384,10 @@ def code(facts: FileFacts, node: cst.CSTNode) -> str:
 
 def last_name(node: cst.CSTNode) -> str | None:
     """``rotate_half`` for ``rotate_half``, ``self.rotate_half`` or ``x[:, None].expand``."""
-    if isinstance(node, cst.Attribute):
+    kind = type(node)  # exact classes: isinstance on libcst's is slow, and this is asked of every call
+    if kind is cst.Attribute:
         return node.attr.value
-    return node.value if isinstance(node, cst.Name) else None
+    return node.value if kind is cst.Name else None
 
 
 def method_call(node: cst.CSTNode, name: str) -> bool:
@@ -662,9 +663,10 @@ def first_call(node: cst.CSTNode, facts: FileFacts, canonical: str) -> cst.Call 
 
 
 def _frequency_power(facts: FileFacts, node: cst.CSTNode) -> FrequencyPower | None:
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Power):
+    kind = type(node)  # exact classes, as in last_name
+    if kind is cst.BinaryOperation and type(node.operator) is cst.Power:
         base, exponent = node.left, node.right
-    elif isinstance(node, cst.Call) and len(node.args) == 2 and facts.canonical(node.func) == "torch.pow":
+    elif kind is cst.Call and len(node.args) == 2 and facts.canonical(node.func) == "torch.pow":
         base, exponent = node.args[0].value, node.args[1].value
     else:
         return None
@@ -676,7 +678,7 @@ def _frequency_power(facts: FileFacts, node: cst.CSTNode) -> FrequencyPower | No
 
 def _base_product(facts: FileFacts, node: cst.CSTNode) -> bool:
     """``10000 * (arange(0, d, 2) / d)``: the base multiplied in instead of raised."""
-    if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply)):
+    if not (type(node) is cst.BinaryOperation and type(node.operator) is cst.Multiply):
         return False
     for base, other in ((node.left, node.right), (node.right, node.left)):
         if is_base(facts, base) and first_call(other, facts, "torch.arange") is not None:

@@ -9,7 +9,7 @@ and the engine resolves only the metadata providers the selected rules ask for.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, ClassVar
@@ -74,8 +74,11 @@ class Rule(cst.BatchableCSTVisitor):
         return visitor_methods(self)
 
     @classmethod
-    def wants(cls, text: str) -> bool:
-        return not cls.PREFILTER or any(word in text for word in cls.PREFILTER)
+    def wants(cls, contains: Callable[[str], bool]) -> bool:
+        """Whether a text holds one of ``PREFILTER``, asked through ``contains`` (the text's own
+        ``__contains__``, memoized by the engine: rules share words, and an absent word is a
+        scan of the whole text)."""
+        return not cls.PREFILTER or any(map(contains, cls.PREFILTER))
 
     @property
     def name(self) -> str:

@@ -817,8 +817,11 @@ class Semantics:
         # The ``spelled`` functions capture the module, not ``self``: a Softmax is kept in
         # ``self._softmaxes``, and a cycle would keep the whole tree alive until Python's
         # collector runs (which lint workers pause).
+        callee = call.func
+        if type(callee) is cst.Attribute and callee.attr.value != "softmax" and self_attribute(callee) is None:
+            return None  # not ``F.softmax``, ``x.softmax`` nor ``self.softmax``: the commonest call
         module = self.module
-        func = self.facts.canonical(call.func) or ""
+        func = self.facts.canonical(callee) or ""
         args = positional(call)
         if func in _SOFTMAX and args:
             dim = args[1] if len(args) > 1 else keyword(call, "dim")
@@ -884,16 +887,16 @@ class Semantics:
         the first that does (what the memo of ``reaches_product`` records depends on it)."""
         if self.product_operands(expr) is not None:
             return True
-        deeper = depth + 1
-        if isinstance(expr, cst.Name):
+        deeper, kind = depth + 1, type(expr)  # exact classes: isinstance on libcst's is slow
+        if kind is cst.Name:
             return any(self.reaches_product(value, vfn, deeper) for value, vfn in self.values(expr, fn))
-        if isinstance(expr, cst.BinaryOperation):
+        if kind is cst.BinaryOperation:
             return self.reaches_product(expr.left, fn, deeper) or self.reaches_product(expr.right, fn, deeper)
-        if isinstance(expr, cst.Subscript):
+        if kind is cst.Subscript:
             return self.reaches_product(expr.value, fn, deeper)
-        if isinstance(expr, cst.Call) and self.softmax(expr, fn) is None:
+        if kind is cst.Call and self.softmax(expr, fn) is None:
             if (
-                isinstance(expr.func, cst.Attribute)
+                type(expr.func) is cst.Attribute
                 and not self_attribute(expr.func)
                 and self.reaches_product(expr.func.value, fn, deeper)
             ):
@@ -1381,8 +1384,8 @@ class Semantics:
         if klass is None:
             return None
         for value in klass.attributes.get(attr, []):
-            for option in (value.body, value.orelse) if isinstance(value, cst.IfExp) else (value,):
-                if isinstance(option, cst.Call):
+            for option in (value.body, value.orelse) if type(value) is cst.IfExp else (value,):
+                if type(option) is cst.Call:
                     name = self.facts.canonical(option.func)
                     if name and not name.startswith(
                         (

@@ -203,9 +203,12 @@ def _definition(context: FileContext, node: cst.ClassDef | cst.FunctionDef) -> t
 
 
 def _definition_starts(context: FileContext) -> dict[tuple[bool, str], tuple[int, int]]:
-    """(is a class, name) -> (line, offset) of the first top-level definition of it. Only lines
-    that start with a definition's first word are tried: a search for each word over the
-    whole text is several times faster than one regular expression anchored at every line."""
+    """(is a class, name) -> (line, offset) of the first top-level definition of it: the region
+    scan's, for a large file, else only lines that start with a definition's first word are
+    tried (a search for each word over the whole text is several times faster than one
+    regular expression anchored at every line)."""
+    if context.reduced is not None and context.reduced.definitions is not None:
+        return context.reduced.definitions
     text = context.source.text
     starts = [0] if text.startswith(("class", "def", "async")) else []
     for word in ("\nclass", "\ndef", "\nasync"):

@@ -65,7 +65,9 @@ _BLOCK_HEAD = re.compile(r"(?:class|def|async\s+def)\s|@")
 _ENTRY = re.compile(r"(?:async\s+)?def\s+(?:forward|__call__)\b")
 _INIT = re.compile(r"(?:async\s+)?def\s+__init__\b")
 _DEF = re.compile(r"(?:async\s+)?def\s")
-_DEFINED_NAME = re.compile(r"(?:class|(?:async\s+)?def)\s+(\w+)")
+# A definition's first word and its name, from the start of its line (the target finder's
+# search uses it too). A lookahead: a keyword alone on its line, unmatched, hides no next line.
+DEFINITION = re.compile(r"(class|(?:async\s+)?def)(?=\s+(\w+))")
 _COMMENT_ONLY = re.compile(r"\n[^\S\n]*#")
 # A code line's text after its indentation: not blank, not a comment. The indentation
 # is spaces and tabs only; other whitespace (a no-break space) may start the text.
@@ -247,9 +249,9 @@ def attention_regions(text: str) -> Reduced | None:
 
 def _record_definition(definitions: Definitions, index: _LineIndex, header: int, is_class: bool) -> None:
     """Note where the definition on line ``header`` (0-based) starts, unless one of its name came first."""
-    match = _DEFINED_NAME.match(index.lines[header])
+    match = DEFINITION.match(index.lines[header])
     if match is not None:
-        definitions.setdefault((is_class, match.group(1)), (header + 1, index.offsets[header] - 1))
+        definitions.setdefault((is_class, match.group(2)), (header + 1, index.offsets[header] - 1))
 
 
 def _relevant_members(index: _LineIndex, start: int, end: int) -> list[tuple[int, int]]:

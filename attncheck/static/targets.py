@@ -18,6 +18,7 @@ import libcst as cst
 from attncheck.findings import Parameter, Target
 from attncheck.static import semantics
 from attncheck.static.facts import ClassFacts, FunctionFacts
+from attncheck.static.regions import DEFINITION
 
 if TYPE_CHECKING:
     from attncheck.static.engine import FileContext
@@ -30,7 +31,6 @@ _GQA_WORDS = ("kv_heads", "num_key_value_heads", "num_query_groups", "repeat_kv"
 _ROPE_WORDS = ("rotary", "rope", "cos_cached", "freqs_cis")
 _COS_OR_SIN = re.compile(r"\b(?:cos|sin)\b")
 _TRIANGLE = ("torch.tril", "torch.triu", ".tril(", ".triu(")  # ``is_causal=True`` holds "causal"
-_DEFINITION = re.compile(r"(class|(?:async\s+)?def)(?=\s+(\w+))")  # a lookahead: no match hides the next
 # Where a top-level definition's text ends: a line that starts a statement at the top level.
 _TOP_LEVEL_LINE = re.compile(r"\n(?=[^ \t\n\r#)\]}])")
 _NOT_INPUTS = re.compile(
@@ -219,7 +219,7 @@ def _definition_starts(context: FileContext) -> dict[tuple[bool, str], tuple[int
     found: dict[tuple[bool, str], tuple[int, int]] = {}
     line, counted = 1, 0
     for start in sorted(starts):
-        match = _DEFINITION.match(text, start)
+        match = DEFINITION.match(text, start)
         if match is None:
             continue
         line += text.count("\n", counted, start)

@@ -77,7 +77,9 @@ def test_a_paused_collector_runs_once_the_leftovers_pass_the_bound(monkeypatch):
         monkeypatch.setattr(collector, "LEFT_OVER_LIMIT", 10)
         collector.after_file()
         assert gc.get_count()[0] < 10  # a collection resets the count
+        assert gc.get_freeze_count() >= len(cycles)  # the survivors are not scanned again
     finally:
+        gc.unfreeze()
         if enabled:
             gc.enable()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import textwrap
 from pathlib import Path
 
 import libcst as cst
@@ -74,9 +75,8 @@ def _pairs(text: str) -> list[tuple[cst.CSTNode, cst.CSTNode]]:
     return pairs
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(ROOT)))
-def test_same_tree_and_positions_as_libcst(path: Path) -> None:
-    text = path.read_text(encoding="utf-8")
+def _assert_same_as_libcst(text: str) -> cst.Module:
+    """Assert fast_tree's tree of ``text`` has libcst's shape and positions; return it."""
     pairs = _pairs(text)
     exact_positions = MetadataWrapper(pairs[0][0], unsafe_skip_copy=True).resolve(PositionProvider)
     fast_positions = pairs[0][1].positions
@@ -84,6 +84,39 @@ def test_same_tree_and_positions_as_libcst(path: Path) -> None:
         if isinstance(a, _PLACED) and id(b) in fast_positions.spans:
             assert fast_positions[b] == exact_positions[a], (type(a).__name__, fast_positions.text_of(
                 fast_positions.spans[id(b)]))
+    return pairs[0][1]
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_same_tree_and_positions_as_libcst(path: Path) -> None:
+    _assert_same_as_libcst(path.read_text(encoding="utf-8"))
+
+
+_REPEATED = '''
+@torch.no_grad()
+def rotate_half(x):
+    """Rotates half the hidden dims."""
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
+    return torch.cat((-x2, x1), dim=-1) if f"{x}" else (lambda y: y)(x)
+'''
+
+
+def test_a_function_repeated_across_trees_is_placed_at_its_own_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fast_tree, "_CONVERTED", fast_tree._Repeated())
+    first = _assert_same_as_libcst(_REPEATED)
+    second = _assert_same_as_libcst("import torch\n\n\nx = (1,\n     2)\n" + _REPEATED)
+    assert second.body[-1] is not first.body[0]  # kept the second time it is converted
+    third = _assert_same_as_libcst("x = 1" + _REPEATED)
+    assert third.body[-1] is second.body[-1]  # and placed at its lines in later trees
+    assert third.positions[third.body[-1]].start.line == second.positions[second.body[-1]].start.line - 5
+
+
+def test_a_function_repeated_within_one_tree_is_converted_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fast_tree, "_CONVERTED", fast_tree._Repeated())
+    method = textwrap.indent(_REPEATED, "    ")
+    module = _assert_same_as_libcst(f"class A:{method}\nclass B:{method}")
+    one, two = (klass.body.body[0] for klass in module.body)
+    assert one is not two  # an analysis keys on nodes: one node stands in one place of a tree
 
 
 def test_a_node_without_a_position_is_a_gap_not_a_key_error() -> None:

@@ -382,6 +382,8 @@ class _Converter:
         self.events: list[Any] = []
         self.expressions = _methods(type(self), "expr_")
         self.small_statements = _methods(type(self), "small_")
+        self.in_function = False
+        self.placed: set[int] = set()  # the functions outside functions in this tree, by id
 
     def at(self, node: cst.CSTNode, located: _Located) -> Any:
         self.spans[id(node)] = located
@@ -521,11 +523,41 @@ class _Converter:
         return found
 
     def compound(self, node: ast.stmt) -> cst.BaseCompoundStatement:
+        if type(node) in _FUNCTIONS and not self.in_function:
+            return self.function(node)  # type: ignore[arg-type]
         # ``async def``/``async for``/``async with`` share the plain statement's conversion.
         method = getattr(self, f"compound_{type(node).__name__.removeprefix('Async')}", None)
         if method is None:
             raise NotModelledError(type(node).__name__)
         return self.at(method(node), node)
+
+    def function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> cst.FunctionDef:
+        """A function outside any function: converted, or its conversion from an earlier
+        tree of the same text (``_CONVERTED``), placed at its lines here."""
+        first = node.decorator_list[0].lineno if node.decorator_list else node.lineno
+        text = "".join(self.lines[first - 1 : node.end_lineno])
+        earlier = _CONVERTED.get(text)
+        if earlier is not None and id(earlier.node) not in self.placed:
+            self.placed.add(id(earlier.node))
+            earlier.place(self, first)
+            return earlier.node
+        outer_spans, outer_written, start = self.spans, self.positions.written, len(self.events)
+        self.spans = self.positions.spans = {}
+        self.positions.written = {}
+        self.in_function = True
+        try:
+            converted = self.at(self.compound_FunctionDef(node), node)
+            self.placed.add(id(converted))
+            if earlier is None:
+                spans, written = self.spans, self.positions.written
+                _CONVERTED.offer(text, lambda: _Converted(converted, first, spans, written, self.events[start:], start))
+            return converted
+        finally:
+            self.in_function = False
+            outer_spans.update(self.spans)
+            outer_written.update(self.positions.written)
+            self.spans = self.positions.spans = outer_spans
+            self.positions.written = outer_written
 
     def compound_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> cst.FunctionDef:
         slot = self.opened()
@@ -938,6 +970,72 @@ def _field_expression(token: str, start: tuple[int, int], field: fstrings.Field)
         # ``{a, b}``: the parentheses that made it parse are not the tuple's own.
         expression.lineno, expression.col_offset = expression.elts[0].lineno, expression.elts[0].col_offset
     return expression
+
+
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+class _Converted:
+    """A function's conversion, kept to stand for the same text in a later tree.
+
+    Model files repeat functions word for word (``rotate_half``, ``repeat_kv``, a
+    ``forward`` copied into the next model), and a function's libcst tree depends on its
+    text alone: where it sits changes only the lines of its spans. So a later tree takes
+    this one's nodes, its spans moved to its lines, and its events renumbered. The nodes
+    are shared between trees, never within one (``_Converter.placed``): every analysis
+    keys on nodes of one tree, and lives as long as that tree.
+    """
+
+    def __init__(self, node: cst.FunctionDef, first: int, spans: dict[int, _Located],
+                 written: dict[int, Span], events: list[Any], start: int) -> None:
+        self.node = node
+        # Counted from the line the text starts on (``first``), and from ``events[0]``, whose
+        # index in its tree's events is ``start``: nothing of that tree is kept.
+        self.spans = {key: _moved(_span(located), -first) for key, located in spans.items()}
+        self.written = {key: _moved(span, -first) for key, span in written.items()}
+        self.events = [(node, end - start) for node, end in events]
+
+    def place(self, converter: _Converter, first: int) -> None:
+        """Record this function's spans and events in ``converter``, its text starting at line ``first``."""
+        converter.spans.update({key: _moved(span, first) for key, span in self.spans.items()})
+        converter.positions.written.update({key: _moved(span, first) for key, span in self.written.items()})
+        offset = len(converter.events)
+        converter.events.extend([(node, end + offset) for node, end in self.events])
+
+
+def _moved(span: Span, lines: int) -> Span:
+    line, column, end_line, end_column = span
+    return line + lines, column, end_line + lines, end_column
+
+
+class _Repeated(dict[str, _Converted]):
+    """The conversions of the functions seen more than once in this process, by their text.
+
+    A function is kept the second time it is converted, not the first: most are never seen
+    again, and keeping every one would keep alive, and have the collector scan, every tree
+    of a worker (``collector``). The texts seen once are only strings, and both are bounded.
+    """
+
+    LIMIT = 512
+    SEEN_LIMIT = 8192
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def offer(self, text: str, converted: Callable[[], _Converted]) -> None:
+        """Note that ``text`` was converted; keep its conversion if it was converted before."""
+        if text not in self.seen:
+            if len(self.seen) >= self.SEEN_LIMIT:
+                self.seen.clear()
+            self.seen.add(text)
+            return
+        if len(self) >= self.LIMIT:
+            del self[next(iter(self))]
+        self[text] = converted()
+
+
+_CONVERTED = _Repeated()
 
 
 def _between(first: ast.AST, last: ast.AST) -> Span:

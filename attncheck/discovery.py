@@ -88,15 +88,26 @@ def discover(paths: Iterable[str], exclude: Excluder | None = None) -> Iterator[
 
 
 def _real_path(path: Path, real_folders: dict[str, str]) -> str:
-    """``os.path.realpath(path)``, with each folder's resolved once: resolving walks every
-    component of the path, which was most of a cached run over a few hundred files."""
+    """``os.path.realpath(path)``, from its folder's, which ``_real_folder`` resolves once."""
     if ".." in path.parts or os.path.islink(path):  # ``..`` after a link is not lexical
         return os.path.realpath(path)
     folder, name = os.path.split(os.path.abspath(path))
+    return os.path.join(_real_folder(folder, real_folders), name)
+
+
+def _real_folder(folder: str, real_folders: dict[str, str]) -> str:
+    """``os.path.realpath`` of an absolute folder without ``..``, from its parent's: one
+    ``lstat`` for a folder not seen before, where ``realpath`` reads every component of the
+    path again (a tree of model files, one per folder, made that most of a cached run)."""
     real = real_folders.get(folder)
     if real is None:
-        real = real_folders[folder] = os.path.realpath(folder)
-    return os.path.join(real, name)
+        parent, name = os.path.split(folder)
+        if not name or os.path.islink(folder):  # the root, or a link: resolved whole
+            real = os.path.realpath(folder)
+        else:
+            real = os.path.join(_real_folder(parent, real_folders), name)
+        real_folders[folder] = real
+    return real
 
 
 def _walk(top: Path, shown_top: str, exclude: Excluder | None) -> Iterator[Candidate]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from attncheck.discovery import Excluder, discover
+from attncheck.discovery import Excluder, _real_path, discover
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -59,6 +59,24 @@ def test_a_parent_step_after_a_link_follows_the_link(tree):
     # ``up/../pkg/model.py`` is ``pkg/model.py`` only lexically: ``up`` is pkg, so ``up/..`` is tree.
     files = [str(tree / "pkg" / "model.py"), str(tree / "up" / ".." / "pkg" / "model.py")]
     assert shown(files) == files[:1]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="symbolic links need privileges on Windows")
+def test_real_paths_are_realpath_through_links_at_every_depth(tree):
+    (tree / "a" / "b" / "c").mkdir(parents=True)
+    (tree / "a" / "b" / "c" / "model.py").write_text("x = 1\n")
+    (tree / "a" / "b" / "c" / "other.py").write_text("y = 2\n")
+    (tree / "top").symlink_to(tree / "a", target_is_directory=True)
+    (tree / "a" / "mid").symlink_to(tree / "a" / "b", target_is_directory=True)
+    (tree / "a" / "b" / "chain").symlink_to(tree / "top" / "mid" / "c", target_is_directory=True)
+    folders = [tree / "a" / "b" / "c", tree / "top" / "b" / "c", tree / "a" / "mid" / "c",
+               tree / "top" / "mid" / "c", tree / "a" / "b" / "chain", tree / "top" / "mid" / "chain"]
+    real_folders: dict[str, str] = {}
+    for folder in folders:  # one cache across them, as in a run: a folder seen first must not mislead
+        for name in ("model.py", "other.py"):
+            path = folder / name
+            assert _real_path(path, real_folders) == os.path.realpath(path)
+    assert len(shown([str(folder / "model.py") for folder in folders])) == 1
 
 
 def test_exclude_patterns_apply_to_walked_files(tree):

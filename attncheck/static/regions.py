@@ -20,36 +20,42 @@ user's real lines; columns are untouched because whole lines are dropped.
 
 This is a text scan, not a parse, so a pathological file can fool it; the
 engine then parses the whole file instead (see ``engine._parse_exact``). The scan is
-cheap because it never walks the file line by line in Python: regular
-expressions over the whole text find the few lines that matter (statement
-starts at one indentation, lines holding a triple quote), and ``_LineIndex``
-answers every question about lines from those.
+cheap because it never walks the file line by line in Python, nor builds an object
+per line: regular expressions and plain searches over the whole text find the few
+lines that matter (statement starts at one indentation, triple quotes, attention
+words), each named by where it starts in the text, and ``_LineIndex`` answers every
+question about lines from those. Under CPython a call such as ``str.find`` costs as
+much as scanning a few hundred characters, so the scan also keeps its calls per
+line found few: line numbers, for instance, are counted for the few lines that need
+one, in runs of ``str.count`` calls that read each newline about once.
 """
 
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
+from bisect import bisect_left
 from dataclasses import dataclass
-from itertools import accumulate
+from itertools import accumulate, repeat
 
 from attncheck.static.import_names import bound_names
 
 MIN_LINES = 400
+# Each word as a stem and the endings that complete it, if it shares the stem with
+# others: one search finds them all, and a search costs about as much as the text is
+# long (twice as much for a stem of under six characters, the most a regex's too).
 _STRONG_WORDS = (
-    "scaled_dot_product",
-    "attention_interface",
-    "rotate_half",
-    "rotate_every_two",
-    "apply_rotary",
-    "repeat_kv",
-    "baddbmm",
-    "inv_freq",
-    "cos_cached",
-    "softmax",
+    ("scaled_dot_product",),
+    ("attention_interface",),
+    ("rotate_", "half", "every_two"),
+    ("apply_rotary",),
+    ("repeat_kv",),
+    ("baddbmm",),
+    ("inv_freq",),
+    ("cos_cached",),
+    ("softmax",),
 )
 # Common outside attention too (losses, generation): relevant only next to a product.
-_WEAK_WORDS = ("masked_fill", ".tril", ".triu")
+_WEAK_WORDS = (("masked_fill",), (".tri", "l", "u"))
 # ``@`` counts even as a decorator: a class holding a mask fill and a decorated
 # method is kept, and counting only a binary ``@`` would drop a finding on such a
 # class (timm's Gemma4VitEncoder: an -inf fill in a helper).
@@ -59,20 +65,26 @@ _ATTENTION_CLASS = re.compile(r"\s*class\s+\w*(?:Attention|Attn|MHA|MultiHead)\w
 _BUILT = re.compile(r"self\.(\w+)\s*=\s*[\w.]+\(")
 _SELF_ATTRIBUTE = re.compile(r"self\.(\w+)")
 _WORD_CHARACTER = re.compile(r"\w")
-_CONFIG_WORDS = ("Config", "Args", "Params", "Settings", "Options")
-_CONFIG_CLASS = re.compile(rf"^[^\S\n]*class[^\S\n]+\w*(?:{'|'.join(_CONFIG_WORDS)})\b", re.M)
+# A config class's header, when it starts its line (a search for the word ``class``;
+# ``^`` in multiline mode would make a search try every character).
+_CONFIG_CLASS = re.compile(r"class[^\S\n]+\w*(?:Config|Args|Params|Settings|Options)\b")
 _BLOCK_HEAD = re.compile(r"(?:class|def|async\s+def)\s|@")
-_ENTRY = re.compile(r"(?:async\s+)?def\s+(?:forward|__call__)\b")
-_INIT = re.compile(r"(?:async\s+)?def\s+__init__\b")
-_DEF = re.compile(r"(?:async\s+)?def\s")
+# What a header says, by the group that matches: ``class``, ``def __init__``, ``def
+# forward`` (``__call__`` too), or none of them for another ``def``.
+_HEAD = re.compile(r"\s*(?:(class )|(?:async\s+)?def\s+(?:(__init__\b)|((?:forward|__call__)\b))?)")
+_HEADS = ("def", "class", "def __init__", "def forward")
 # A definition's first word and its name, from the start of its line (the target finder's
 # search uses it too). A lookahead: a keyword alone on its line, unmatched, hides no next line.
 DEFINITION = re.compile(r"(class|(?:async\s+)?def)(?=\s+(\w+))")
-_COMMENT_ONLY = re.compile(r"\n[^\S\n]*#")
+# Where ``str.splitlines`` breaks a line, other than at ``\n``.
+_OTHER_BREAKS = "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 # A code line's text after its indentation: not blank, not a comment. The indentation
 # is spaces and tabs only; other whitespace (a no-break space) may start the text.
 _CODE_AFTER_INDENT = r"(?:[^\s#]|[^ \t#\n][^\n]*?\S)"
 SMALL_CONFIG_LINES = 40
+# How much of a file is searched at a time for its first ``MIN_LINES`` lines: enough
+# for most, at their usual width.
+_CHUNK = 64 * MIN_LINES
 
 
 Definitions = dict[tuple[bool, str], tuple[int, int]]  # (is a class, name) -> (line, offset)
@@ -97,145 +109,210 @@ class Reduced:
 
 
 class _LineIndex:
-    """One file's lines, searchable as a whole.
+    """One file's lines, searchable as a whole, each named by where it starts.
 
-    ``scan`` is a newline followed by a text whose line ``i`` starts at
-    ``offsets[i]`` and holds the file's line ``i`` (the file's own text unless it
-    breaks lines at characters other than ``\\n``), so a regex starting with
-    ``\\n`` finds lines by number without a Python loop over them. Which lines
-    start inside a triple-quoted string, and which hold attention words, is
-    worked out once per file.
+    ``scan`` is a newline followed by a text whose lines are the file's lines (the file's
+    own text unless it breaks lines at characters other than ``\\n``), so a regex starting
+    with ``\\n`` finds lines without a Python loop over them. A line is named by the
+    position in ``scan`` where it starts, and statements and spans are ``[start, end)``
+    of such positions; the end of ``scan`` ends the last line. Where triple-quoted
+    strings and attention words lie is found once per file; line numbers, a count of
+    the newlines before each line, only for the lines that need one (``number``).
     """
 
-    def __init__(self, text: str, lines: list[str]) -> None:
-        self.lines = lines
-        self.exact = len(lines) == text.count("\n") + (not text.endswith("\n"))  # offsets are the file's
-        if self.exact:
-            self.scan = "\n" + text
-            self.offsets = list(accumulate(map(len, lines), initial=1))
-        else:  # ``str.splitlines`` also breaks at \r, \f, \x1c...: one \n per line instead
-            plain = text.splitlines()
-            self.scan = "".join(f"\n{line}" for line in plain) + "\n"
-            self.offsets = list(accumulate((len(line) + 1 for line in plain), initial=1))
-        self._string_starts, self._string_ends = self._strings()
-        self._strong = self._lines_holding(_STRONG_WORDS)
-        self._weak = self._lines_holding(_WEAK_WORDS)
+    def __init__(self, scan: str, lines: list[str] | None = None) -> None:
+        """``lines``: the file's lines, ends kept, when ``scan`` holds them with other line
+        breaks (the kept text is the file's own); None when ``scan`` is the file's text."""
+        self.scan = scan
+        self.exact = lines is None  # positions are the file's (less the leading newline)
+        self._lines = lines
+        # 0-based line numbers by position (``number``); ``scan`` starts with the newline
+        # before line 0.
+        self.numbers = {0: -1}
+        self._openings, self._closings = self._strings()
+        self._strong = self._positions_of(_STRONG_WORDS)
+        self._weak = self._positions_of(_WEAK_WORDS)
 
-    def line_at(self, position: int) -> int:
-        return bisect_right(self.offsets, position) - 1
+    @classmethod
+    def of_large(cls, text: str) -> _LineIndex | None:
+        """The index of ``text``, or None when it has fewer than ``MIN_LINES`` lines.
 
-    def text(self, start: int, end: int) -> str:
-        """Lines ``start`` to ``end`` (exclusive) as one string."""
-        return self.scan[self.offsets[start] : self.offsets[end]]
+        ``str.splitlines`` says what the file's lines are; it is called only for a file
+        holding a line break other than ``\\n`` (it builds every line, several times the
+        cost of the membership tests that rule those breaks out)."""
+        if not any(other in text for other in _OTHER_BREAKS):
+            return cls("\n" + text) if _has_lines(text, MIN_LINES) else None
+        lines = text.splitlines(keepends=True)
+        if len(lines) < MIN_LINES:
+            return None
+        if len(lines) == text.count("\n") + (not text.endswith("\n")):  # every break is a \n
+            return cls("\n" + text)
+        # One \n per line instead (``str.splitlines`` also breaks at \r, \f, \x1c...).
+        return cls("".join(f"\n{line}" for line in text.splitlines()) + "\n", lines)
 
-    def in_string(self, index: int) -> bool:
-        """Whether line ``index`` starts inside a triple-quoted string."""
-        run = bisect_right(self._string_starts, index) - 1
-        return run >= 0 and index < self._string_ends[run]
+    def number(self, base: int, positions: list[int]) -> None:
+        """Number the lines starting at ``positions`` (sorted, after ``base``, which has a
+        number; the end of ``scan`` gets the number of lines) into ``numbers``, each by a
+        count of the newlines since the one before."""
+        counts = map(self.scan.count, repeat("\n"), [base, *positions], positions)
+        lines = accumulate(counts, initial=self.numbers[base])
+        next(lines)  # the base's own
+        self.numbers.update(zip(positions, lines, strict=True))
+        if positions and positions[-1] == len(self.scan) and not self.scan.endswith("\n"):
+            self.numbers[positions[-1]] += 1  # the last line ends without a newline
+
+    def line_led_by(self, position: int) -> int | None:
+        """Where the line holding ``position`` starts, when only whitespace precedes
+        ``position`` on it; else None."""
+        line = self.scan.rfind("\n", 0, position) + 1
+        return line if line == position or self.scan[line:position].isspace() else None
+
+    def line_end(self, position: int) -> int:
+        """Where the line holding ``position`` ends (and the next one starts)."""
+        return self.scan.find("\n", position) + 1 or len(self.scan)
+
+    def line(self, position: int) -> str:
+        """The line starting at ``position``, ending in its newline. It is the file's own line
+        but for its line break; checks of a line's start read the same either way."""
+        return self.scan[position : self.line_end(position)]
+
+    def original(self, start: int, end: int) -> str:
+        """The file's text of the lines from ``start`` to ``end`` (numbered ones, when the
+        file breaks lines at other characters)."""
+        if self._lines is not None:
+            return "".join(self._lines[self.numbers[start] : self.numbers[end]])
+        return self.scan[start:end]
 
     def is_relevant(self, start: int, end: int) -> bool:
-        """Whether lines ``start`` to ``end`` contain the makings of attention."""
+        """Whether the lines from ``start`` to ``end`` contain the makings of attention."""
         if _any_between(self._strong, start, end):
             return True
-        return _any_between(self._weak, start, end) and _PRODUCT.search(self.text(start, end)) is not None
+        return _any_between(self._weak, start, end) and _PRODUCT.search(self.scan, start, end) is not None
 
     def at_level(self, indent: str, first: int, last: int) -> list[int]:
-        """The code lines between ``first`` and ``last`` that start exactly at ``indent``
+        """The code lines from ``first`` to ``last`` that start exactly at ``indent``
         (not blank, not a comment, not inside a triple-quoted string)."""
         pattern = re.compile(f"\n{re.escape(indent)}{_CODE_AFTER_INDENT}")  # re caches it
-        found = pattern.finditer(self.scan, self.offsets[first] - 1, self.offsets[last])
-        indices = [self.line_at(match.start() + 1) for match in found]
-        if self._string_starts:
-            indices = [index for index in indices if not self.in_string(index)]
-        return indices
+        return self._outside_strings([match.start() + 1 for match in pattern.finditer(self.scan, first - 1, last)])
 
-    def comment_only(self, start: int, end: int) -> list[int]:
-        """The comment-only lines between ``start`` and ``end``."""
-        found = _COMMENT_ONLY.finditer(self.scan, self.offsets[start] - 1, self.offsets[end])
-        return [self.line_at(match.start() + 1) for match in found]
+    def comment_only(self, start: int, end: int) -> list[tuple[int, int]]:
+        """The comment-only lines from ``start`` to ``end``, each as ``[start, end)``: the
+        lines whose first ``#`` only whitespace precedes (few lines hold one; a regex tried
+        at every line costs more)."""
+        scan, found = self.scan, []
+        mark = scan.find("#", start, end)
+        while mark >= 0:
+            line, after = self.line_led_by(mark), self.line_end(mark)
+            if line is not None:
+                found.append((line, after))
+            mark = scan.find("#", after, end)
+        return found
 
-    def _lines_holding(self, words: tuple[str, ...]) -> list[int]:
-        """The sorted lines holding any of ``words`` (a plain search per word is several
-        times faster than one regex alternating them)."""
-        found: set[int] = set()
-        for word in words:
-            position = self.scan.find(word)
+    def _outside_strings(self, starts: list[int]) -> list[int]:
+        """The sorted line starts ``starts`` less those inside a triple-quoted string (one
+        walk along both, not a search per line)."""
+        openings, closings = self._openings, self._closings
+        if not openings or not starts:
+            return starts
+        run = bisect_left(openings, starts[0]) - 1  # the last string opening before the line
+        outside = []
+        for start in starts:
+            while run + 1 < len(openings) and openings[run + 1] < start:
+                run += 1
+            if run < 0 or start > closings[run]:
+                outside.append(start)
+        return outside
+
+    def _positions_of(self, words: tuple[tuple[str, ...], ...]) -> list[int]:
+        """Where any of ``words`` (stems and endings) occurs, sorted (a plain search per
+        stem is several times faster than one regex alternating them)."""
+        found: list[int] = []
+        for stem, *endings in words:
+            position = self.scan.find(stem)
             while position >= 0:
-                line = self.line_at(position)
-                found.add(line)
-                position = self.scan.find(word, self.offsets[line + 1])
+                if not endings or self.scan.startswith(tuple(endings), position + len(stem)):
+                    found.append(position)
+                position = self.scan.find(stem, position + len(stem))
         return sorted(found)
 
     def _strings(self) -> tuple[list[int], list[int]]:
-        """The runs ``[start, end)`` of lines that start inside a triple-quoted string.
+        """The triple-quoted strings, as where each opens and closes (the end of ``scan``
+        for one never closed): a line starting at ``p`` with ``opening < p <= closing``
+        starts inside one.
 
         Outside a string, a ``#`` earlier on a triple quote's line makes it a comment;
         inside one, only the same triple quote closes it, wherever it is."""
-        starts: list[int] = []
-        ends: list[int] = []
+        openings: list[int] = []
+        closings: list[int] = []
         scan, position = self.scan, 0
-        upcoming = {quote: scan.find(quote) for quote in ('"""', "'''")}
-        while True:
-            for quote, at in upcoming.items():
-                if 0 <= at < position:
-                    upcoming[quote] = scan.find(quote, position)
-            found = [(at, quote) for quote, at in upcoming.items() if at >= 0]
-            if not found:
-                break
-            opening, quote = min(found)
-            line = self.line_at(opening)
-            if scan.find("#", max(position, self.offsets[line]), opening) >= 0:
-                position = self.offsets[line + 1]
-                continue
-            closing = scan.find(quote, opening + 3)
-            last = self.line_at(closing) if closing >= 0 else len(self.lines)
-            if last > line:
-                starts.append(line + 1)
-                ends.append(last + 1 if closing >= 0 else last)
-            if closing < 0:
-                break
-            position = closing + 3
-        return starts, ends
+        double, single = scan.find('"""'), scan.find("'''")
+        while double >= 0 or single >= 0:
+            if single < 0 or 0 <= double < single:
+                opening, quote = double, '"""'
+            else:
+                opening, quote = single, "'''"
+            if scan.find("#", max(position, scan.rfind("\n", 0, opening) + 1), opening) >= 0:
+                position = self.line_end(opening)
+            else:
+                closing = scan.find(quote, opening + 3)
+                openings.append(opening)
+                closings.append(closing if closing >= 0 else len(scan))
+                if closing < 0:
+                    break
+                position = closing + 3
+            if 0 <= double < position:
+                double = scan.find('"""', position)
+            if 0 <= single < position:
+                single = scan.find("'''", position)
+        return openings, closings
 
 
-def _any_between(sorted_lines: list[int], start: int, end: int) -> bool:
-    """Whether some line of ``sorted_lines`` lies in ``[start, end)``."""
-    at = bisect_right(sorted_lines, start - 1)
-    return at < len(sorted_lines) and sorted_lines[at] < end
+def _has_lines(text: str, count: int) -> bool:
+    """Whether ``text``, broken at ``\\n`` only, has ``count`` lines: counted a chunk at a
+    time, as a large file has them long before its end."""
+    newlines = 0
+    for start in range(0, len(text), _CHUNK):
+        newlines += text.count("\n", start, start + _CHUNK)
+        if newlines >= count:
+            return True
+    return newlines + (bool(text) and not text.endswith("\n")) >= count
 
 
-@dataclass(frozen=True)
-class _Statement:
-    """A statement's lines ``[start, end)`` and the line saying what it is (past its
-    decorators), or None when it has none."""
+def _any_between(positions: list[int], start: int, end: int) -> bool:
+    """Whether some position of the sorted ``positions`` lies in ``[start, end)``."""
+    at = bisect_left(positions, start)
+    return at < len(positions) and positions[at] < end
 
-    start: int
-    end: int
-    header: int | None
+
+# A statement: its lines ``[start, end)`` and the line saying what it is (past its
+# decorators), or None when it has none, each named by where it starts.
+_Statement = tuple[int, int, int | None]
 
 
 def attention_regions(text: str) -> Reduced | None:
     """The relevant part of ``text``, or None when the file is small enough to parse whole."""
-    lines = text.splitlines(keepends=True)
-    if len(lines) < MIN_LINES:
+    index = _LineIndex.of_large(text)
+    if index is None:
         return None
-    index = _LineIndex(text, lines)
+    statements = _statements(index, 1, len(index.scan), "")
+    headers = [header for _, _, header in statements if header is not None]
+    index.number(0, sorted({*(start for start, _, _ in statements), *headers, len(index.scan)}))
     kept: list[tuple[int, int]] = []
     imports: list[tuple[int, int]] = []
     definitions: Definitions = {}
-    for statement in _statements(index, 0, len(index.lines), ""):
-        start, end = statement.start, statement.end
-        head = _header_keyword(index, statement)
-        block = index.text(start, end)
-        if head and statement.header is not None:
-            _record_definition(definitions, index, statement.header, head == "class")
+    scan = index.scan
+    for start, end, header in statements:
+        line = (header, index.line_end(header)) if header is not None else (start, start)  # empty: no keyword
+        head = _header_keyword(scan, *line)
         if not head:
-            if "import" in block:
+            if scan.find("import", start, end) >= 0:
                 imports.append((start, end))
             continue
-        named_attention = head == "class" and _ATTENTION_CLASS.match(_header_line(index, statement))
-        if not (named_attention or index.is_relevant(start, end)):
-            if head == "class" and end - start <= SMALL_CONFIG_LINES and _is_config_class(block):
+        definition = DEFINITION.match(scan, *line)
+        if definition is not None and (head == "class", definition.group(2)) not in definitions:
+            definitions[head == "class", definition.group(2)] = (index.numbers[header] + 1, header - 1)
+        if not (index.is_relevant(start, end) or (head == "class" and _ATTENTION_CLASS.match(scan, *line))):
+            if head == "class" and _is_small_config_class(index, start, end):
                 kept.append((start, end))
             continue
         if head != "class":
@@ -243,38 +320,39 @@ def attention_regions(text: str) -> Reduced | None:
             continue
         kept += _relevant_members(index, start, end)
     unused = _unused_imports(index, kept, imports)
-    kept += [span for number, span in enumerate(imports) if number not in unused]
-    return _reduced(index, sorted(kept), definitions if index.exact else None)
-
-
-def _record_definition(definitions: Definitions, index: _LineIndex, header: int, is_class: bool) -> None:
-    """Note where the definition on line ``header`` (0-based) starts, unless one of its name came first."""
-    match = DEFINITION.match(index.lines[header])
-    if match is not None:
-        definitions.setdefault((is_class, match.group(2)), (header + 1, index.offsets[header] - 1))
+    kept = _joined(sorted(kept + [span for number, span in enumerate(imports) if number not in unused]))
+    return _reduced(index, _uncommented(index, kept), definitions if index.exact else None)
 
 
 def _relevant_members(index: _LineIndex, start: int, end: int) -> list[tuple[int, int]]:
     """The spans of a relevant class to keep: its header, plain statements, nested
     classes, ``__init__``, the attention methods, and the methods that show each module
     the constructor builds in use (``_keep_first_uses``)."""
-    indent = _body_indent(index.lines, start, end)
+    indent = _body_indent(index, start, end)
     if indent is None:
         return [(start, end)]
-    members = _statements(index, start + 1, end, indent)
-    header_end = members[0].start if members else end
-    heads = [_header_keyword(index, member) for member in members]
-    texts = [index.text(member.start, member.end) for member in members]
+    members = _statements(index, index.line_end(start), end, indent)
+    spans = [(member_start, member_end) for member_start, member_end, _ in members]
+    heads = [_header_keyword(index.scan, h, index.line_end(h)) if h is not None else "" for _, _, h in members]
     keep = [
-        head in ("class", "", "def __init__") or index.is_relevant(member.start, member.end)
-        for member, head in zip(members, heads, strict=True)
+        head in ("class", "", "def __init__") or index.is_relevant(*span)
+        for span, head in zip(spans, heads, strict=True)
     ]
-    constructors = [text for head, text in zip(heads, texts, strict=True) if head == "def __init__"]
-    built = {name for text in constructors for name in _BUILT.findall(text)}
-    if built:
-        _keep_first_uses(keep, heads, [built.intersection(_SELF_ATTRIBUTE.findall(text)) for text in texts])
-    spans = [(start, header_end)] + [(m.start, m.end) for m, kept in zip(members, keep, strict=True) if kept]
-    return spans if len(spans) > 1 else [(start, end)]
+    if not all(keep):  # else ``_keep_first_uses`` has nothing to add
+        _keep_first_uses(keep, heads, _uses_of_built(index.scan, spans, heads))
+    kept = [(start, spans[0][0] if spans else end)] + [span for span, kept in zip(spans, keep, strict=True) if kept]
+    return kept if len(kept) > 1 else [(start, end)]
+
+
+def _uses_of_built(scan: str, spans: list[tuple[int, int]], heads: list[str]) -> list[set[str]]:
+    """For each member (``spans`` of ``scan``), the modules the constructor builds that it
+    uses; none for a constructor, whose own uses count for nothing (``_keep_first_uses``)."""
+    constructors = [span for span, head in zip(spans, heads, strict=True) if head == "def __init__"]
+    built = {name for span in constructors for name in _BUILT.findall(scan, *span)}
+    return [
+        built.intersection(_SELF_ATTRIBUTE.findall(scan, *span)) if built and head != "def __init__" else set()
+        for span, head in zip(spans, heads, strict=True)
+    ]
 
 
 def _keep_first_uses(keep: list[bool], heads: list[str], uses: list[set[str]]) -> None:
@@ -298,8 +376,8 @@ def _keep_first_uses(keep: list[bool], heads: list[str], uses: list[set[str]]) -
 def _unused_imports(index: _LineIndex, kept: list[tuple[int, int]], imports: list[tuple[int, int]]) -> set[int]:
     """The import blocks (by position in ``imports``) binding only names that no word of
     the kept code (comments included) spells."""
-    bound = [bound_names("".join(index.lines[start:end])) for start, end in imports]
-    kept_text = "".join(index.text(start, end) for start, end in kept)
+    bound = [bound_names(index.original(start, end)) for start, end in imports]
+    kept_text = "".join(index.scan[start:end] for start, end in kept)
     used = {name for names in bound if names for name in names if _spells(kept_text, name)}
     return {number for number, names in enumerate(bound) if names is not None and names.isdisjoint(used)}
 
@@ -316,54 +394,77 @@ def _spells(text: str, name: str) -> bool:
     return False
 
 
-def _reduced(index: _LineIndex, spans: list[tuple[int, int]], definitions: Definitions | None) -> Reduced:
-    """The kept spans (sorted, disjoint) less their comment-only lines."""
-    numbers: list[int] = []
-    pieces: list[str] = []
+def _joined(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The sorted, disjoint ``spans`` with each run of touching ones made one."""
+    joined: list[tuple[int, int]] = []
     for start, end in spans:
-        for comment in [*index.comment_only(start, end), end]:
-            if start < comment:
-                numbers.extend(range(start + 1, comment + 1))
-                pieces.extend(index.lines[start:comment])
-            start = comment + 1
-    return Reduced("".join(pieces), tuple(numbers), definitions)
+        if joined and joined[-1][1] == start:
+            joined[-1] = (joined[-1][0], end)
+        else:
+            joined.append((start, end))
+    return joined
 
 
-def _is_config_class(block: str) -> bool:
-    # The words first: a regex anchored at every line of every class is most of the cost.
-    return any(word in block for word in _CONFIG_WORDS) and _CONFIG_CLASS.search(block) is not None
+def _uncommented(index: _LineIndex, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The sorted, disjoint ``spans`` less their comment-only lines, as spans whose ends are
+    numbered: each counted from the start of the span (a top-level statement's, numbered)
+    or, for a span that starts at a member of a class, from the end of the span before it,
+    in the same class."""
+    pieces: list[tuple[int, int]] = []
+    base = 0
+    for start, end in spans:
+        comments = index.comment_only(start, end)
+        base = start if start in index.numbers else base
+        index.number(base, [start, *(position for comment in comments for position in comment), end])
+        for comment_start, comment_end in comments:
+            if start < comment_start:
+                pieces.append((start, comment_start))
+            start = comment_end
+        if start < end:
+            pieces.append((start, end))
+        base = end
+    return pieces
 
 
-def _header_keyword(index: _LineIndex, statement: _Statement) -> str:
+def _reduced(index: _LineIndex, pieces: list[tuple[int, int]], definitions: Definitions | None) -> Reduced:
+    """The text of the kept ``pieces`` (sorted, numbered) and their lines' numbers."""
+    numbers: list[int] = []
+    for start, end in pieces:
+        numbers.extend(range(index.numbers[start] + 1, index.numbers[end] + 1))
+    return Reduced("".join([index.original(start, end) for start, end in pieces]), tuple(numbers), definitions)
+
+
+def _is_small_config_class(index: _LineIndex, start: int, end: int) -> bool:
+    """Whether the class from ``start`` to ``end`` (numbered) has at most
+    ``SMALL_CONFIG_LINES`` lines and holds a config class header."""
+    if index.numbers[end] - index.numbers[start] > SMALL_CONFIG_LINES:
+        return False
+    headers = _CONFIG_CLASS.finditer(index.scan, start, end)
+    return any(index.line_led_by(header.start()) is not None for header in headers)
+
+
+def _header_keyword(scan: str, start: int, end: int) -> str:
     """``class``, ``def __init__``, ``def forward`` (``__call__`` too), ``def``, or "" for
-    a plain statement."""
-    stripped = _header_line(index, statement).lstrip()
-    if stripped.startswith("class "):
-        return "class"
-    if _INIT.match(stripped):
-        return "def __init__"
-    if _ENTRY.match(stripped):
-        return "def forward"
-    if _DEF.match(stripped):
-        return "def"
-    return ""
+    a plain statement, from the header line ``[start, end)`` of a statement (empty for one
+    without a header)."""
+    match = _HEAD.match(scan, start, end)
+    return "" if match is None else _HEADS[match.lastindex or 0]
 
 
-def _header_line(index: _LineIndex, statement: _Statement) -> str:
-    return index.lines[statement.header] if statement.header is not None else ""
-
-
-def _body_indent(lines: list[str], start: int, end: int) -> str | None:
+def _body_indent(index: _LineIndex, start: int, end: int) -> str | None:
     """The indentation of the first statement of a class body."""
-    for line in lines[start + 1 : end]:
+    position = index.line_end(start)
+    while position < end:
+        line = index.line(position)
         stripped = line.lstrip()
         if stripped and not stripped.startswith("#") and line[0] in " \t":
             return line[: len(line) - len(stripped)]
+        position += len(line)
     return None
 
 
 def _statements(index: _LineIndex, first: int, last: int, indent: str) -> list[_Statement]:
-    """Each statement at exactly ``indent`` between ``first`` and ``last``.
+    """Each statement at exactly ``indent`` from ``first`` to ``last``.
 
     A statement runs from a line at ``indent`` through every following line that
     is deeper, blank, a comment, a closing bracket at ``indent``, or inside a
@@ -375,16 +476,17 @@ def _statements(index: _LineIndex, first: int, last: int, indent: str) -> list[_
     start: int | None = None
     header: int | None = None
     decorating = False
+    column = len(indent)
     for line in index.at_level(indent, first, last):
-        body = index.lines[line][len(indent) :]
-        continues = body[:1] in ")]}" or (decorating and _BLOCK_HEAD.match(body))
+        lead = index.scan[line + column]  # the line's first character after ``indent``
+        continues = lead in ")]}" or (decorating and _BLOCK_HEAD.match(index.scan, line + column, index.line_end(line)))
         if not continues:
             if start is not None:
-                statements.append(_Statement(start, line, header))
+                statements.append((start, line, header))
             start, header = line, None
-        if header is None and body[:1] not in "@)]}":
+        if header is None and lead not in "@)]}":
             header = line
-        decorating = body.startswith("@") or (decorating and body[:1] in ")]}")
+        decorating = lead == "@" or (decorating and lead in ")]}")
     if start is not None:
-        statements.append(_Statement(start, last, header))
+        statements.append((start, last, header))
     return statements

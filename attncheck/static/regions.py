@@ -111,11 +111,11 @@ class Reduced:
 class _LineIndex:
     """One file's lines, searchable as a whole, each named by where it starts.
 
-    ``scan`` is a newline followed by a text whose lines are the file's lines (the file's
-    own text unless it breaks lines at characters other than ``\\n``), so a regex starting
-    with ``\\n`` finds lines without a Python loop over them. A line is named by the
-    position in ``scan`` where it starts, and statements and spans are ``[start, end)``
-    of such positions; the end of ``scan`` ends the last line. Where triple-quoted
+    ``scan`` is a text whose lines are the file's lines (the file's own text unless it
+    breaks lines at characters other than ``\\n``), so a regex starting with ``\\n``
+    finds lines (all but the first) without a Python loop over them. A line is named by
+    the position in ``scan`` where it starts, and statements and spans are ``[start,
+    end)`` of such positions; the end of ``scan`` ends the last line. Where triple-quoted
     strings and attention words lie is found once per file; line numbers, a count of
     the newlines before each line, only for the lines that need one (``number``).
     """
@@ -124,11 +124,9 @@ class _LineIndex:
         """``lines``: the file's lines, ends kept, when ``scan`` holds them with other line
         breaks (the kept text is the file's own); None when ``scan`` is the file's text."""
         self.scan = scan
-        self.exact = lines is None  # positions are the file's (less the leading newline)
+        self.exact = lines is None  # positions are the file's
         self._lines = lines
-        # 0-based line numbers by position (``number``); ``scan`` starts with the newline
-        # before line 0.
-        self.numbers = {0: -1}
+        self.numbers = {0: 0}  # 0-based line numbers by position (``number``)
         self._openings, self._closings = self._strings()
         self._strong = self._positions_of(_STRONG_WORDS)
         self._weak = self._positions_of(_WEAK_WORDS)
@@ -141,14 +139,14 @@ class _LineIndex:
         holding a line break other than ``\\n`` (it builds every line, several times the
         cost of the membership tests that rule those breaks out)."""
         if not any(other in text for other in _OTHER_BREAKS):
-            return cls("\n" + text) if _has_lines(text, MIN_LINES) else None
+            return cls(text) if _has_lines(text, MIN_LINES) else None
         lines = text.splitlines(keepends=True)
         if len(lines) < MIN_LINES:
             return None
         if len(lines) == text.count("\n") + (not text.endswith("\n")):  # every break is a \n
-            return cls("\n" + text)
+            return cls(text)
         # One \n per line instead (``str.splitlines`` also breaks at \r, \f, \x1c...).
-        return cls("".join(f"\n{line}" for line in text.splitlines()) + "\n", lines)
+        return cls("\n".join(text.splitlines()) + "\n", lines)
 
     def number(self, base: int, positions: list[int]) -> None:
         """Number the lines starting at ``positions`` (sorted, after ``base``, which has a
@@ -189,11 +187,17 @@ class _LineIndex:
             return True
         return _any_between(self._weak, start, end) and _PRODUCT.search(self.scan, start, end) is not None
 
-    def at_level(self, indent: str, first: int, last: int) -> list[int]:
-        """The code lines from ``first`` to ``last`` that start exactly at ``indent``
-        (not blank, not a comment, not inside a triple-quoted string)."""
-        pattern = re.compile(f"\n{re.escape(indent)}{_CODE_AFTER_INDENT}")  # re caches it
-        return self._outside_strings([match.start() + 1 for match in pattern.finditer(self.scan, first - 1, last)])
+    def at_level(self, indent: str, first: int, last: int) -> list[tuple[int, int]]:
+        """The code lines from ``first`` to ``last`` that start exactly at ``indent`` (not
+        blank, not a comment, not inside a triple-quoted string), each as ``[start, end)``,
+        past its newline (one past the end of ``scan`` for a last line without one, which
+        a regex's end position reads as the end). The match runs up to the newline: a
+        search for it after would cost more."""
+        pattern = re.compile(f"\n{re.escape(indent)}{_CODE_AFTER_INDENT}[^\n]*")  # re caches it
+        lines = [(match.start() + 1, match.end() + 1) for match in pattern.finditer(self.scan, max(first - 1, 0), last)]
+        if first == 0 and pattern.match("\n" + self.scan[: self.line_end(0)]):  # no newline before it
+            lines.insert(0, (0, self.line_end(0)))
+        return self._outside_strings(lines)
 
     def comment_only(self, start: int, end: int) -> list[tuple[int, int]]:
         """The comment-only lines from ``start`` to ``end``, each as ``[start, end)``: the
@@ -208,19 +212,19 @@ class _LineIndex:
             mark = scan.find("#", after, end)
         return found
 
-    def _outside_strings(self, starts: list[int]) -> list[int]:
-        """The sorted line starts ``starts`` less those inside a triple-quoted string (one
-        walk along both, not a search per line)."""
+    def _outside_strings(self, lines: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """The sorted ``lines`` less those starting inside a triple-quoted string (one walk
+        along both, not a search per line)."""
         openings, closings = self._openings, self._closings
-        if not openings or not starts:
-            return starts
-        run = bisect_left(openings, starts[0]) - 1  # the last string opening before the line
+        if not openings or not lines:
+            return lines
+        run = bisect_left(openings, lines[0][0]) - 1  # the last string opening before the line
         outside = []
-        for start in starts:
-            while run + 1 < len(openings) and openings[run + 1] < start:
+        for line in lines:
+            while run + 1 < len(openings) and openings[run + 1] < line[0]:
                 run += 1
-            if run < 0 or start > closings[run]:
-                outside.append(start)
+            if run < 0 or line[0] > closings[run]:
+                outside.append(line)
         return outside
 
     def _positions_of(self, words: tuple[tuple[str, ...], ...]) -> list[int]:
@@ -251,7 +255,8 @@ class _LineIndex:
                 opening, quote = double, '"""'
             else:
                 opening, quote = single, "'''"
-            if scan.find("#", max(position, scan.rfind("\n", 0, opening) + 1), opening) >= 0:
+            mark = scan.rfind("#", position, opening)  # the last ``#`` before it: on its line?
+            if mark >= 0 and scan.find("\n", mark, opening) < 0:
                 position = self.line_end(opening)
             else:
                 closing = scan.find(quote, opening + 3)
@@ -284,9 +289,9 @@ def _any_between(positions: list[int], start: int, end: int) -> bool:
     return at < len(positions) and positions[at] < end
 
 
-# A statement: its lines ``[start, end)`` and the line saying what it is (past its
-# decorators), or None when it has none, each named by where it starts.
-_Statement = tuple[int, int, int | None]
+# A statement: its lines ``[start, end)``, each named by where it starts, and the line
+# saying what it is (past its decorators), ``[start, end)``, or None when it has none.
+_Statement = tuple[int, int, tuple[int, int] | None]
 
 
 def attention_regions(text: str) -> Reduced | None:
@@ -294,15 +299,15 @@ def attention_regions(text: str) -> Reduced | None:
     index = _LineIndex.of_large(text)
     if index is None:
         return None
-    statements = _statements(index, 1, len(index.scan), "")
-    headers = [header for _, _, header in statements if header is not None]
+    statements = _statements(index, 0, len(index.scan), "")
+    headers = [header[0] for _, _, header in statements if header is not None]
     index.number(0, sorted({*(start for start, _, _ in statements), *headers, len(index.scan)}))
     kept: list[tuple[int, int]] = []
     imports: list[tuple[int, int]] = []
     definitions: Definitions = {}
     scan = index.scan
     for start, end, header in statements:
-        line = (header, index.line_end(header)) if header is not None else (start, start)  # empty: no keyword
+        line = header or (start, start)  # an empty line: no keyword
         head = _header_keyword(scan, *line)
         if not head:
             if scan.find("import", start, end) >= 0:
@@ -310,7 +315,7 @@ def attention_regions(text: str) -> Reduced | None:
             continue
         definition = DEFINITION.match(scan, *line)
         if definition is not None and (head == "class", definition.group(2)) not in definitions:
-            definitions[head == "class", definition.group(2)] = (index.numbers[header] + 1, header - 1)
+            definitions[head == "class", definition.group(2)] = (index.numbers[line[0]] + 1, line[0])
         if not (index.is_relevant(start, end) or (head == "class" and _ATTENTION_CLASS.match(scan, *line))):
             if head == "class" and _is_small_config_class(index, start, end):
                 kept.append((start, end))
@@ -333,7 +338,7 @@ def _relevant_members(index: _LineIndex, start: int, end: int) -> list[tuple[int
         return [(start, end)]
     members = _statements(index, index.line_end(start), end, indent)
     spans = [(member_start, member_end) for member_start, member_end, _ in members]
-    heads = [_header_keyword(index.scan, h, index.line_end(h)) if h is not None else "" for _, _, h in members]
+    heads = [_header_keyword(index.scan, *header) if header is not None else "" for _, _, header in members]
     keep = [
         head in ("class", "", "def __init__") or index.is_relevant(*span)
         for span, head in zip(spans, heads, strict=True)
@@ -474,16 +479,16 @@ def _statements(index: _LineIndex, first: int, last: int, indent: str) -> list[_
     """
     statements: list[_Statement] = []
     start: int | None = None
-    header: int | None = None
+    header: tuple[int, int] | None = None
     decorating = False
     column = len(indent)
     for line in index.at_level(indent, first, last):
-        lead = index.scan[line + column]  # the line's first character after ``indent``
-        continues = lead in ")]}" or (decorating and _BLOCK_HEAD.match(index.scan, line + column, index.line_end(line)))
+        lead = index.scan[line[0] + column]  # the line's first character after ``indent``
+        continues = lead in ")]}" or (decorating and _BLOCK_HEAD.match(index.scan, line[0] + column, line[1]))
         if not continues:
             if start is not None:
-                statements.append((start, line, header))
-            start, header = line, None
+                statements.append((start, line[0], header))
+            start, header = line[0], None
         if header is None and lead not in "@)]}":
             header = line
         decorating = lead == "@" or (decorating and lead in ")]}")

@@ -85,6 +85,39 @@ def test_kept_lines_map_back_to_the_same_text(position):
     assert reduced.text.count("\n") < len(original) // 4
 
 
+def test_small_files_are_told_by_their_lines_not_their_length():
+    assert attention_regions("x = 1\n" * (MIN_LINES - 1) + "y = 2") is not None  # a last line without \n
+    assert attention_regions("x = 1\n" * (MIN_LINES - 1)) is None
+    assert attention_regions("x = 1\r" * MIN_LINES) is not None  # lines broken at \r only
+
+
+COMMENTED = textwrap.dedent('''
+    def attend(q, k):
+        # a comment-only line
+    \t  # another, indented with a tab
+        s = "# not a comment" + q  # a comment after code
+        return torch.softmax(s @ k, dim=-1)''')
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_comment_only_lines_go_and_the_last_line_stays(first):
+    """The attention code first in the file (no newline before its first line) or last
+    (none after its last), with comment-only lines and ``#`` in code inside."""
+    fillers = "".join(FILLER.format(n=n) for n in range(MIN_LINES // 10))
+    text = COMMENTED.lstrip("\n") + "\n" + fillers if first else "import torch\n" + fillers + COMMENTED
+    reduced = attention_regions(text)
+    assert reduced is not None and reduced.definitions is not None
+    original = text.splitlines()
+    kept = reduced.text.splitlines()
+    assert [original[number - 1] for number in reduced.lines] == kept
+    assert not any(line.lstrip().startswith("#") for line in kept)
+    assert '    s = "# not a comment" + q  # a comment after code' in kept
+    assert "    return torch.softmax(s @ k, dim=-1)" in kept
+    assert first or reduced.text.endswith("dim=-1)")  # the file's last line, as it is
+    line, offset = reduced.definitions[False, "attend"]
+    assert original[line - 1] == "def attend(q, k):" and text.startswith("def attend", offset)
+
+
 @pytest.mark.parametrize("newline", ["\r\n", "\r"])
 def test_other_line_breaks_keep_the_same_lines(newline):
     text = _large_file(5)

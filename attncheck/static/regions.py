@@ -84,7 +84,7 @@ _CODE_AFTER_INDENT = r"(?:[^\s#]|[^ \t#\n][^\n]*?\S)"
 SMALL_CONFIG_LINES = 40
 # How much of a file is searched at a time for its first ``MIN_LINES`` lines: enough
 # for most, at their usual width.
-_CHUNK = 64 * MIN_LINES
+_CHUNK = 50 * MIN_LINES
 
 
 Definitions = dict[tuple[bool, str], tuple[int, int]]  # (is a class, name) -> (line, offset)

@@ -195,8 +195,10 @@ class _LineIndex:
         search for it after would cost more."""
         pattern = re.compile(f"\n{re.escape(indent)}{_CODE_AFTER_INDENT}[^\n]*")  # re caches it
         lines = [(match.start() + 1, match.end() + 1) for match in pattern.finditer(self.scan, max(first - 1, 0), last)]
-        if first == 0 and pattern.match("\n" + self.scan[: self.line_end(0)]):  # no newline before it
-            lines.insert(0, (0, self.line_end(0)))
+        if first == 0:  # the first line, which no newline precedes
+            end = self.line_end(0)
+            if pattern.match("\n" + self.scan[:end]):
+                lines.insert(0, (0, end))
         return self._outside_strings(lines)
 
     def comment_only(self, start: int, end: int) -> list[tuple[int, int]]:

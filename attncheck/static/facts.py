@@ -13,10 +13,11 @@ from __future__ import annotations
 import weakref
 from collections.abc import Iterator
 from dataclasses import InitVar, dataclass, field
+from functools import cached_property
 
 import libcst as cst
 
-from attncheck.static import walk
+from attncheck.static import subtree, walk
 from attncheck.static.construct import new
 
 # Module aliases people import attention code with, mapped to the canonical
@@ -73,6 +74,11 @@ class FunctionFacts:
     @property
     def name(self) -> str:
         return self.node.name.value
+
+    @cached_property
+    def preorder(self) -> subtree.Preorder:
+        """The function's nodes, listed by one walk for every analysis that reads them."""
+        return subtree.Preorder(self.node)
 
 
 @dataclass

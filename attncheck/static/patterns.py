@@ -113,47 +113,39 @@ class LocalFlow:
     the softmax below sees.
     """
 
-    def __init__(self, function: cst.FunctionDef) -> None:
-        self.order: dict[int, int] = {}
+    def __init__(self, preorder: subtree.Preorder) -> None:
+        """The flow of the function ``preorder`` lists: its nodes in source order, less the
+        function's own header and the nested scopes (``outside``), and each write to a name,
+        at the index of the last node of its assignment statement: it is seen by the nodes
+        after it, once its right-hand side was read."""
+        function = preorder.nodes[0]
+        self.where = where = preorder.where
+        self.body = where[id(function.body)]  # type: ignore[attr-defined]
+        self.outside = [(start, end) for start, node, end in preorder.marked if type(node) in _SCOPES and start]
         self.writes: dict[str, list[tuple[int, cst.BaseExpression | _Written]]] = {}
-        self._record(function.body)
+        for start, node, end in preorder.marked:  # assignments do not nest: in source order
+            if type(node) in _ASSIGNMENTS and self._index(start) is not None:
+                self._assigned(node, end - 1)
 
-    def _record(self, body: cst.BaseSuite) -> None:
-        """Number the nodes of ``body`` in source order (pre-order, trivia and nested scopes
-        left out), and each write to a name once its right-hand side was read: an
-        assignment's targets are written after every node under it, one tick per target."""
-        order, clock, readers = self.order, 0, subtree.READERS
-        stack: list[cst.CSTNode | tuple[cst.CSTNode]] = [body]
-        while stack:
-            node = stack.pop()
-            kind = type(node)
-            if kind is tuple:
-                clock = self._assigned(node[0], clock)  # type: ignore[index]
-                continue
-            if kind in _SCOPES:
-                continue
-            order[id(node)] = clock
-            clock += 1
-            if kind in _ASSIGNMENTS:
-                stack.append((node,))
-            found = readers[kind](node)  # type: ignore[arg-type]
-            found.reverse()
-            stack.extend(found)
+    def _index(self, at: int | None) -> int | None:
+        """``at``, where it is an index of the flow."""
+        if at is None or at < self.body:
+            return None
+        for start, end in self.outside:
+            if start <= at < end:
+                return None
+        return at
 
-    def _assigned(self, node: cst.CSTNode, clock: int) -> int:
-        """Record the writes of an assignment statement from ``clock`` on; the next tick."""
+    def _assigned(self, node: cst.CSTNode, at: int) -> None:
+        """Record the writes of an assignment statement, ``at`` its last node."""
         if isinstance(node, cst.Assign):
             for target in node.targets:
-                self._write(target.target, node.value, clock)
-                clock += 1
+                self._write(target.target, node.value, at)
         elif isinstance(node, cst.AnnAssign):
             if node.value is not None:
-                self._write(node.target, node.value, clock)
-                clock += 1
+                self._write(node.target, node.value, at)
         elif isinstance(node, cst.AugAssign):
-            self._write(node.target, _Written(node), clock)
-            clock += 1
-        return clock
+            self._write(node.target, _Written(node), at)
 
     def _write(self, target: cst.BaseExpression, value: cst.BaseExpression | _Written, at: int) -> None:
         if isinstance(target, cst.Name):
@@ -163,21 +155,26 @@ class LocalFlow:
                 if isinstance(element.value, cst.Name):
                     self.writes.setdefault(element.value.value, []).append((at, _Written(value, index)))
 
+    def position(self, node: cst.CSTNode) -> int | None:
+        """Where ``node`` is in the flow's source order; None for a node outside the flow."""
+        return self._index(self.where.get(id(node)))
+
     def contains(self, node: cst.CSTNode) -> bool:
-        return id(node) in self.order
+        return self.position(node) is not None
 
     def value_at(self, name: cst.Name) -> cst.BaseExpression | None:
         """The value last assigned to ``name`` before this use of it, if any."""
-        position = self.order.get(id(name))
+        position = self.position(name)
         if position is None:
             return None
-        for at, value in reversed(self.writes.get(name.value, ())):  # written in clock order
+        for at, value in reversed(self.writes.get(name.value, ())):  # written in source order
             if at < position:
                 return value.expression() if isinstance(value, _Written) else value
         return None
 
     def is_after(self, later: cst.CSTNode, earlier: cst.CSTNode) -> bool:
-        return self.order.get(id(later), -1) > self.order.get(id(earlier), -1)
+        found, before = self.position(later), self.position(earlier)
+        return (-1 if found is None else found) > (-1 if before is None else before)
 
 
 class _Written:
@@ -270,7 +267,7 @@ class Tracer:
     def flow(self, fn: FunctionFacts) -> LocalFlow:
         found = self._flows.get(id(fn.node))
         if found is None:
-            found = self._flows[id(fn.node)] = LocalFlow(fn.node)
+            found = self._flows[id(fn.node)] = LocalFlow(fn.preorder)
         return found
 
     def step(

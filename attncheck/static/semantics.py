@@ -202,12 +202,15 @@ def string_value(expr: cst.BaseExpression) -> str | None:
 
 class _AttributeReferences:
     """The ``self.attr`` reads of each class's methods, as ``get((id(klass), attr))`` gives
-    them: (the innermost function, the Attribute), in source order. Every expression of a
-    class is walked for them, so a class is walked only once a rule asks about it."""
+    them: (the innermost function, the Attribute), in source order. Every node of a class's
+    methods is read for them, so a class is read only once a rule asks about it."""
 
     def __init__(self, facts: FileFacts) -> None:
-        self.facts = facts
-        self.classes = {id(fn.owner): fn.owner for fn in facts.functions if fn.owner is not None}
+        self.methods: dict[int, list[FunctionFacts]] = {}  # by class, in source order
+        for fn in facts.functions:
+            owner = fn.owner
+            if owner is not None:
+                self.methods.setdefault(id(owner), []).append(fn)
         self.found: dict[tuple[int, str], list[tuple[FunctionFacts, cst.Attribute]]] = {}
         self.walked: set[int] = set()
 
@@ -216,36 +219,29 @@ class _AttributeReferences:
     ) -> list[tuple[FunctionFacts, cst.Attribute]] | None:
         if key[0] not in self.walked:
             self.walked.add(key[0])
-            klass = self.classes.get(key[0])
-            if klass is not None:
-                self._collect(klass)
+            for method in self.methods.get(key[0], ()):
+                self._collect(key[0], method)
         return self.found.get(key, default)
 
-    def _collect(self, klass: ClassFacts) -> None:
-        """Walk the class (lambdas left out) with the functions around each node on a stack:
-        a read belongs to the innermost function, when that function's owner is ``klass``."""
-        stack: list[FunctionFacts] = []
-        pending: list[cst.CSTNode | None] = [klass.node]  # None: leave the function on top
-        while pending:
-            node = pending.pop()
-            if node is None:
-                stack.pop()
-                continue
-            kind = type(node)
-            if kind is cst.Lambda:
-                continue
-            if kind is cst.FunctionDef:
-                fn = self.facts.function(node)  # type: ignore[arg-type]
-                if fn is not None:
-                    stack.append(fn)
-                    pending.append(None)
-            elif kind is cst.Attribute and stack and stack[-1].owner is klass:
-                attr = self_attribute(node)
-                if attr is not None:
-                    self.found.setdefault((id(klass), attr), []).append((stack[-1], node))  # type: ignore[arg-type]
-            found = subtree.READERS[kind](node)  # type: ignore[arg-type]
-            found.reverse()
-            pending.extend(found)
+    def _collect(self, klass: int, method: FunctionFacts) -> None:
+        """The reads in ``method`` whose innermost function it is: its nodes less the nested
+        functions (a method of a nested class is one) and lambdas, which own theirs."""
+        nodes, found = method.preorder.nodes, self.found
+        nested = sorted((start, end) for start, node, end in method.preorder.marked
+                        if start and type(node) in _FUNCTIONS)
+        at = 0
+        for start, end in [*nested, (len(nodes), len(nodes))]:
+            if start < at:
+                continue  # inside a nested function already left out
+            for node in nodes[at:start]:
+                if type(node) is cst.Attribute:
+                    attr = self_attribute(node)
+                    if attr is not None:
+                        found.setdefault((klass, attr), []).append((method, node))  # type: ignore[arg-type]
+            at = end
+
+
+_FUNCTIONS = frozenset({cst.FunctionDef, cst.Lambda})
 
 
 class _Index:
@@ -440,45 +436,38 @@ class Pipeline:
 
 
 class _Layout:
-    """Where each node of a function sits, as ``where[id(node)]``: its source order
-    (pre-order; trivia, which no analysis asks about, left out), the arms of the ``if``
-    statements around it, as (id of the If, 0 for its body or 1 for its else), and the
-    loops around it. One walk per function, shared by every query about it."""
+    """Where each node of a function sits: its source order, as ``where[id(node)]`` (pre-order;
+    trivia, which no analysis asks about, left out), and the arms of the ``if`` statements and
+    the loops, as ranges of that order, which the few queries read rather than a walk giving
+    each node the ifs and loops around it. Read from the function's ``preorder``, shared by
+    every query about it."""
 
-    def __init__(self, function: cst.FunctionDef) -> None:
-        where: dict[int, tuple[int, tuple[tuple[int, int], ...], frozenset[int]]] = {}
-        stack: list[tuple[cst.CSTNode, tuple[tuple[int, int], ...], frozenset[int]]] = [
-            (function, (), frozenset())
-        ]
-        push, readers = stack.append, subtree.READERS
-        while stack:
-            node, inside, loops = stack.pop()
-            where[id(node)] = (len(where), inside, loops)
-            kind = type(node)  # exact classes: isinstance on libcst's abstract classes is slow
-            found = readers[kind](node)
-            if not found:
-                continue
-            if kind is cst.If:
-                for child in reversed(found):
-                    push((child, _arm(node, child, inside), loops))
-                continue
+    def __init__(self, preorder: subtree.Preorder) -> None:
+        self.where = where = preorder.where
+        # (start of the body, start of the else, end) of each ``if`` with an else (with none,
+        # no two nodes are in different arms), and (the loop, its end) of each loop.
+        self.choices: list[tuple[int, int, int]] = []
+        self.loops: list[tuple[int, int]] = []
+        for start, node, end in preorder.marked:
+            kind = type(node)
             if kind is cst.For or kind is cst.While:
-                loops = loops | {id(node)}
-            for child in reversed(found):
-                push((child, inside, loops))
-        self.where = where
+                self.loops.append((start, end))
+            elif kind is cst.If and node.orelse is not None:  # type: ignore[attr-defined]
+                self.choices.append((where[id(node.body)], where[id(node.orelse)], end))  # type: ignore[attr-defined]
 
     def position(self, node: cst.CSTNode, default: int) -> int:
-        found = self.where.get(id(node))
-        return found[0] if found is not None else default
+        return self.where.get(id(node), default)
 
+    def apart(self, one: int, other: int) -> bool:
+        """Whether the nodes at ``one`` and ``other`` are in different arms of an ``if``."""
+        return any(
+            (body <= one < orelse <= other < end) or (body <= other < orelse <= one < end)
+            for body, orelse, end in self.choices
+        )
 
-def _arm(branch: cst.If, child: cst.CSTNode, inside: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
-    if child is branch.body:
-        return (*inside, (id(branch), 0))
-    if child is branch.orelse:
-        return (*inside, (id(branch), 1))
-    return inside
+    def looped(self, one: int, other: int) -> bool:
+        """Whether a loop holds the nodes at ``one`` and ``other`` (not as the loop itself)."""
+        return any(loop < one < end and loop < other < end for loop, end in self.loops)
 
 
 def _written(node: cst.CSTNode) -> cst.CSTNode:
@@ -941,7 +930,8 @@ class Semantics:
         found = self._multiplications_in.get(id(fn))
         if found is None:
             found = {}
-            for node in subtree.preorder(fn.node.body):
+            preorder = fn.preorder
+            for node in preorder.nodes[preorder.where[id(fn.node.body)]:]:  # the body: the last child
                 if type(node) is cst.BinaryOperation and type(node.operator) is cst.Multiply:
                     found[id(node.left)] = found[id(node.right)] = node
             self._multiplications_in[id(fn)] = found
@@ -981,8 +971,7 @@ class Semantics:
     def _layout(self, fn: FunctionFacts) -> _Layout:
         found = self._orders.get(id(fn))
         if found is None:
-            found = _Layout(fn.node)
-            self._orders[id(fn)] = found
+            found = self._orders[id(fn)] = _Layout(fn.preorder)
         return found
 
     def unreachable(self, value: cst.CSTNode, read: cst.CSTNode, fn: FunctionFacts) -> bool:
@@ -991,15 +980,11 @@ class Semantics:
         ``attention_scores``), or later with no loop around both (SAM's ``q = q * self.scale``
         after ``attn_bias`` was computed from ``q``). Nodes facts.py built (``x /= s`` as
         ``x / s``, ``a, b = t`` as ``t[0]``) stand for their first parsed part."""
-        where = self._layout(fn).where
-        written, seen_at = where.get(id(_written(value))), where.get(id(read))
+        layout = self._layout(fn)
+        written, seen_at = layout.where.get(id(_written(value))), layout.where.get(id(read))
         if written is None or seen_at is None:
             return False
-        if seen_at[1]:
-            chosen = dict(written[1])
-            if any(chosen.get(branch, arm) != arm for branch, arm in seen_at[1]):
-                return True
-        return written[0] > seen_at[0] and not (written[2] & seen_at[2])
+        return layout.apart(written, seen_at) or (written > seen_at and not layout.looped(written, seen_at))
 
     def _consumes(self, expr: cst.BaseExpression, fn: FunctionFacts | None, target: cst.Call) -> bool:
         """Whether ``expr`` is computed from ``target``'s result. A name rebound after the

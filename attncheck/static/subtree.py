@@ -1,8 +1,9 @@
 """Pre-order traversal of a libcst subtree that never touches trivia.
 
 The per-function analyses of ``semantics`` and ``patterns`` (source order, the
-arms of ``if`` statements, straight-line data flow) visit every expression
-node of a function, once per function. Whitespace, comments, punctuation and
+arms of ``if`` statements, straight-line data flow, the ``self.`` attributes a
+method reads) read every expression node of a function: one walk of it
+(``Preorder``) lists them for all. Whitespace, comments, punctuation and
 operator tokens are half of all nodes and none of them matters there, so
 ``fields(cls)`` keeps only the child fields of a node class whose declared type
 can hold something other than trivia: a walk neither reads nor tests the rest
@@ -11,7 +12,10 @@ the nodes it keeps is ``node_fields.children``'s.
 
 ``children`` is the inner loop of those walks, so each node class gets a reader
 of its own, generated once from the declared field types (``[n.func, *n.args]``
-for ``Call``), instead of a loop that tests every field of every node.
+for ``Call``), instead of a loop that tests every field of every node. Every
+class without such fields (``Name``, numbers, strings: four nodes in ten) gets
+the one reader ``no_children``, which a walk tests for by identity rather than
+calling it.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ import inspect
 import sys
 import typing
 from collections.abc import Callable, Iterator
-from functools import cache
+from functools import cache, cached_property
+from typing import Any
 
 import libcst as cst
 
@@ -124,6 +129,12 @@ def _tested(node: cst.CSTNode) -> list[cst.CSTNode]:
 Reader = Callable[[cst.CSTNode], "list[cst.CSTNode]"]
 
 
+def no_children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The reader of every class whose fields hold only trivia: a walk that finds it in
+    ``READERS`` knows the node is a leaf without calling it."""
+    return []
+
+
 class _Readers(dict[type, Reader]):
     """``READERS[type(node)](node)``: the children of ``node``, one dict lookup and one call
     (what the hottest walks do per node, rather than calling ``children``)."""
@@ -146,6 +157,8 @@ def _generated_reader(cls: type[cst.CSTNode]) -> Reader:
     shapes = [_shape(hints[name]) if hints and name in hints else None for name in names or ()]
     if names is None or None in shapes:
         found = _tested
+    elif not names:
+        found = no_children
     else:
         lines = ["def read(n):", "    out = []"]
         for name, shape in zip(names, shapes, strict=True):
@@ -176,3 +189,44 @@ def preorder(root: cst.CSTNode) -> Iterator[cst.CSTNode]:
         found = children(node)
         found.reverse()
         stack.extend(found)
+
+
+class Preorder:
+    """``nodes``: ``root`` and every non-trivia node under it in pre-order, so that a subtree's
+    nodes come in a row, from the subtree's root on; ``marked``: (the index, the node, the
+    index just past its subtree) of each node of the ``MARKED`` classes, in the order their
+    subtrees end. Built once per function (``facts.FunctionFacts.preorder``): the analyses of
+    a function read these lists rather than each walking the tree, a Python call per node."""
+
+    # The classes whose subtrees the analyses ask the extent of: the arms of branches and the
+    # loops, nested scopes, and the statements that write names.
+    MARKED = frozenset({cst.If, cst.For, cst.While, cst.FunctionDef, cst.ClassDef, cst.Lambda,
+                        cst.Assign, cst.AnnAssign, cst.AugAssign})
+
+    def __init__(self, root: cst.CSTNode) -> None:
+        nodes: list[cst.CSTNode] = []
+        marked: list[tuple[int, cst.CSTNode, int]] = []
+        stack: list[Any] = [root]  # (index, node): where node's subtree ends
+        record, readers, leaf, kinds = nodes.append, READERS, no_children, self.MARKED
+        while stack:
+            node = stack.pop()
+            kind = type(node)
+            if kind is tuple:
+                marked.append((node[0], node[1], len(nodes)))
+                continue
+            record(node)
+            read = readers[kind]
+            if read is leaf:
+                continue
+            if kind in kinds:  # none of them a leaf
+                stack.append((len(nodes) - 1, node))
+            found = read(node)
+            found.reverse()
+            stack.extend(found)
+        self.nodes = nodes
+        self.marked = marked
+
+    @cached_property
+    def where(self) -> dict[int, int]:
+        """The index of each node, by id (built when first asked: not every analysis does)."""
+        return dict(zip(map(id, self.nodes), range(len(self.nodes)), strict=True))

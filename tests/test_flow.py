@@ -92,3 +92,34 @@ def test_values_leave_out_other_arms_and_later_writes(parse: Callable[[str], cst
     assert seen(s_reads[4]) == ["1", "2"]  # after the if
     assert seen(_names(fn.node, "q")[1]) == ["1"]  # r = q: ``q = 2`` comes later
     assert seen(_names(fn.node, "m")[0]) == ["k * 2"]  # k = m: a later write in the same loop
+
+
+CLASS = '''
+class A:
+    def __init__(self):
+        self.drop = Dropout()
+    def forward(self, x):
+        y = self.drop(x)
+        f = lambda: self.drop
+        def inner():
+            return self.drop
+        class B:
+            z = self.drop
+        self.drop(x)
+        return y
+    def other(self):
+        return self.drop.p
+'''
+
+
+@pytest.mark.parametrize("parse", PARSERS)
+def test_a_method_reads_the_attributes_its_own_code_reads(parse: Callable[[str], cst.Module]) -> None:
+    module = parse(CLASS)
+    facts = FileFacts(module)
+    sem = semantics.Semantics(module, facts)
+    klass = facts.classes["A"]
+    # Not in __init__, the lambda nor ``inner``; in the body of the class ``forward`` defines.
+    assert [fn.name for fn, _ in sem.index.attr_refs.get((id(klass), "drop"), [])] == [
+        "forward", "forward", "forward", "other"
+    ]
+    assert [fn.name for fn, _ in sem.references_outside_init(klass, "drop")] == ["forward", "forward", "other"]

@@ -203,13 +203,16 @@ def string_value(expr: cst.BaseExpression) -> str | None:
 class _AttributeReferences:
     """The ``self.attr`` reads of each class's methods, as ``get((id(klass), attr))`` gives
     them: (the innermost function, the Attribute), in source order. Every node of a class's
-    methods is read for them, so a class is read only once a rule asks about it."""
+    methods is read for them, so a class is read only once a rule asks about it. The reads
+    in ``__init__``, which sets the attributes up, are left out: every reader of them asks
+    about the uses outside it (``Semantics.references_outside_init``), and ``__init__`` is
+    often the longest method of a class."""
 
     def __init__(self, facts: FileFacts) -> None:
         self.methods: dict[int, list[FunctionFacts]] = {}  # by class, in source order
         for fn in facts.functions:
             owner = fn.owner
-            if owner is not None:
+            if owner is not None and fn.name != "__init__":
                 self.methods.setdefault(id(owner), []).append(fn)
         self.found: dict[tuple[int, str], list[tuple[FunctionFacts, cst.Attribute]]] = {}
         self.walked: set[int] = set()
@@ -1434,9 +1437,7 @@ class Semantics:
     ) -> list[tuple[FunctionFacts, cst.Attribute]]:
         """Uses of ``self.attr`` outside ``__init__``, not counting calls whose result is discarded."""
         refs = self.index.attr_refs.get((id(klass), attr), [])
-        return [
-            (fn, node) for fn, node in refs if fn.name != "__init__" and id(node) not in self.index.bare_calls
-        ]
+        return [(fn, node) for fn, node in refs if id(node) not in self.index.bare_calls]
 
     def is_bare_call(self, call: cst.Call) -> bool:
         return id(call) in self.index.bare_calls

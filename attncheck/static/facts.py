@@ -246,8 +246,11 @@ class _Indexer(cst.CSTVisitor):
             self._record_buffer(node)
 
     def _record_buffer(self, node: cst.Call) -> None:
+        func = node.func
+        if type(func) is not cst.Attribute or func.attr.value != "register_buffer":
+            return  # most calls, told apart before the owner (a weak reference) is read
         owner = self.function_stack[-1].owner
-        if owner is None or self_attribute(node.func) != "register_buffer" or len(node.args) < 2:
+        if owner is None or self_attribute(func) is None or len(node.args) < 2:
             return
         name = node.args[0].value
         if isinstance(name, cst.SimpleString):
@@ -282,9 +285,10 @@ class _Indexer(cst.CSTVisitor):
             for index, element in enumerate(elements):
                 if isinstance(element, cst.Name):
                     fn.assignments.setdefault(element.value, []).append(element_of(value, index))
-        attr = self_attribute(target)
-        if attr is not None and fn.owner is not None:
-            fn.owner.attributes.setdefault(attr, []).append(value)
+        elif kind is cst.Attribute:
+            attr = self_attribute(target)
+            if attr is not None and fn.owner is not None:
+                fn.owner.attributes.setdefault(attr, []).append(value)
 
 
 def element_of(value: cst.BaseExpression, index: int) -> cst.BaseExpression:

@@ -37,6 +37,15 @@ def method_name(node: cst.BaseExpression) -> str | None:
     return None
 
 
+def other_method(callee: cst.BaseExpression, name: str) -> bool:
+    """Whether ``callee`` is a method other than ``name`` of anything but ``self`` (``x.view``,
+    ``F.linear``): the commonest callee, told apart cheaply. No alias expansion changes the
+    last name of a dotted callee, so its canonical name does not end in ``name`` either."""
+    return type(callee) is cst.Attribute and callee.attr.value != name and (
+        type(callee.value) is not cst.Name or callee.value.value != "self"
+    )
+
+
 def receiver(node: cst.Call) -> cst.BaseExpression:
     """``x`` of ``x.method(...)`` (callers check ``method_name`` first)."""
     assert isinstance(node.func, cst.Attribute)
@@ -274,7 +283,7 @@ class Tracer:
         self, node: cst.BaseExpression, fn: FunctionFacts | None
     ) -> tuple[cst.BaseExpression, FunctionFacts | None] | None:
         """One assignment back: the value ``node`` (a name or ``self.x``) was given."""
-        if isinstance(node, cst.Name) and fn is not None:
+        if type(node) is cst.Name and fn is not None:  # exact: isinstance on libcst's classes is slow
             value = self.flow(fn).value_at(node)
             return (value, fn) if value is not None else None
         attr = self_attribute(node)
@@ -372,7 +381,7 @@ class Tracer:
 
     def is_dropout(self, node: cst.BaseExpression, fn: FunctionFacts | None) -> bool:
         """``F.dropout(x)``, ``self.dropout(x)`` where ``self.dropout = nn.Dropout(...)``."""
-        if not isinstance(node, cst.Call):
+        if type(node) is not cst.Call:
             return False
         if (self.facts.canonical(node.func) or "").endswith(".dropout"):
             return True
@@ -403,7 +412,7 @@ def softmax_input(
     ``F.softmax(s, dim=-1)``, ``torch.softmax(s, -1)``, ``s.softmax(-1)``, and
     ``self.softmax(s)`` where ``self.softmax = nn.Softmax(dim=-1)``.
     """
-    if type(node) is not cst.Call:
+    if type(node) is not cst.Call or other_method(node.func, "softmax"):
         return None
     canonical = facts.canonical(node.func) or ""
     if canonical in ("torch.softmax", "torch.nn.functional.softmax", "torch.special.softmax"):

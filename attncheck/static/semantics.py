@@ -23,7 +23,7 @@ import libcst as cst
 
 from attncheck.static import subtree
 from attncheck.static.facts import ClassFacts, FileFacts, FunctionFacts, dotted_name, self_attribute
-from attncheck.static.patterns import method_name
+from attncheck.static.patterns import method_name, other_method
 
 if TYPE_CHECKING:
     from attncheck.static.engine import FileContext
@@ -97,6 +97,8 @@ _HEAD_COUNT = re.compile(r"(?:^|[._])(?:num_?|n_?)?heads?(?:$|_)|num_heads|n_hea
 _SOFTMAX = {"torch.softmax", "torch.nn.functional.softmax", "torch.special.softmax"}
 SDPA = {"torch.nn.functional.scaled_dot_product_attention", "scaled_dot_product_attention"}
 _PRODUCTS = {"torch.matmul", "torch.bmm", "torch.einsum", "torch.baddbmm", "einsum", "opt_einsum.contract"}
+# The last names of the callees product_operands reads: the functions and the methods.
+_PRODUCT_NAMES = frozenset({name.rsplit(".", 1)[-1] for name in _PRODUCTS} | {"matmul", "bmm"})
 _SHAPE_KEEPING = {
     "transpose",
     "contiguous",
@@ -308,7 +310,9 @@ class _IndexBuilder:
         for fn in self.facts.functions:
             if fn.owner is not None:
                 for call in fn.calls:
-                    self._buffer(fn, call)
+                    # ``method_name(call) == "register_buffer"``, read inline: most calls are not
+                    if type(call.func) is cst.Attribute and call.func.attr.value == "register_buffer":
+                        self._buffer(fn, call)
 
     def visit_Return(self, node: cst.Return) -> None:
         if self.stack:
@@ -339,13 +343,11 @@ class _IndexBuilder:
                         position,
                         len(target.elements),
                     )
-        if self_attribute(target) is not None:
+        if type(target) is cst.Attribute and self_attribute(target) is not None:
             self.index.attr_writer[id(value)] = fn
 
     def _buffer(self, fn: FunctionFacts, call: cst.Call) -> None:
         """``self.register_buffer("name", value)`` in a method: ``self.name`` holds ``value``."""
-        if method_name(call) != "register_buffer":
-            return
         args = positional(call)
         if len(args) >= 2 and string_value(args[0]) is not None:
             key = (id(fn.owner), string_value(args[0]) or "")
@@ -512,7 +514,7 @@ class Semantics:
     ) -> list[tuple[cst.BaseExpression, FunctionFacts | None]]:
         """Every value a Name or ``self.attr`` was assigned, with the function that wrote it,
         less the values that cannot reach this read of the name (``unreachable``)."""
-        if isinstance(expr, cst.Name) and fn is not None:
+        if type(expr) is cst.Name and fn is not None:  # exact: isinstance on libcst's classes is slow
             key = (id(expr), id(fn))
             found = self._values.get(key)
             if found is None:
@@ -796,7 +798,14 @@ class Semantics:
 
     def softmax(self, call: cst.Call, fn: FunctionFacts | None) -> Softmax | None:
         """Recognise F.softmax, torch.softmax, x.softmax, nn.Softmax()(x) and self.softmax(x).
-        Several rules ask about every call of a file: each call is read once per function."""
+        Several rules ask about every call of a file: each call is read once per function, but
+        for the commonest, told apart before that memo: a method other than ``softmax`` of
+        anything but ``self``, and a plain name other than a softmax's."""
+        callee = call.func
+        if other_method(callee, "softmax") or (
+            type(callee) is cst.Name and self.facts.canonical(callee) not in _SOFTMAX
+        ):
+            return None
         key = (id(call), id(fn))
         known = self._softmaxes.get(key)
         if known is not None and known[0] is call:
@@ -810,8 +819,6 @@ class Semantics:
         # ``self._softmaxes``, and a cycle would keep the whole tree alive until Python's
         # collector runs (which lint workers pause).
         callee = call.func
-        if type(callee) is cst.Attribute and callee.attr.value != "softmax" and self_attribute(callee) is None:
-            return None  # not ``F.softmax``, ``x.softmax`` nor ``self.softmax``: the commonest call
         module = self.module
         func = self.facts.canonical(callee) or ""
         args = positional(call)
@@ -850,8 +857,8 @@ class Semantics:
         kind = type(node)
         if kind is cst.BinaryOperation and type(node.operator) is cst.MatrixMultiply:
             return [node.left, node.right]
-        if kind is not cst.Call:
-            return None
+        if kind is not cst.Call or (type(node.func) is cst.Attribute and node.func.attr.value not in _PRODUCT_NAMES):
+            return None  # no alias expansion changes a dotted callee's last name
         func = self.facts.canonical(node.func) or ""
         args = positional(node)
         if func in _PRODUCTS or func.endswith(".einsum"):
@@ -1836,9 +1843,10 @@ def _shape_args(call: cst.Call) -> list[cst.BaseExpression]:
 
 
 def _rearrange_sides(call: cst.Call, sem: Semantics) -> tuple[str, str] | None:
-    func = sem.facts.canonical(call.func) or ""
+    if not (sem.facts.canonical(call.func) or "").endswith("rearrange"):
+        return None
     args = positional(call)
-    if not func.endswith("rearrange") or len(args) < 2:
+    if len(args) < 2:
         return None
     pattern = string_value(args[1])
     if not pattern or "->" not in pattern:

@@ -243,12 +243,11 @@ class _Indexer(cst.CSTVisitor):
     def visit_Call(self, node: cst.Call) -> None:
         if self.function_stack:
             self.function_stack[-1].calls.append(node)
-            self._record_buffer(node)
+            func = node.func  # most calls are told apart here, without a call
+            if type(func) is cst.Attribute and func.attr.value == "register_buffer":
+                self._record_buffer(node, func)
 
-    def _record_buffer(self, node: cst.Call) -> None:
-        func = node.func
-        if type(func) is not cst.Attribute or func.attr.value != "register_buffer":
-            return  # most calls, told apart before the owner (a weak reference) is read
+    def _record_buffer(self, node: cst.Call, func: cst.Attribute) -> None:
         owner = self.function_stack[-1].owner
         if owner is None or self_attribute(func) is None or len(node.args) < 2:
             return

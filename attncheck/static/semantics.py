@@ -288,23 +288,25 @@ class _IndexBuilder:
             cst.AnnAssign: self.visit_AnnAssign,
         }
         pending: list[cst.CSTNode | None] = list(reversed(module.body))  # None: leave a function
+        readers = subtree.READERS
         while pending:
             node = pending.pop()
             if node is None:
                 self.stack.pop()
                 continue
-            handler = handlers.get(type(node))
+            kind = type(node)
+            handler = handlers.get(kind)
             if handler is not None:
                 handler(node)
-            elif type(node) is cst.FunctionDef:
+            elif kind is cst.FunctionDef:
                 fn = self.facts.function(node)  # type: ignore[arg-type]
                 if fn is not None:
                     self.stack.append(fn)
                     self.index.returns.setdefault(id(fn), [])
                     pending.append(None)
                 pending.append(node.body)  # type: ignore[union-attr]
-            elif type(node) in _STATEMENT_HOLDERS:
-                found = subtree.children(node)
+            elif kind in _STATEMENT_HOLDERS:
+                found = readers[kind](node)  # type: ignore[arg-type]
                 found.reverse()
                 pending.extend(found)
         for fn in self.facts.functions:
@@ -319,7 +321,7 @@ class _IndexBuilder:
             self.index.returns[id(self.stack[-1])].append(node)
 
     def visit_Expr(self, node: cst.Expr) -> None:
-        if isinstance(node.value, cst.Call):
+        if type(node.value) is cst.Call:  # exact: isinstance on libcst's classes is slow
             self.index.bare_calls.add(id(node.value))
             self.index.bare_calls.add(id(node.value.func))
 
@@ -328,13 +330,15 @@ class _IndexBuilder:
             return
         fn = self.stack[-1]
         for target in node.targets:
-            self._record(fn, target.target, node.value)
+            if type(target.target) is not cst.Name:
+                self._record(fn, target.target, node.value)
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        if self.stack and node.value is not None:
+        if self.stack and node.value is not None and type(node.target) is not cst.Name:
             self._record(self.stack[-1], node.target, node.value)
 
     def _record(self, fn: FunctionFacts, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
+        """What an unpacking or a ``self.x`` target records (a plain name records nothing)."""
         if type(target) in (cst.Tuple, cst.List) and type(value) not in (cst.Tuple, cst.List):
             for position, element in enumerate(target.elements):
                 if isinstance(element.value, cst.Name):

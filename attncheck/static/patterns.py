@@ -6,7 +6,8 @@ this name hold at this line?". The answers live here, once, so that every rule
 recognises the same spellings (``F.softmax``/``torch.softmax``/``x.softmax``,
 ``masked_fill``/``torch.where``, ``view``/``reshape``, ``@``/``matmul``/``bmm``/
 ``einsum``). Everything is syntactic: nothing is evaluated and torch is never
-imported.
+imported. Node classes are tested exactly (``type(node) is cst.Call``), as in
+``facts``.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def other_method(callee: cst.BaseExpression, name: str) -> bool:
 
 def receiver(node: cst.Call) -> cst.BaseExpression:
     """``x`` of ``x.method(...)`` (callers check ``method_name`` first)."""
-    assert isinstance(node.func, cst.Attribute)
+    assert type(node.func) is cst.Attribute
     return node.func.value
 
 
@@ -75,18 +76,18 @@ _INF_NAMES = {"math.inf", "torch.inf", "numpy.inf", "float.inf"}
 
 def literal_value(node: cst.BaseExpression, facts: FileFacts) -> float | None:
     """The number a literal spells: ``-1e9``, ``float('-inf')``, ``-math.inf``, ``1e-9``."""
-    if isinstance(node, (cst.Integer, cst.Float)):
+    if type(node) in (cst.Integer, cst.Float):
         return float(node.evaluated_value)
-    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, (cst.Minus, cst.Plus)):
+    if type(node) is cst.UnaryOperation and type(node.operator) in (cst.Minus, cst.Plus):
         inner = literal_value(node.expression, facts)
         if inner is None:
             return None
-        return -inner if isinstance(node.operator, cst.Minus) else inner
+        return -inner if type(node.operator) is cst.Minus else inner
     if facts.canonical(node) in _INF_NAMES:
         return math.inf
-    if isinstance(node, cst.Call) and dotted_name(node.func) == "float" and len(node.args) == 1:
+    if type(node) is cst.Call and dotted_name(node.func) == "float" and len(node.args) == 1:
         text = node.args[0].value
-        if isinstance(text, cst.SimpleString):
+        if type(text) is cst.SimpleString:
             try:
                 return float(str(text.evaluated_value))
             except ValueError:
@@ -96,16 +97,16 @@ def literal_value(node: cst.BaseExpression, facts: FileFacts) -> float | None:
 
 def is_dtype_min(node: cst.BaseExpression, facts: FileFacts) -> bool:
     """``torch.finfo(x.dtype).min`` (or ``-torch.finfo(...).max``): the safe fill value."""
-    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+    if type(node) is cst.UnaryOperation and type(node.operator) is cst.Minus:
         inner = node.expression
         return (
-            isinstance(inner, cst.Attribute) and inner.attr.value == "max" and _is_finfo(inner.value, facts)
+            type(inner) is cst.Attribute and inner.attr.value == "max" and _is_finfo(inner.value, facts)
         )
-    return isinstance(node, cst.Attribute) and node.attr.value == "min" and _is_finfo(node.value, facts)
+    return type(node) is cst.Attribute and node.attr.value == "min" and _is_finfo(node.value, facts)
 
 
 def _is_finfo(node: cst.BaseExpression, facts: FileFacts) -> bool:
-    return isinstance(node, cst.Call) and (facts.canonical(node.func) or "").endswith("finfo")
+    return type(node) is cst.Call and (facts.canonical(node.func) or "").endswith("finfo")
 
 
 # -- local data flow ------------------------------------------------------------
@@ -147,21 +148,21 @@ class LocalFlow:
 
     def _assigned(self, node: cst.CSTNode, at: int) -> None:
         """Record the writes of an assignment statement, ``at`` its last node."""
-        if isinstance(node, cst.Assign):
+        if type(node) is cst.Assign:
             for target in node.targets:
                 self._write(target.target, node.value, at)
-        elif isinstance(node, cst.AnnAssign):
+        elif type(node) is cst.AnnAssign:
             if node.value is not None:
                 self._write(node.target, node.value, at)
-        elif isinstance(node, cst.AugAssign):
+        elif type(node) is cst.AugAssign:
             self._write(node.target, _Written(node), at)
 
     def _write(self, target: cst.BaseExpression, value: cst.BaseExpression | _Written, at: int) -> None:
-        if isinstance(target, cst.Name):
+        if type(target) is cst.Name:
             self.writes.setdefault(target.value, []).append((at, value))
-        elif isinstance(target, (cst.Tuple, cst.List)):
+        elif type(target) in (cst.Tuple, cst.List):
             for index, element in enumerate(target.elements):
-                if isinstance(element.value, cst.Name):
+                if type(element.value) is cst.Name:
                     self.writes.setdefault(element.value.value, []).append((at, _Written(value, index)))
 
     def position(self, node: cst.CSTNode) -> int | None:
@@ -199,7 +200,7 @@ class _Written:
     def expression(self) -> cst.BaseExpression:
         if self.built is None:
             source = self.source
-            if isinstance(source, cst.AugAssign):
+            if type(source) is cst.AugAssign:
                 self.built = augmented_value(source)
             else:
                 value = source.expression() if isinstance(source, _Written) else source
@@ -320,10 +321,10 @@ class Tracer:
     ) -> tuple[cst.BaseExpression, FunctionFacts | None]:
         """Follow names, ``self.`` attributes and the ``through`` methods back to a source."""
         for _ in range(depth):
-            if method_name(node) in through and isinstance(node, cst.Call):
+            if method_name(node) in through and type(node) is cst.Call:
                 node = receiver(node)
                 continue
-            if self.is_dropout(node, fn) and isinstance(node, cst.Call) and node.args:
+            if self.is_dropout(node, fn) and type(node) is cst.Call and node.args:
                 node = node.args[0].value
                 continue
             stepped = self.step(node, fn)
@@ -344,19 +345,19 @@ class Tracer:
             return True
         if depth > 16:
             return False
-        if isinstance(expr, cst.Name):
-            if isinstance(goal, cst.Name) and expr.value == goal.value and self.flow(fn).is_after(expr, goal):
+        if type(expr) is cst.Name:
+            if type(goal) is cst.Name and expr.value == goal.value and self.flow(fn).is_after(expr, goal):
                 return True
             value = self.flow(fn).value_at(expr)
             return value is not None and self.reads(value, goal, fn, depth + 1)
-        if isinstance(expr, cst.BinaryOperation):
+        if type(expr) is cst.BinaryOperation:
             return self.reads(expr.left, goal, fn, depth + 1) or self.reads(expr.right, goal, fn, depth + 1)
-        if isinstance(expr, (cst.Subscript, cst.UnaryOperation)):
-            inner = expr.value if isinstance(expr, cst.Subscript) else expr.expression
+        if type(expr) in (cst.Subscript, cst.UnaryOperation):
+            inner = expr.value if type(expr) is cst.Subscript else expr.expression
             return self.reads(inner, goal, fn, depth + 1)
-        if isinstance(expr, cst.Call):
+        if type(expr) is cst.Call:
             parts = [a.value for a in expr.args]
-            if isinstance(expr.func, cst.Attribute) and self_attribute(expr.func) is None:
+            if type(expr.func) is cst.Attribute and self_attribute(expr.func) is None:
                 parts.insert(0, expr.func.value)
             return any(self.reads(part, goal, fn, depth + 1) for part in parts)
         return False
@@ -368,7 +369,7 @@ class Tracer:
         if fn is None:
             return False
         goal: cst.CSTNode = fill.call
-        if fill.in_place and isinstance(fill.target, cst.Name):
+        if fill.in_place and type(fill.target) is cst.Name:
             goal = fill.target
         for call in fn.calls:
             taken = softmax_input(call, self.facts, fn)
@@ -430,9 +431,9 @@ def matmul_operands(
     node: cst.BaseExpression, facts: FileFacts
 ) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
     """``(a, b)`` for ``a @ b``, ``torch.matmul(a, b)``, ``torch.bmm(a, b)``, ``a.matmul(b)``."""
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply):
+    if type(node) is cst.BinaryOperation and type(node.operator) is cst.MatrixMultiply:
         return node.left, node.right
-    if not isinstance(node, cst.Call):
+    if type(node) is not cst.Call:
         return None
     canonical = facts.canonical(node.func) or ""
     if canonical in ("torch.matmul", "torch.bmm") and len(node.args) >= 2:
@@ -444,9 +445,9 @@ def matmul_operands(
 
 def einsum_output(node: cst.BaseExpression, facts: FileFacts) -> str | None:
     """The output subscripts of ``torch.einsum("bhqk,bhkd->bhqd", ...)`` (spaces removed)."""
-    if not isinstance(node, cst.Call) or facts.canonical(node.func) not in ("torch.einsum", "einops.einsum"):
+    if type(node) is not cst.Call or facts.canonical(node.func) not in ("torch.einsum", "einops.einsum"):
         return None
-    spec = next((a.value for a in node.args if isinstance(a.value, cst.SimpleString)), None)
+    spec = next((a.value for a in node.args if type(a.value) is cst.SimpleString), None)
     if spec is None:
         return None
     text = str(spec.evaluated_value).replace(" ", "")
@@ -460,9 +461,9 @@ _TRANSPOSE_ATTRS = {"T", "mT", "H", "mH"}
 def is_transposed(node: cst.BaseExpression, facts: FileFacts) -> bool:
     """A tensor whose strides a transpose reordered: ``x.transpose(1, 2)``, ``x.permute(...)``,
     ``x.mT``, ``x.T``, ``torch.transpose(x, 1, 2)``."""
-    if isinstance(node, cst.Attribute) and node.attr.value in _TRANSPOSE_ATTRS:
+    if type(node) is cst.Attribute and node.attr.value in _TRANSPOSE_ATTRS:
         return True
-    if not isinstance(node, cst.Call):
+    if type(node) is not cst.Call:
         return False
     canonical = facts.canonical(node.func) or ""
     if canonical in ("torch.transpose", "torch.permute", "torch.swapaxes", "torch.movedim"):
@@ -502,11 +503,11 @@ def dim_role(node: cst.BaseExpression) -> DimRole | None:
     ``seq_len`` / ``T`` / ``S`` -> seq, ``-1`` -> rest. ``N`` reads as seq only
     when nothing else says batch; callers look at positions too.
     """
-    if isinstance(node, cst.UnaryOperation) and literal_is(node, -1):
+    if type(node) is cst.UnaryOperation and literal_is(node, -1):
         return "rest"
     if (
-        isinstance(node, cst.BinaryOperation)
-        and isinstance(node.operator, cst.FloorDivide)
+        type(node) is cst.BinaryOperation
+        and type(node.operator) is cst.FloorDivide
         and dim_role(node.right) == "heads"
     ):
         return "head_dim"
@@ -526,9 +527,9 @@ def dim_role(node: cst.BaseExpression) -> DimRole | None:
 
 
 def literal_is(node: cst.BaseExpression, number: int) -> bool:
-    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
-        return isinstance(node.expression, cst.Integer) and -int(node.expression.value) == number
-    return isinstance(node, cst.Integer) and int(node.value) == number
+    if type(node) is cst.UnaryOperation and type(node.operator) is cst.Minus:
+        return type(node.expression) is cst.Integer and -int(node.expression.value) == number
+    return type(node) is cst.Integer and int(node.value) == number
 
 
 def shape_arguments(node: cst.Call) -> Sequence[cst.BaseExpression] | None:
@@ -536,9 +537,9 @@ def shape_arguments(node: cst.Call) -> Sequence[cst.BaseExpression] | None:
     if any(arg.star or arg.keyword is not None for arg in node.args):
         return None
     values = [arg.value for arg in node.args]
-    if len(values) == 1 and isinstance(values[0], (cst.Tuple, cst.List)):
+    if len(values) == 1 and type(values[0]) in (cst.Tuple, cst.List):
         elements = values[0].elements
-        if any(isinstance(e, cst.StarredElement) for e in elements):
+        if any(type(e) is cst.StarredElement for e in elements):
             return None
         return [e.value for e in elements]
     return values
@@ -546,7 +547,7 @@ def shape_arguments(node: cst.Call) -> Sequence[cst.BaseExpression] | None:
 
 def mentions_heads(node: cst.BaseExpression) -> bool:
     """True when a heads-like name occurs anywhere in ``node`` (``b * self.num_heads``)."""
-    return any(isinstance(n, cst.Name) and _HEADS.match(n.value) for n in subtree.preorder(node))
+    return any(type(n) is cst.Name and _HEADS.match(n.value) for n in subtree.preorder(node))
 
 
 # -- masks ------------------------------------------------------------------------
@@ -599,7 +600,7 @@ def _is_constant(node: cst.BaseExpression, facts: FileFacts) -> bool:
     if literal_value(node, facts) is not None or is_dtype_min(node, facts):
         return True
     # ``torch.tensor(float('-inf'))`` and ``torch.full_like(s, -1e9)`` hold one constant.
-    if isinstance(node, cst.Call) and (facts.canonical(node.func) or "") in (
+    if type(node) is cst.Call and (facts.canonical(node.func) or "") in (
         "torch.tensor",
         "torch.full_like",
     ):
@@ -612,7 +613,7 @@ def _is_constant(node: cst.BaseExpression, facts: FileFacts) -> bool:
 def constant_value(node: cst.BaseExpression, facts: FileFacts) -> float | None:
     """Like ``literal_value`` but also reads ``torch.tensor(c)`` and ``torch.full_like(s, c)``."""
     value = literal_value(node, facts)
-    if value is not None or not isinstance(node, cst.Call):
+    if value is not None or type(node) is not cst.Call:
         return value
     canonical = facts.canonical(node.func) or ""
     index = 1 if canonical.endswith("full_like") else 0
@@ -645,26 +646,26 @@ def selected_polarity(node: cst.BaseExpression) -> tuple[cst.BaseExpression, Pol
     """
     flipped = False
     for _ in range(8):
-        if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, (cst.BitInvert, cst.Not)):
+        if type(node) is cst.UnaryOperation and type(node.operator) in (cst.BitInvert, cst.Not):
             node, flipped = node.expression, not flipped
             continue
-        if isinstance(node, cst.Comparison) and len(node.comparisons) == 1:
+        if type(node) is cst.Comparison and len(node.comparisons) == 1:
             target = node.comparisons[0]
             right = target.comparator
-            if isinstance(target.operator, _COMPARISONS_ZERO) and (
+            if type(target.operator) in _COMPARISONS_ZERO and (
                 literal_is(right, 0) or _is_name(right, "False")
             ):
                 node, flipped = node.left, not flipped
                 continue
-            if isinstance(target.operator, cst.Equal) and (literal_is(right, 1) or _is_name(right, "True")):
+            if type(target.operator) is cst.Equal and (literal_is(right, 1) or _is_name(right, "True")):
                 node = node.left
                 continue
-            if isinstance(target.operator, _COMPARISONS_NONZERO) and literal_is(right, 0):
+            if type(target.operator) in _COMPARISONS_NONZERO and literal_is(right, 0):
                 node = node.left
                 continue
             return None
         name = method_name(node)
-        if isinstance(node, cst.Call) and name in ("logical_not", "eq", "ne", *_MASK_SHAPING):
+        if type(node) is cst.Call and name in ("logical_not", "eq", "ne", *_MASK_SHAPING):
             if name == "logical_not":
                 flipped = not flipped
             elif name in ("eq", "ne"):
@@ -676,11 +677,11 @@ def selected_polarity(node: cst.BaseExpression) -> tuple[cst.BaseExpression, Pol
                 flipped ^= (name == "eq") == zero
             node = receiver(node)
             continue
-        if isinstance(node, cst.Subscript):
+        if type(node) is cst.Subscript:
             node = node.value
             continue
         break
-    if isinstance(node, (cst.Name, cst.Attribute, cst.Call)):
+    if type(node) in (cst.Name, cst.Attribute, cst.Call):
         return node, "zeros" if flipped else "ones"
     return None
 
@@ -711,14 +712,12 @@ _MASK_SHAPING = frozenset(
 
 
 def _is_name(node: cst.BaseExpression, value: str) -> bool:
-    return isinstance(node, cst.Name) and node.value == value
+    return type(node) is cst.Name and node.value == value
 
 
 def is_mask_shaping(node: cst.BaseExpression) -> bool:
     """``mask.unsqueeze(1)``, ``mask.bool()``, ``mask[:, None]``: same entries, other shape."""
-    return (isinstance(node, cst.Call) and method_name(node) in _MASK_SHAPING) or isinstance(
-        node, cst.Subscript
-    )
+    return (type(node) is cst.Call and method_name(node) in _MASK_SHAPING) or type(node) is cst.Subscript
 
 
 # -- naming ---------------------------------------------------------------------
@@ -745,17 +744,17 @@ def is_model_input(node: cst.BaseExpression, tracer: Tracer, fn: FunctionFacts |
     (``self.q_proj(x)``), ``F.linear(...)``, a sum of those, or a chunk of one."""
     for _ in range(6):
         node, fn = tracer.origin(node, fn)
-        if isinstance(node, cst.Subscript) and method_name(node.value) in _SPLITTERS:
+        if type(node) is cst.Subscript and method_name(node.value) in _SPLITTERS:
             node = receiver(node.value)  # type: ignore[arg-type]
-        elif isinstance(node, cst.Call) and method_name(node) in _SPLITTERS:
+        elif type(node) is cst.Call and method_name(node) in _SPLITTERS:
             node = receiver(node)
         else:
             break
-    if isinstance(node, cst.Name):
+    if type(node) is cst.Name:
         return fn is not None and node.value in fn.params
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
+    if type(node) is cst.BinaryOperation and type(node.operator) is cst.Add:
         return is_model_input(node.left, tracer, fn) or is_model_input(node.right, tracer, fn)
-    if isinstance(node, cst.Call):
+    if type(node) is cst.Call:
         return self_attribute(node.func) is not None or (tracer.facts.canonical(node.func) or "").endswith(
             "functional.linear"
         )
@@ -769,7 +768,7 @@ def is_heads_first_product(node: cst.BaseExpression, tracer: Tracer, fn: Functio
     """The ``(batch, heads, seq, head_dim)`` output of attention: ``weights @ v``,
     ``torch.matmul(softmax(...), v)``, a ``'...->bhqd'`` einsum, or SDPA."""
     facts = tracer.facts
-    if isinstance(node, cst.Call) and facts.canonical(node.func) == _SDPA:
+    if type(node) is cst.Call and facts.canonical(node.func) == _SDPA:
         return True
     output = einsum_output(node, facts)
     if output is not None:

@@ -47,6 +47,12 @@ def dotted_name(node: cst.CSTNode) -> str | None:
     return None
 
 
+def number_value(node: cst.Integer | cst.Float) -> float:
+    """The value of a number literal. libcst's ``evaluated_value`` parses the literal with
+    ``ast`` at every read; ``int`` (base 0) and ``float`` read each spelling the grammar allows."""
+    return float(int(node.value, 0)) if type(node) is cst.Integer else float(node.value)
+
+
 def self_attribute(node: cst.CSTNode) -> str | None:
     """``"attr"`` for ``self.attr``, None otherwise."""
     if type(node) is cst.Attribute and type(node.value) is cst.Name and node.value.value == "self":

@@ -21,7 +21,15 @@ from typing import TYPE_CHECKING, Literal
 import libcst as cst
 
 from attncheck.static import subtree
-from attncheck.static.facts import FileFacts, FunctionFacts, augmented_value, dotted_name, element_of, self_attribute
+from attncheck.static.facts import (
+    FileFacts,
+    FunctionFacts,
+    augmented_value,
+    dotted_name,
+    element_of,
+    number_value,
+    self_attribute,
+)
 
 if TYPE_CHECKING:
     from attncheck.static.engine import FileContext
@@ -77,7 +85,7 @@ _INF_NAMES = {"math.inf", "torch.inf", "numpy.inf", "float.inf"}
 def literal_value(node: cst.BaseExpression, facts: FileFacts) -> float | None:
     """The number a literal spells: ``-1e9``, ``float('-inf')``, ``-math.inf``, ``1e-9``."""
     if type(node) in (cst.Integer, cst.Float):
-        return float(node.evaluated_value)
+        return number_value(node)
     if type(node) is cst.UnaryOperation and type(node.operator) in (cst.Minus, cst.Plus):
         inner = literal_value(node.expression, facts)
         if inner is None:

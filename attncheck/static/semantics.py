@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import libcst as cst
 
 from attncheck.static import subtree
-from attncheck.static.facts import ClassFacts, FileFacts, FunctionFacts, dotted_name, self_attribute
+from attncheck.static.facts import ClassFacts, FileFacts, FunctionFacts, dotted_name, number_value, self_attribute
 from attncheck.static.patterns import method_name, other_method
 
 if TYPE_CHECKING:
@@ -153,7 +153,7 @@ def name_quantity(name: str) -> str | None:
 def number(expr: cst.BaseExpression) -> float | None:
     """The value of a numeric literal expression (``-0.5``, ``1 / 2``), else None."""
     if type(expr) in (cst.Integer, cst.Float):
-        return float(expr.evaluated_value)
+        return number_value(expr)
     if type(expr) is cst.UnaryOperation and type(expr.operator) in (cst.Minus, cst.Plus):
         inner = number(expr.expression)
         if inner is None:
@@ -470,11 +470,12 @@ class _Layout:
         return self.where.get(id(node), default)
 
     def apart(self, one: int, other: int) -> bool:
-        """Whether the nodes at ``one`` and ``other`` are in different arms of an ``if``."""
-        return any(
-            (body <= one < orelse <= other < end) or (body <= other < orelse <= one < end)
-            for body, orelse, end in self.choices
-        )
+        """Whether the nodes at ``one`` and ``other`` are in different arms of an ``if``: both
+        in its arms, one before its else and one not."""
+        for body, orelse, end in self.choices:
+            if body <= one < end and body <= other < end and (one < orelse) != (other < orelse):
+                return True
+        return False
 
     def looped(self, one: int, other: int) -> bool:
         """Whether a loop holds the nodes at ``one`` and ``other`` (not as the loop itself)."""
@@ -1718,7 +1719,7 @@ def _count_axes(side: str) -> int:
 
 def _is_big_literal(node: cst.CSTNode) -> bool:
     """A literal like 10000 or 1e9: the magnitude of an additive mask's fill."""
-    return type(node) in (cst.Integer, cst.Float) and abs(float(node.evaluated_value)) >= 1e4
+    return type(node) in (cst.Integer, cst.Float) and abs(number_value(node)) >= 1e4  # type: ignore[arg-type]
 
 
 def _walk_expression(expr: cst.CSTNode) -> Iterator[cst.CSTNode]:

@@ -44,6 +44,13 @@ def _concrete_subclasses(cls: type) -> Iterator[type]:
         yield from _concrete_subclasses(sub)
 
 
+@cache
+def _concrete_of(cls: type) -> frozenset[type]:
+    """``_concrete_subclasses(cls)``, kept: generating the readers asks it of every field's
+    declared type, a walk over libcst's class tree each time."""
+    return frozenset(_concrete_subclasses(cls))
+
+
 def concrete(*bases: type) -> frozenset[type]:
     """The classes a node of one of ``bases`` can have: a test of ``type(node)`` against them
     is several times cheaper than ``isinstance`` against libcst's abstract classes."""
@@ -58,12 +65,14 @@ def _holds_only(annotation: object, kinds: frozenset[type]) -> bool:
     if isinstance(annotation, type):
         if not issubclass(annotation, cst.CSTNode):
             return annotation in _NOTHING
-        return all(sub in kinds for sub in _concrete_subclasses(annotation))
+        return _concrete_of(annotation) <= kinds
     arguments = typing.get_args(annotation)
     return bool(arguments) and all(_holds_only(a, kinds) for a in arguments)
 
 
+@cache
 def _hints(cls: type) -> dict[str, object] | None:
+    """The declared types of ``cls``'s fields (kept: ``fields_beyond`` and ``_generated_reader`` ask them)."""
     try:
         return typing.get_type_hints(cls)
     except Exception:  # an annotation this libcst version cannot resolve
@@ -92,9 +101,7 @@ def _shape(annotation: object) -> str | None:
     several node classes, "many" (a sequence), "maybe" (a node or None/MaybeSentinel); None
     when the reader must test."""
     if isinstance(annotation, type):
-        never_trivia = issubclass(annotation, cst.CSTNode) and not any(
-            sub in node_fields.TRIVIA for sub in _concrete_subclasses(annotation)
-        )
+        never_trivia = issubclass(annotation, cst.CSTNode) and _concrete_of(annotation).isdisjoint(node_fields.TRIVIA)
         return "one" if never_trivia else None
     arguments = typing.get_args(annotation)
     if typing.get_origin(annotation) is collections.abc.Sequence:

@@ -25,7 +25,7 @@ import libcst as cst
 
 from attncheck.static import subtree
 from attncheck.static.facts import ClassFacts, FileFacts, FunctionFacts, dotted_name, number_value, self_attribute
-from attncheck.static.patterns import method_name, other_method
+from attncheck.static.patterns import method_name
 
 if TYPE_CHECKING:
     from attncheck.static.engine import FileContext
@@ -809,9 +809,11 @@ class Semantics:
         for the commonest, told apart before that memo: a method other than ``softmax`` of
         anything but ``self``, and a plain name other than a softmax's."""
         callee = call.func
-        if other_method(callee, "softmax") or (
-            type(callee) is cst.Name and self.facts.canonical(callee) not in _SOFTMAX
-        ):
+        kind = type(callee)
+        if kind is cst.Attribute:  # ``patterns.other_method(callee, "softmax")``, inline: asked of every call
+            if callee.attr.value != "softmax" and (type(callee.value) is not cst.Name or callee.value.value != "self"):
+                return None
+        elif kind is cst.Name and self.facts.canonical(callee) not in _SOFTMAX:
             return None
         key = (id(call), id(fn))
         known = self._softmaxes.get(key)
@@ -1727,7 +1729,7 @@ def _walk_expression(expr: cst.CSTNode) -> Iterator[cst.CSTNode]:
     nested scopes. The condition of ``a if cond else b`` and the module or function called
     (``self.pos_embed`` in ``self.pos_embed(q)``, whose constructor arguments are not its
     output) are not part of the value."""
-    stack = [expr]
+    stack, readers = [expr], subtree.READERS
     while stack:
         node = stack.pop()
         yield node
@@ -1744,7 +1746,7 @@ def _walk_expression(expr: cst.CSTNode) -> Iterator[cst.CSTNode]:
         if kind is cst.Call and (type(node.func) is cst.Name or self_attribute(node.func)):
             stack.extend(node.args)
             continue
-        stack.extend(subtree.children(node))
+        stack.extend(readers[kind](node))
 
 
 _LAYOUT_METHODS = {

@@ -16,6 +16,7 @@ import math
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import TYPE_CHECKING, Literal
 
 import libcst as cst
@@ -520,8 +521,13 @@ def dim_role(node: cst.BaseExpression) -> DimRole | None:
     ):
         return "head_dim"
     name = base_name(node)
-    if name is None:
-        return None
+    return None if name is None else _named_role(name)
+
+
+@cache
+def _named_role(name: str) -> DimRole | None:
+    """The role a size's name spells (kept per name: every view's sizes are read by several
+    rules, and the same names recur)."""
     for role, pattern in (
         ("heads", _HEADS),
         ("head_dim", _HEAD_DIM),

@@ -19,6 +19,7 @@ import re
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 import libcst as cst
@@ -140,8 +141,10 @@ _NOT_PROJECTIONS = re.compile(
 )
 
 
+@cache
 def name_quantity(name: str) -> str | None:
-    """The quantity a bare name stands for by convention (``d_k`` is the head dim)."""
+    """The quantity a bare name stands for by convention (``d_k`` is the head dim). Kept per
+    name: ``has_heads`` asks it of every name of a class, and the same names recur."""
     if name in _LETTERS:
         return _LETTERS[name]
     for kind, pattern in _NAME_PATTERNS:

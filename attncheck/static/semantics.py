@@ -664,11 +664,11 @@ class Semantics:
             return found[1] if found is not None and found[0] is shape else None
 
         for call in fn.calls:
-            receiver = call.func.value if type(call.func) is cst.Attribute else None
-            args = _shape_args(call)
+            if method_name(call) not in {"view", "reshape"}:
+                continue
+            receiver, args = call.func.value, _shape_args(call)  # type: ignore[attr-defined]
             if (
-                method_name(call) in {"view", "reshape"}
-                and type(receiver) is cst.Name
+                type(receiver) is cst.Name
                 and receiver.value == tensor.value
                 and len(args) == 3
                 and unpacked_at(args[1]) == 1
@@ -1572,20 +1572,20 @@ class Semantics:
 
     def _reshapes(self, fn: FunctionFacts, test) -> list[tuple[cst.Call, cst.BaseExpression]]:
         found = []
+        owner = fn.owner
         for call in fn.calls:
             tensor = test(call, self)
             if tensor is not None:
                 found.append((call, tensor))
                 continue
             attr = self_attribute(call.func)
-            helper = fn.owner.methods.get(attr) if fn.owner is not None and attr else None
+            helper = owner.methods.get(attr) if owner is not None and attr else None
+            if helper is None or helper is fn or len(helper.params) < 2:
+                continue
             args = positional(call)
-            if helper is not None and helper is not fn and args and len(helper.params) > 1:
-                param = helper.params[1]
-                if any(
-                    type(t) is cst.Name and t.value == param for _, t in self._reshapes_here(helper, test)
-                ):
-                    found.append((call, args[0]))
+            param = helper.params[1]
+            if args and any(type(t) is cst.Name and t.value == param for _, t in self._reshapes_here(helper, test)):
+                found.append((call, args[0]))
         return found
 
     def _reshapes_here(self, fn: FunctionFacts, test) -> list[tuple[cst.Call, cst.BaseExpression]]:

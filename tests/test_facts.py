@@ -5,8 +5,8 @@ from __future__ import annotations
 import libcst as cst
 import pytest
 
-from attncheck.static import fast_tree
-from attncheck.static.facts import FileFacts
+from attncheck.static import fast_tree, subtree
+from attncheck.static.facts import FileFacts, number_value
 
 _TEXT = """\
 class Early(pl.LightningModule):
@@ -36,3 +36,12 @@ def test_class_bases_are_read_with_the_imports_above_the_class(parse) -> None:
     base = module.body[0].bases[0].value
     assert facts.classes["Early"].bases == ("pl.LightningModule",)
     assert facts.canonical(base) == "lightning.LightningModule"
+
+
+def test_number_value_reads_every_spelling_as_python_does() -> None:
+    literals = ["0", "00", "7", "1_000", "0x1F", "0o17", "0b101", "1.5", ".5", "1.", "1e-9", "1_0e1_0", "1e400"]
+    for parse in (cst.parse_module, fast_tree.build):
+        module = parse("x = [" + ", ".join(literals) + "]\n")
+        found = [n for n in subtree.preorder(module) if type(n) in (cst.Integer, cst.Float)]
+        assert [number_value(n) for n in found] == [float(n.evaluated_value) for n in found]
+        assert len(found) == len(literals)

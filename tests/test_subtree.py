@@ -70,3 +70,19 @@ def test_fields_drop_the_ones_that_hold_only_trivia() -> None:
 
 def test_concrete_names_the_classes_in_use() -> None:
     assert subtree.concrete(cst.BaseSuite) == {cst.IndentedBlock, cst.SimpleStatementSuite}
+
+
+def test_a_preorder_lists_the_nodes_and_where_each_marked_subtree_ends() -> None:
+    for module in (cst.parse_module(SOURCE), fast_tree.build(SOURCE)):
+        function = next(n for n in subtree.preorder(module) if type(n) is cst.FunctionDef)
+        found = subtree.Preorder(function)
+        assert [id(n) for n in found.nodes] == [id(n) for n in subtree.preorder(function)]
+        assert found.where == {id(n): index for index, n in enumerate(found.nodes)}
+        expected = [
+            (index, id(n), index + len(list(subtree.preorder(n))))
+            for index, n in enumerate(found.nodes)
+            if type(n) in subtree.Preorder.MARKED
+        ]
+        assert sorted((start, id(n), end) for start, n, end in found.marked) == expected
+        assert [end for _, _, end in found.marked] == sorted(end for _, _, end in found.marked)
+        assert {type(n) for _, n, _ in found.marked} == subtree.Preorder.MARKED - {cst.ClassDef}

@@ -6,6 +6,10 @@ indexing, once per file, every simple assignment in each function and every
 ``self.attr = ...`` in each class, plus the file's import aliases. It is
 deliberately shallow: one assignment is followed, several are reported as
 ambiguous, and nothing is evaluated.
+
+Node classes are tested exactly (``type(node) is cst.Name``) here and in the
+analyses built on this index: libcst's classes are ABCs, and an ``isinstance``
+on one that fails runs ``ABCMeta``'s Python-level check.
 """
 
 from __future__ import annotations
@@ -13,10 +17,11 @@ from __future__ import annotations
 import weakref
 from collections.abc import Iterator
 from dataclasses import InitVar, dataclass, field
+from functools import cached_property
 
 import libcst as cst
 
-from attncheck.static import walk
+from attncheck.static import subtree, walk
 from attncheck.static.construct import new
 
 # Module aliases people import attention code with, mapped to the canonical
@@ -40,6 +45,12 @@ def dotted_name(node: cst.CSTNode) -> str | None:
         base = dotted_name(node.value)
         return f"{base}.{node.attr.value}" if base else None
     return None
+
+
+def number_value(node: cst.Integer | cst.Float) -> float:
+    """The value of a number literal. libcst's ``evaluated_value`` parses the literal with
+    ``ast`` at every read; ``int`` (base 0) and ``float`` read each spelling the grammar allows."""
+    return float(int(node.value, 0)) if type(node) is cst.Integer else float(node.value)
 
 
 def self_attribute(node: cst.CSTNode) -> str | None:
@@ -74,6 +85,11 @@ class FunctionFacts:
     def name(self) -> str:
         return self.node.name.value
 
+    @cached_property
+    def preorder(self) -> subtree.Preorder:
+        """The function's nodes, listed by one walk for every analysis that reads them."""
+        return subtree.Preorder(self.node)
+
 
 @dataclass
 class ClassFacts:
@@ -93,7 +109,7 @@ class ClassFacts:
     def constructed_as(self, attr: str, facts: FileFacts) -> str | None:
         """Canonical callee of ``self.attr = Callee(...)``, e.g. ``torch.nn.Linear``."""
         values = self.attributes.get(attr, [])
-        if len(values) == 1 and isinstance(values[0], cst.Call):
+        if len(values) == 1 and type(values[0]) is cst.Call:
             return facts.canonical(values[0].func)
         return None
 
@@ -154,7 +170,7 @@ class FileFacts:
     def _assigned_value(
         self, expr: cst.BaseExpression, fn: FunctionFacts | None
     ) -> cst.BaseExpression | None:
-        if isinstance(expr, cst.Name) and fn is not None:
+        if type(expr) is cst.Name and fn is not None:
             values = fn.assignments.get(expr.value, [])
             return values[0] if len(values) == 1 else None
         attr = self_attribute(expr)
@@ -180,14 +196,14 @@ class _Indexer(cst.CSTVisitor):
             full = dotted_name(alias.name)
             if full is None:
                 continue
-            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+            if alias.asname is not None and type(alias.asname.name) is cst.Name:
                 self.facts.aliases[alias.asname.name.value] = full
             else:
                 head = full.split(".")[0]
                 self.facts.aliases[head] = head
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        if node.module is None or isinstance(node.names, cst.ImportStar):
+        if node.module is None or type(node.names) is cst.ImportStar:
             return
         module = dotted_name(node.module)
         if module is None:
@@ -197,7 +213,7 @@ class _Indexer(cst.CSTVisitor):
             if name is None:
                 continue
             local = name
-            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+            if alias.asname is not None and type(alias.asname.name) is cst.Name:
                 local = alias.asname.name.value
             self.facts.aliases[local] = f"{module}.{name}"
 
@@ -237,14 +253,16 @@ class _Indexer(cst.CSTVisitor):
     def visit_Call(self, node: cst.Call) -> None:
         if self.function_stack:
             self.function_stack[-1].calls.append(node)
-            self._record_buffer(node)
+            func = node.func  # most calls are told apart here, without a call
+            if type(func) is cst.Attribute and func.attr.value == "register_buffer":
+                self._record_buffer(node, func)
 
-    def _record_buffer(self, node: cst.Call) -> None:
+    def _record_buffer(self, node: cst.Call, func: cst.Attribute) -> None:
         owner = self.function_stack[-1].owner
-        if owner is None or self_attribute(node.func) != "register_buffer" or len(node.args) < 2:
+        if owner is None or self_attribute(func) is None or len(node.args) < 2:
             return
         name = node.args[0].value
-        if isinstance(name, cst.SimpleString):
+        if type(name) is cst.SimpleString:
             owner.buffers.setdefault(name.evaluated_value, []).append(node.args[1].value)
 
     def visit_Assign(self, node: cst.Assign) -> None:
@@ -268,17 +286,18 @@ class _Indexer(cst.CSTVisitor):
             fn.assignments.setdefault(target.value, []).append(value)
         elif kind is cst.Tuple or kind is cst.List:
             elements = [e.value for e in target.elements]
-            if isinstance(value, (cst.Tuple, cst.List)) and len(value.elements) == len(elements):
+            if type(value) in (cst.Tuple, cst.List) and len(value.elements) == len(elements):
                 for element, item in zip(elements, value.elements, strict=True):
                     self._bind(element, item.value)
                 return
             # ``b, s, d = x.shape`` binds s to ``x.shape[1]``.
             for index, element in enumerate(elements):
-                if isinstance(element, cst.Name):
+                if type(element) is cst.Name:
                     fn.assignments.setdefault(element.value, []).append(element_of(value, index))
-        attr = self_attribute(target)
-        if attr is not None and fn.owner is not None:
-            fn.owner.attributes.setdefault(attr, []).append(value)
+        elif kind is cst.Attribute:
+            attr = self_attribute(target)
+            if attr is not None and fn.owner is not None:
+                fn.owner.attributes.setdefault(attr, []).append(value)
 
 
 def element_of(value: cst.BaseExpression, index: int) -> cst.BaseExpression:
@@ -296,7 +315,7 @@ def augmented_value(node: cst.AugAssign) -> cst.BinaryOperation:
 def _all_params(params: cst.Parameters) -> Iterator[cst.Param]:
     yield from params.posonly_params
     yield from params.params
-    if isinstance(params.star_arg, cst.Param):
+    if type(params.star_arg) is cst.Param:
         yield params.star_arg
     yield from params.kwonly_params
     if params.star_kwarg is not None:

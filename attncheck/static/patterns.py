@@ -6,7 +6,8 @@ this name hold at this line?". The answers live here, once, so that every rule
 recognises the same spellings (``F.softmax``/``torch.softmax``/``x.softmax``,
 ``masked_fill``/``torch.where``, ``view``/``reshape``, ``@``/``matmul``/``bmm``/
 ``einsum``). Everything is syntactic: nothing is evaluated and torch is never
-imported.
+imported. Node classes are tested exactly (``type(node) is cst.Call``), as in
+``facts``.
 """
 
 from __future__ import annotations
@@ -15,12 +16,21 @@ import math
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import TYPE_CHECKING, Literal
 
 import libcst as cst
 
 from attncheck.static import subtree
-from attncheck.static.facts import FileFacts, FunctionFacts, augmented_value, dotted_name, element_of, self_attribute
+from attncheck.static.facts import (
+    FileFacts,
+    FunctionFacts,
+    augmented_value,
+    dotted_name,
+    element_of,
+    number_value,
+    self_attribute,
+)
 
 if TYPE_CHECKING:
     from attncheck.static.engine import FileContext
@@ -37,9 +47,18 @@ def method_name(node: cst.BaseExpression) -> str | None:
     return None
 
 
+def other_method(callee: cst.BaseExpression, name: str) -> bool:
+    """Whether ``callee`` is a method other than ``name`` of anything but ``self`` (``x.view``,
+    ``F.linear``): the commonest callee, told apart cheaply. No alias expansion changes the
+    last name of a dotted callee, so its canonical name does not end in ``name`` either."""
+    return type(callee) is cst.Attribute and callee.attr.value != name and (
+        type(callee.value) is not cst.Name or callee.value.value != "self"
+    )
+
+
 def receiver(node: cst.Call) -> cst.BaseExpression:
     """``x`` of ``x.method(...)`` (callers check ``method_name`` first)."""
-    assert isinstance(node.func, cst.Attribute)
+    assert type(node.func) is cst.Attribute
     return node.func.value
 
 
@@ -66,18 +85,18 @@ _INF_NAMES = {"math.inf", "torch.inf", "numpy.inf", "float.inf"}
 
 def literal_value(node: cst.BaseExpression, facts: FileFacts) -> float | None:
     """The number a literal spells: ``-1e9``, ``float('-inf')``, ``-math.inf``, ``1e-9``."""
-    if isinstance(node, (cst.Integer, cst.Float)):
-        return float(node.evaluated_value)
-    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, (cst.Minus, cst.Plus)):
+    if type(node) in (cst.Integer, cst.Float):
+        return number_value(node)
+    if type(node) is cst.UnaryOperation and type(node.operator) in (cst.Minus, cst.Plus):
         inner = literal_value(node.expression, facts)
         if inner is None:
             return None
-        return -inner if isinstance(node.operator, cst.Minus) else inner
+        return -inner if type(node.operator) is cst.Minus else inner
     if facts.canonical(node) in _INF_NAMES:
         return math.inf
-    if isinstance(node, cst.Call) and dotted_name(node.func) == "float" and len(node.args) == 1:
+    if type(node) is cst.Call and dotted_name(node.func) == "float" and len(node.args) == 1:
         text = node.args[0].value
-        if isinstance(text, cst.SimpleString):
+        if type(text) is cst.SimpleString:
             try:
                 return float(str(text.evaluated_value))
             except ValueError:
@@ -87,16 +106,16 @@ def literal_value(node: cst.BaseExpression, facts: FileFacts) -> float | None:
 
 def is_dtype_min(node: cst.BaseExpression, facts: FileFacts) -> bool:
     """``torch.finfo(x.dtype).min`` (or ``-torch.finfo(...).max``): the safe fill value."""
-    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+    if type(node) is cst.UnaryOperation and type(node.operator) is cst.Minus:
         inner = node.expression
         return (
-            isinstance(inner, cst.Attribute) and inner.attr.value == "max" and _is_finfo(inner.value, facts)
+            type(inner) is cst.Attribute and inner.attr.value == "max" and _is_finfo(inner.value, facts)
         )
-    return isinstance(node, cst.Attribute) and node.attr.value == "min" and _is_finfo(node.value, facts)
+    return type(node) is cst.Attribute and node.attr.value == "min" and _is_finfo(node.value, facts)
 
 
 def _is_finfo(node: cst.BaseExpression, facts: FileFacts) -> bool:
-    return isinstance(node, cst.Call) and (facts.canonical(node.func) or "").endswith("finfo")
+    return type(node) is cst.Call and (facts.canonical(node.func) or "").endswith("finfo")
 
 
 # -- local data flow ------------------------------------------------------------
@@ -113,71 +132,68 @@ class LocalFlow:
     the softmax below sees.
     """
 
-    def __init__(self, function: cst.FunctionDef) -> None:
-        self.order: dict[int, int] = {}
+    def __init__(self, preorder: subtree.Preorder) -> None:
+        """The flow of the function ``preorder`` lists: its nodes in source order, less the
+        function's own header and the nested scopes (``outside``), and each write to a name,
+        at the index of the last node of its assignment statement: it is seen by the nodes
+        after it, once its right-hand side was read."""
+        function = preorder.nodes[0]
+        self.where = where = preorder.where
+        self.body = where[id(function.body)]  # type: ignore[attr-defined]
+        self.outside = [(start, end) for start, node, end in preorder.marked if type(node) in _SCOPES and start]
         self.writes: dict[str, list[tuple[int, cst.BaseExpression | _Written]]] = {}
-        self._record(function.body)
+        for start, node, end in preorder.marked:  # assignments do not nest: in source order
+            if type(node) in _ASSIGNMENTS and self._index(start) is not None:
+                self._assigned(node, end - 1)
 
-    def _record(self, body: cst.BaseSuite) -> None:
-        """Number the nodes of ``body`` in source order (pre-order, trivia and nested scopes
-        left out), and each write to a name once its right-hand side was read: an
-        assignment's targets are written after every node under it, one tick per target."""
-        order, clock, readers = self.order, 0, subtree.READERS
-        stack: list[cst.CSTNode | tuple[cst.CSTNode]] = [body]
-        while stack:
-            node = stack.pop()
-            kind = type(node)
-            if kind is tuple:
-                clock = self._assigned(node[0], clock)  # type: ignore[index]
-                continue
-            if kind in _SCOPES:
-                continue
-            order[id(node)] = clock
-            clock += 1
-            if kind in _ASSIGNMENTS:
-                stack.append((node,))
-            found = readers[kind](node)  # type: ignore[arg-type]
-            found.reverse()
-            stack.extend(found)
+    def _index(self, at: int | None) -> int | None:
+        """``at``, where it is an index of the flow."""
+        if at is None or at < self.body:
+            return None
+        for start, end in self.outside:
+            if start <= at < end:
+                return None
+        return at
 
-    def _assigned(self, node: cst.CSTNode, clock: int) -> int:
-        """Record the writes of an assignment statement from ``clock`` on; the next tick."""
-        if isinstance(node, cst.Assign):
+    def _assigned(self, node: cst.CSTNode, at: int) -> None:
+        """Record the writes of an assignment statement, ``at`` its last node."""
+        if type(node) is cst.Assign:
             for target in node.targets:
-                self._write(target.target, node.value, clock)
-                clock += 1
-        elif isinstance(node, cst.AnnAssign):
+                self._write(target.target, node.value, at)
+        elif type(node) is cst.AnnAssign:
             if node.value is not None:
-                self._write(node.target, node.value, clock)
-                clock += 1
-        elif isinstance(node, cst.AugAssign):
-            self._write(node.target, _Written(node), clock)
-            clock += 1
-        return clock
+                self._write(node.target, node.value, at)
+        elif type(node) is cst.AugAssign:
+            self._write(node.target, _Written(node), at)
 
     def _write(self, target: cst.BaseExpression, value: cst.BaseExpression | _Written, at: int) -> None:
-        if isinstance(target, cst.Name):
+        if type(target) is cst.Name:
             self.writes.setdefault(target.value, []).append((at, value))
-        elif isinstance(target, (cst.Tuple, cst.List)):
+        elif type(target) in (cst.Tuple, cst.List):
             for index, element in enumerate(target.elements):
-                if isinstance(element.value, cst.Name):
+                if type(element.value) is cst.Name:
                     self.writes.setdefault(element.value.value, []).append((at, _Written(value, index)))
 
+    def position(self, node: cst.CSTNode) -> int | None:
+        """Where ``node`` is in the flow's source order; None for a node outside the flow."""
+        return self._index(self.where.get(id(node)))
+
     def contains(self, node: cst.CSTNode) -> bool:
-        return id(node) in self.order
+        return self.position(node) is not None
 
     def value_at(self, name: cst.Name) -> cst.BaseExpression | None:
         """The value last assigned to ``name`` before this use of it, if any."""
-        position = self.order.get(id(name))
+        position = self.position(name)
         if position is None:
             return None
-        for at, value in reversed(self.writes.get(name.value, ())):  # written in clock order
+        for at, value in reversed(self.writes.get(name.value, ())):  # written in source order
             if at < position:
                 return value.expression() if isinstance(value, _Written) else value
         return None
 
     def is_after(self, later: cst.CSTNode, earlier: cst.CSTNode) -> bool:
-        return self.order.get(id(later), -1) > self.order.get(id(earlier), -1)
+        found, before = self.position(later), self.position(earlier)
+        return (-1 if found is None else found) > (-1 if before is None else before)
 
 
 class _Written:
@@ -193,7 +209,7 @@ class _Written:
     def expression(self) -> cst.BaseExpression:
         if self.built is None:
             source = self.source
-            if isinstance(source, cst.AugAssign):
+            if type(source) is cst.AugAssign:
                 self.built = augmented_value(source)
             else:
                 value = source.expression() if isinstance(source, _Written) else source
@@ -270,14 +286,14 @@ class Tracer:
     def flow(self, fn: FunctionFacts) -> LocalFlow:
         found = self._flows.get(id(fn.node))
         if found is None:
-            found = self._flows[id(fn.node)] = LocalFlow(fn.node)
+            found = self._flows[id(fn.node)] = LocalFlow(fn.preorder)
         return found
 
     def step(
         self, node: cst.BaseExpression, fn: FunctionFacts | None
     ) -> tuple[cst.BaseExpression, FunctionFacts | None] | None:
         """One assignment back: the value ``node`` (a name or ``self.x``) was given."""
-        if isinstance(node, cst.Name) and fn is not None:
+        if type(node) is cst.Name and fn is not None:  # exact: isinstance on libcst's classes is slow
             value = self.flow(fn).value_at(node)
             return (value, fn) if value is not None else None
         attr = self_attribute(node)
@@ -314,10 +330,10 @@ class Tracer:
     ) -> tuple[cst.BaseExpression, FunctionFacts | None]:
         """Follow names, ``self.`` attributes and the ``through`` methods back to a source."""
         for _ in range(depth):
-            if method_name(node) in through and isinstance(node, cst.Call):
+            if method_name(node) in through and type(node) is cst.Call:
                 node = receiver(node)
                 continue
-            if self.is_dropout(node, fn) and isinstance(node, cst.Call) and node.args:
+            if self.is_dropout(node, fn) and type(node) is cst.Call and node.args:
                 node = node.args[0].value
                 continue
             stepped = self.step(node, fn)
@@ -338,19 +354,19 @@ class Tracer:
             return True
         if depth > 16:
             return False
-        if isinstance(expr, cst.Name):
-            if isinstance(goal, cst.Name) and expr.value == goal.value and self.flow(fn).is_after(expr, goal):
+        if type(expr) is cst.Name:
+            if type(goal) is cst.Name and expr.value == goal.value and self.flow(fn).is_after(expr, goal):
                 return True
             value = self.flow(fn).value_at(expr)
             return value is not None and self.reads(value, goal, fn, depth + 1)
-        if isinstance(expr, cst.BinaryOperation):
+        if type(expr) is cst.BinaryOperation:
             return self.reads(expr.left, goal, fn, depth + 1) or self.reads(expr.right, goal, fn, depth + 1)
-        if isinstance(expr, (cst.Subscript, cst.UnaryOperation)):
-            inner = expr.value if isinstance(expr, cst.Subscript) else expr.expression
+        if type(expr) in (cst.Subscript, cst.UnaryOperation):
+            inner = expr.value if type(expr) is cst.Subscript else expr.expression
             return self.reads(inner, goal, fn, depth + 1)
-        if isinstance(expr, cst.Call):
+        if type(expr) is cst.Call:
             parts = [a.value for a in expr.args]
-            if isinstance(expr.func, cst.Attribute) and self_attribute(expr.func) is None:
+            if type(expr.func) is cst.Attribute and self_attribute(expr.func) is None:
                 parts.insert(0, expr.func.value)
             return any(self.reads(part, goal, fn, depth + 1) for part in parts)
         return False
@@ -362,7 +378,7 @@ class Tracer:
         if fn is None:
             return False
         goal: cst.CSTNode = fill.call
-        if fill.in_place and isinstance(fill.target, cst.Name):
+        if fill.in_place and type(fill.target) is cst.Name:
             goal = fill.target
         for call in fn.calls:
             taken = softmax_input(call, self.facts, fn)
@@ -375,7 +391,7 @@ class Tracer:
 
     def is_dropout(self, node: cst.BaseExpression, fn: FunctionFacts | None) -> bool:
         """``F.dropout(x)``, ``self.dropout(x)`` where ``self.dropout = nn.Dropout(...)``."""
-        if not isinstance(node, cst.Call):
+        if type(node) is not cst.Call:
             return False
         if (self.facts.canonical(node.func) or "").endswith(".dropout"):
             return True
@@ -406,7 +422,7 @@ def softmax_input(
     ``F.softmax(s, dim=-1)``, ``torch.softmax(s, -1)``, ``s.softmax(-1)``, and
     ``self.softmax(s)`` where ``self.softmax = nn.Softmax(dim=-1)``.
     """
-    if type(node) is not cst.Call:
+    if type(node) is not cst.Call or other_method(node.func, "softmax"):
         return None
     canonical = facts.canonical(node.func) or ""
     if canonical in ("torch.softmax", "torch.nn.functional.softmax", "torch.special.softmax"):
@@ -424,9 +440,9 @@ def matmul_operands(
     node: cst.BaseExpression, facts: FileFacts
 ) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
     """``(a, b)`` for ``a @ b``, ``torch.matmul(a, b)``, ``torch.bmm(a, b)``, ``a.matmul(b)``."""
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply):
+    if type(node) is cst.BinaryOperation and type(node.operator) is cst.MatrixMultiply:
         return node.left, node.right
-    if not isinstance(node, cst.Call):
+    if type(node) is not cst.Call:
         return None
     canonical = facts.canonical(node.func) or ""
     if canonical in ("torch.matmul", "torch.bmm") and len(node.args) >= 2:
@@ -438,9 +454,9 @@ def matmul_operands(
 
 def einsum_output(node: cst.BaseExpression, facts: FileFacts) -> str | None:
     """The output subscripts of ``torch.einsum("bhqk,bhkd->bhqd", ...)`` (spaces removed)."""
-    if not isinstance(node, cst.Call) or facts.canonical(node.func) not in ("torch.einsum", "einops.einsum"):
+    if type(node) is not cst.Call or facts.canonical(node.func) not in ("torch.einsum", "einops.einsum"):
         return None
-    spec = next((a.value for a in node.args if isinstance(a.value, cst.SimpleString)), None)
+    spec = next((a.value for a in node.args if type(a.value) is cst.SimpleString), None)
     if spec is None:
         return None
     text = str(spec.evaluated_value).replace(" ", "")
@@ -454,9 +470,9 @@ _TRANSPOSE_ATTRS = {"T", "mT", "H", "mH"}
 def is_transposed(node: cst.BaseExpression, facts: FileFacts) -> bool:
     """A tensor whose strides a transpose reordered: ``x.transpose(1, 2)``, ``x.permute(...)``,
     ``x.mT``, ``x.T``, ``torch.transpose(x, 1, 2)``."""
-    if isinstance(node, cst.Attribute) and node.attr.value in _TRANSPOSE_ATTRS:
+    if type(node) is cst.Attribute and node.attr.value in _TRANSPOSE_ATTRS:
         return True
-    if not isinstance(node, cst.Call):
+    if type(node) is not cst.Call:
         return False
     canonical = facts.canonical(node.func) or ""
     if canonical in ("torch.transpose", "torch.permute", "torch.swapaxes", "torch.movedim"):
@@ -496,17 +512,22 @@ def dim_role(node: cst.BaseExpression) -> DimRole | None:
     ``seq_len`` / ``T`` / ``S`` -> seq, ``-1`` -> rest. ``N`` reads as seq only
     when nothing else says batch; callers look at positions too.
     """
-    if isinstance(node, cst.UnaryOperation) and literal_is(node, -1):
+    if type(node) is cst.UnaryOperation and literal_is(node, -1):
         return "rest"
     if (
-        isinstance(node, cst.BinaryOperation)
-        and isinstance(node.operator, cst.FloorDivide)
+        type(node) is cst.BinaryOperation
+        and type(node.operator) is cst.FloorDivide
         and dim_role(node.right) == "heads"
     ):
         return "head_dim"
     name = base_name(node)
-    if name is None:
-        return None
+    return None if name is None else _named_role(name)
+
+
+@cache
+def _named_role(name: str) -> DimRole | None:
+    """The role a size's name spells (kept per name: every view's sizes are read by several
+    rules, and the same names recur)."""
     for role, pattern in (
         ("heads", _HEADS),
         ("head_dim", _HEAD_DIM),
@@ -520,9 +541,9 @@ def dim_role(node: cst.BaseExpression) -> DimRole | None:
 
 
 def literal_is(node: cst.BaseExpression, number: int) -> bool:
-    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
-        return isinstance(node.expression, cst.Integer) and -int(node.expression.value) == number
-    return isinstance(node, cst.Integer) and int(node.value) == number
+    if type(node) is cst.UnaryOperation and type(node.operator) is cst.Minus:
+        return type(node.expression) is cst.Integer and -int(node.expression.value) == number
+    return type(node) is cst.Integer and int(node.value) == number
 
 
 def shape_arguments(node: cst.Call) -> Sequence[cst.BaseExpression] | None:
@@ -530,9 +551,9 @@ def shape_arguments(node: cst.Call) -> Sequence[cst.BaseExpression] | None:
     if any(arg.star or arg.keyword is not None for arg in node.args):
         return None
     values = [arg.value for arg in node.args]
-    if len(values) == 1 and isinstance(values[0], (cst.Tuple, cst.List)):
+    if len(values) == 1 and type(values[0]) in (cst.Tuple, cst.List):
         elements = values[0].elements
-        if any(isinstance(e, cst.StarredElement) for e in elements):
+        if any(type(e) is cst.StarredElement for e in elements):
             return None
         return [e.value for e in elements]
     return values
@@ -540,7 +561,7 @@ def shape_arguments(node: cst.Call) -> Sequence[cst.BaseExpression] | None:
 
 def mentions_heads(node: cst.BaseExpression) -> bool:
     """True when a heads-like name occurs anywhere in ``node`` (``b * self.num_heads``)."""
-    return any(isinstance(n, cst.Name) and _HEADS.match(n.value) for n in subtree.preorder(node))
+    return any(type(n) is cst.Name and _HEADS.match(n.value) for n in subtree.preorder(node))
 
 
 # -- masks ------------------------------------------------------------------------
@@ -593,7 +614,7 @@ def _is_constant(node: cst.BaseExpression, facts: FileFacts) -> bool:
     if literal_value(node, facts) is not None or is_dtype_min(node, facts):
         return True
     # ``torch.tensor(float('-inf'))`` and ``torch.full_like(s, -1e9)`` hold one constant.
-    if isinstance(node, cst.Call) and (facts.canonical(node.func) or "") in (
+    if type(node) is cst.Call and (facts.canonical(node.func) or "") in (
         "torch.tensor",
         "torch.full_like",
     ):
@@ -606,7 +627,7 @@ def _is_constant(node: cst.BaseExpression, facts: FileFacts) -> bool:
 def constant_value(node: cst.BaseExpression, facts: FileFacts) -> float | None:
     """Like ``literal_value`` but also reads ``torch.tensor(c)`` and ``torch.full_like(s, c)``."""
     value = literal_value(node, facts)
-    if value is not None or not isinstance(node, cst.Call):
+    if value is not None or type(node) is not cst.Call:
         return value
     canonical = facts.canonical(node.func) or ""
     index = 1 if canonical.endswith("full_like") else 0
@@ -639,26 +660,26 @@ def selected_polarity(node: cst.BaseExpression) -> tuple[cst.BaseExpression, Pol
     """
     flipped = False
     for _ in range(8):
-        if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, (cst.BitInvert, cst.Not)):
+        if type(node) is cst.UnaryOperation and type(node.operator) in (cst.BitInvert, cst.Not):
             node, flipped = node.expression, not flipped
             continue
-        if isinstance(node, cst.Comparison) and len(node.comparisons) == 1:
+        if type(node) is cst.Comparison and len(node.comparisons) == 1:
             target = node.comparisons[0]
             right = target.comparator
-            if isinstance(target.operator, _COMPARISONS_ZERO) and (
+            if type(target.operator) in _COMPARISONS_ZERO and (
                 literal_is(right, 0) or _is_name(right, "False")
             ):
                 node, flipped = node.left, not flipped
                 continue
-            if isinstance(target.operator, cst.Equal) and (literal_is(right, 1) or _is_name(right, "True")):
+            if type(target.operator) is cst.Equal and (literal_is(right, 1) or _is_name(right, "True")):
                 node = node.left
                 continue
-            if isinstance(target.operator, _COMPARISONS_NONZERO) and literal_is(right, 0):
+            if type(target.operator) in _COMPARISONS_NONZERO and literal_is(right, 0):
                 node = node.left
                 continue
             return None
         name = method_name(node)
-        if isinstance(node, cst.Call) and name in ("logical_not", "eq", "ne", *_MASK_SHAPING):
+        if type(node) is cst.Call and name in ("logical_not", "eq", "ne", *_MASK_SHAPING):
             if name == "logical_not":
                 flipped = not flipped
             elif name in ("eq", "ne"):
@@ -670,11 +691,11 @@ def selected_polarity(node: cst.BaseExpression) -> tuple[cst.BaseExpression, Pol
                 flipped ^= (name == "eq") == zero
             node = receiver(node)
             continue
-        if isinstance(node, cst.Subscript):
+        if type(node) is cst.Subscript:
             node = node.value
             continue
         break
-    if isinstance(node, (cst.Name, cst.Attribute, cst.Call)):
+    if type(node) in (cst.Name, cst.Attribute, cst.Call):
         return node, "zeros" if flipped else "ones"
     return None
 
@@ -705,14 +726,12 @@ _MASK_SHAPING = frozenset(
 
 
 def _is_name(node: cst.BaseExpression, value: str) -> bool:
-    return isinstance(node, cst.Name) and node.value == value
+    return type(node) is cst.Name and node.value == value
 
 
 def is_mask_shaping(node: cst.BaseExpression) -> bool:
     """``mask.unsqueeze(1)``, ``mask.bool()``, ``mask[:, None]``: same entries, other shape."""
-    return (isinstance(node, cst.Call) and method_name(node) in _MASK_SHAPING) or isinstance(
-        node, cst.Subscript
-    )
+    return (type(node) is cst.Call and method_name(node) in _MASK_SHAPING) or type(node) is cst.Subscript
 
 
 # -- naming ---------------------------------------------------------------------
@@ -739,17 +758,17 @@ def is_model_input(node: cst.BaseExpression, tracer: Tracer, fn: FunctionFacts |
     (``self.q_proj(x)``), ``F.linear(...)``, a sum of those, or a chunk of one."""
     for _ in range(6):
         node, fn = tracer.origin(node, fn)
-        if isinstance(node, cst.Subscript) and method_name(node.value) in _SPLITTERS:
+        if type(node) is cst.Subscript and method_name(node.value) in _SPLITTERS:
             node = receiver(node.value)  # type: ignore[arg-type]
-        elif isinstance(node, cst.Call) and method_name(node) in _SPLITTERS:
+        elif type(node) is cst.Call and method_name(node) in _SPLITTERS:
             node = receiver(node)
         else:
             break
-    if isinstance(node, cst.Name):
+    if type(node) is cst.Name:
         return fn is not None and node.value in fn.params
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
+    if type(node) is cst.BinaryOperation and type(node.operator) is cst.Add:
         return is_model_input(node.left, tracer, fn) or is_model_input(node.right, tracer, fn)
-    if isinstance(node, cst.Call):
+    if type(node) is cst.Call:
         return self_attribute(node.func) is not None or (tracer.facts.canonical(node.func) or "").endswith(
             "functional.linear"
         )
@@ -763,7 +782,7 @@ def is_heads_first_product(node: cst.BaseExpression, tracer: Tracer, fn: Functio
     """The ``(batch, heads, seq, head_dim)`` output of attention: ``weights @ v``,
     ``torch.matmul(softmax(...), v)``, a ``'...->bhqd'`` einsum, or SDPA."""
     facts = tracer.facts
-    if isinstance(node, cst.Call) and facts.canonical(node.func) == _SDPA:
+    if type(node) is cst.Call and facts.canonical(node.func) == _SDPA:
         return True
     output = einsum_output(node, facts)
     if output is not None:

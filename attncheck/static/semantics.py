@@ -9,6 +9,8 @@ file, on top of the light data flow of ``facts``; it never imports torch.
 The flow is deliberately flow-insensitive: a name assigned several times
 stands for all its values at once, so a rule sees every way a tensor can be
 built and stays quiet when any of them is legitimate.
+
+Node classes are tested exactly (``type(node) is cst.Call``), as in ``facts``.
 """
 
 from __future__ import annotations
@@ -17,12 +19,13 @@ import re
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
 from attncheck.static import subtree
-from attncheck.static.facts import ClassFacts, FileFacts, FunctionFacts, dotted_name, self_attribute
+from attncheck.static.facts import ClassFacts, FileFacts, FunctionFacts, dotted_name, number_value, self_attribute
 from attncheck.static.patterns import method_name
 
 if TYPE_CHECKING:
@@ -97,6 +100,8 @@ _HEAD_COUNT = re.compile(r"(?:^|[._])(?:num_?|n_?)?heads?(?:$|_)|num_heads|n_hea
 _SOFTMAX = {"torch.softmax", "torch.nn.functional.softmax", "torch.special.softmax"}
 SDPA = {"torch.nn.functional.scaled_dot_product_attention", "scaled_dot_product_attention"}
 _PRODUCTS = {"torch.matmul", "torch.bmm", "torch.einsum", "torch.baddbmm", "einsum", "opt_einsum.contract"}
+# The last names of the callees product_operands reads: the functions and the methods.
+_PRODUCT_NAMES = frozenset({name.rsplit(".", 1)[-1] for name in _PRODUCTS} | {"matmul", "bmm"})
 _SHAPE_KEEPING = {
     "transpose",
     "contiguous",
@@ -136,8 +141,10 @@ _NOT_PROJECTIONS = re.compile(
 )
 
 
+@cache
 def name_quantity(name: str) -> str | None:
-    """The quantity a bare name stands for by convention (``d_k`` is the head dim)."""
+    """The quantity a bare name stands for by convention (``d_k`` is the head dim). Kept per
+    name: ``has_heads`` asks it of every name of a class, and the same names recur."""
     if name in _LETTERS:
         return _LETTERS[name]
     for kind, pattern in _NAME_PATTERNS:
@@ -148,36 +155,36 @@ def name_quantity(name: str) -> str | None:
 
 def number(expr: cst.BaseExpression) -> float | None:
     """The value of a numeric literal expression (``-0.5``, ``1 / 2``), else None."""
-    if isinstance(expr, (cst.Integer, cst.Float)):
-        return float(expr.evaluated_value)
-    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
+    if type(expr) in (cst.Integer, cst.Float):
+        return number_value(expr)
+    if type(expr) is cst.UnaryOperation and type(expr.operator) in (cst.Minus, cst.Plus):
         inner = number(expr.expression)
         if inner is None:
             return None
-        return -inner if isinstance(expr.operator, cst.Minus) else inner
-    if isinstance(expr, cst.BinaryOperation):
+        return -inner if type(expr.operator) is cst.Minus else inner
+    if type(expr) is cst.BinaryOperation:
         left, right = number(expr.left), number(expr.right)
         if left is None or right is None:
             return None
         op = expr.operator
-        if isinstance(op, cst.Add):
+        if type(op) is cst.Add:
             return left + right
-        if isinstance(op, cst.Subtract):
+        if type(op) is cst.Subtract:
             return left - right
-        if isinstance(op, cst.Multiply):
+        if type(op) is cst.Multiply:
             return left * right
-        if isinstance(op, cst.Divide) and right:
+        if type(op) is cst.Divide and right:
             return left / right
     return None
 
 
 def is_infinite(expr: cst.BaseExpression, facts: FileFacts) -> bool:
     """``float('inf')``, ``math.inf``, ``torch.inf``, ``np.inf`` (either sign)."""
-    if isinstance(expr, cst.UnaryOperation):
+    if type(expr) is cst.UnaryOperation:
         return is_infinite(expr.expression, facts)
-    if isinstance(expr, cst.Call) and facts.canonical(expr.func) == "float" and expr.args:
+    if type(expr) is cst.Call and facts.canonical(expr.func) == "float" and expr.args:
         arg = expr.args[0].value
-        return isinstance(arg, cst.SimpleString) and "inf" in arg.value.lower()
+        return type(arg) is cst.SimpleString and "inf" in arg.value.lower()
     name = facts.canonical(expr) or ""
     return name.endswith(".inf")
 
@@ -191,7 +198,7 @@ def positional(call: cst.Call) -> list[cst.BaseExpression]:
 
 
 def string_value(expr: cst.BaseExpression) -> str | None:
-    if isinstance(expr, cst.SimpleString):
+    if type(expr) is cst.SimpleString:
         value = expr.evaluated_value
         return value if isinstance(value, str) else None
     return None
@@ -202,12 +209,18 @@ def string_value(expr: cst.BaseExpression) -> str | None:
 
 class _AttributeReferences:
     """The ``self.attr`` reads of each class's methods, as ``get((id(klass), attr))`` gives
-    them: (the innermost function, the Attribute), in source order. Every expression of a
-    class is walked for them, so a class is walked only once a rule asks about it."""
+    them: (the innermost function, the Attribute), in source order. Every node of a class's
+    methods is read for them, so a class is read only once a rule asks about it. The reads
+    in ``__init__``, which sets the attributes up, are left out: every reader of them asks
+    about the uses outside it (``Semantics.references_outside_init``), and ``__init__`` is
+    often the longest method of a class."""
 
     def __init__(self, facts: FileFacts) -> None:
-        self.facts = facts
-        self.classes = {id(fn.owner): fn.owner for fn in facts.functions if fn.owner is not None}
+        self.methods: dict[int, list[FunctionFacts]] = {}  # by class, in source order
+        for fn in facts.functions:
+            owner = fn.owner
+            if owner is not None and fn.name != "__init__":
+                self.methods.setdefault(id(owner), []).append(fn)
         self.found: dict[tuple[int, str], list[tuple[FunctionFacts, cst.Attribute]]] = {}
         self.walked: set[int] = set()
 
@@ -216,36 +229,29 @@ class _AttributeReferences:
     ) -> list[tuple[FunctionFacts, cst.Attribute]] | None:
         if key[0] not in self.walked:
             self.walked.add(key[0])
-            klass = self.classes.get(key[0])
-            if klass is not None:
-                self._collect(klass)
+            for method in self.methods.get(key[0], ()):
+                self._collect(key[0], method)
         return self.found.get(key, default)
 
-    def _collect(self, klass: ClassFacts) -> None:
-        """Walk the class (lambdas left out) with the functions around each node on a stack:
-        a read belongs to the innermost function, when that function's owner is ``klass``."""
-        stack: list[FunctionFacts] = []
-        pending: list[cst.CSTNode | None] = [klass.node]  # None: leave the function on top
-        while pending:
-            node = pending.pop()
-            if node is None:
-                stack.pop()
-                continue
-            kind = type(node)
-            if kind is cst.Lambda:
-                continue
-            if kind is cst.FunctionDef:
-                fn = self.facts.function(node)  # type: ignore[arg-type]
-                if fn is not None:
-                    stack.append(fn)
-                    pending.append(None)
-            elif kind is cst.Attribute and stack and stack[-1].owner is klass:
-                attr = self_attribute(node)
-                if attr is not None:
-                    self.found.setdefault((id(klass), attr), []).append((stack[-1], node))  # type: ignore[arg-type]
-            found = subtree.READERS[kind](node)  # type: ignore[arg-type]
-            found.reverse()
-            pending.extend(found)
+    def _collect(self, klass: int, method: FunctionFacts) -> None:
+        """The reads in ``method`` whose innermost function it is: its nodes less the nested
+        functions (a method of a nested class is one) and lambdas, which own theirs."""
+        nodes, found = method.preorder.nodes, self.found
+        nested = sorted((start, end) for start, node, end in method.preorder.marked
+                        if start and type(node) in _FUNCTIONS)
+        at = 0
+        for start, end in [*nested, (len(nodes), len(nodes))]:
+            if start < at:
+                continue  # inside a nested function already left out
+            for node in nodes[at:start]:
+                if type(node) is cst.Attribute:
+                    attr = self_attribute(node)
+                    if attr is not None:
+                        found.setdefault((klass, attr), []).append((method, node))  # type: ignore[arg-type]
+            at = end
+
+
+_FUNCTIONS = frozenset({cst.FunctionDef, cst.Lambda})
 
 
 class _Index:
@@ -287,36 +293,40 @@ class _IndexBuilder:
             cst.AnnAssign: self.visit_AnnAssign,
         }
         pending: list[cst.CSTNode | None] = list(reversed(module.body))  # None: leave a function
+        readers = subtree.READERS
         while pending:
             node = pending.pop()
             if node is None:
                 self.stack.pop()
                 continue
-            handler = handlers.get(type(node))
+            kind = type(node)
+            handler = handlers.get(kind)
             if handler is not None:
                 handler(node)
-            elif type(node) is cst.FunctionDef:
+            elif kind is cst.FunctionDef:
                 fn = self.facts.function(node)  # type: ignore[arg-type]
                 if fn is not None:
                     self.stack.append(fn)
                     self.index.returns.setdefault(id(fn), [])
                     pending.append(None)
                 pending.append(node.body)  # type: ignore[union-attr]
-            elif type(node) in _STATEMENT_HOLDERS:
-                found = subtree.children(node)
+            elif kind in _STATEMENT_HOLDERS:
+                found = readers[kind](node)  # type: ignore[arg-type]
                 found.reverse()
                 pending.extend(found)
         for fn in self.facts.functions:
             if fn.owner is not None:
                 for call in fn.calls:
-                    self._buffer(fn, call)
+                    # ``method_name(call) == "register_buffer"``, read inline: most calls are not
+                    if type(call.func) is cst.Attribute and call.func.attr.value == "register_buffer":
+                        self._buffer(fn, call)
 
     def visit_Return(self, node: cst.Return) -> None:
         if self.stack:
             self.index.returns[id(self.stack[-1])].append(node)
 
     def visit_Expr(self, node: cst.Expr) -> None:
-        if isinstance(node.value, cst.Call):
+        if type(node.value) is cst.Call:  # exact: isinstance on libcst's classes is slow
             self.index.bare_calls.add(id(node.value))
             self.index.bare_calls.add(id(node.value.func))
 
@@ -325,28 +335,28 @@ class _IndexBuilder:
             return
         fn = self.stack[-1]
         for target in node.targets:
-            self._record(fn, target.target, node.value)
+            if type(target.target) is not cst.Name:
+                self._record(fn, target.target, node.value)
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        if self.stack and node.value is not None:
+        if self.stack and node.value is not None and type(node.target) is not cst.Name:
             self._record(self.stack[-1], node.target, node.value)
 
     def _record(self, fn: FunctionFacts, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
+        """What an unpacking or a ``self.x`` target records (a plain name records nothing)."""
         if type(target) in (cst.Tuple, cst.List) and type(value) not in (cst.Tuple, cst.List):
             for position, element in enumerate(target.elements):
-                if isinstance(element.value, cst.Name):
+                if type(element.value) is cst.Name:
                     self.index.unpacks[(id(fn), element.value.value)] = (
                         value,
                         position,
                         len(target.elements),
                     )
-        if self_attribute(target) is not None:
+        if type(target) is cst.Attribute and self_attribute(target) is not None:
             self.index.attr_writer[id(value)] = fn
 
     def _buffer(self, fn: FunctionFacts, call: cst.Call) -> None:
         """``self.register_buffer("name", value)`` in a method: ``self.name`` holds ``value``."""
-        if method_name(call) != "register_buffer":
-            return
         args = positional(call)
         if len(args) >= 2 and string_value(args[0]) is not None:
             key = (id(fn.owner), string_value(args[0]) or "")
@@ -440,52 +450,46 @@ class Pipeline:
 
 
 class _Layout:
-    """Where each node of a function sits, as ``where[id(node)]``: its source order
-    (pre-order; trivia, which no analysis asks about, left out), the arms of the ``if``
-    statements around it, as (id of the If, 0 for its body or 1 for its else), and the
-    loops around it. One walk per function, shared by every query about it."""
+    """Where each node of a function sits: its source order, as ``where[id(node)]`` (pre-order;
+    trivia, which no analysis asks about, left out), and the arms of the ``if`` statements and
+    the loops, as ranges of that order, which the few queries read rather than a walk giving
+    each node the ifs and loops around it. Read from the function's ``preorder``, shared by
+    every query about it."""
 
-    def __init__(self, function: cst.FunctionDef) -> None:
-        where: dict[int, tuple[int, tuple[tuple[int, int], ...], frozenset[int]]] = {}
-        stack: list[tuple[cst.CSTNode, tuple[tuple[int, int], ...], frozenset[int]]] = [
-            (function, (), frozenset())
-        ]
-        push, readers = stack.append, subtree.READERS
-        while stack:
-            node, inside, loops = stack.pop()
-            where[id(node)] = (len(where), inside, loops)
-            kind = type(node)  # exact classes: isinstance on libcst's abstract classes is slow
-            found = readers[kind](node)
-            if not found:
-                continue
-            if kind is cst.If:
-                for child in reversed(found):
-                    push((child, _arm(node, child, inside), loops))
-                continue
+    def __init__(self, preorder: subtree.Preorder) -> None:
+        self.where = where = preorder.where
+        # (start of the body, start of the else, end) of each ``if`` with an else (with none,
+        # no two nodes are in different arms), and (the loop, its end) of each loop.
+        self.choices: list[tuple[int, int, int]] = []
+        self.loops: list[tuple[int, int]] = []
+        for start, node, end in preorder.marked:
+            kind = type(node)
             if kind is cst.For or kind is cst.While:
-                loops = loops | {id(node)}
-            for child in reversed(found):
-                push((child, inside, loops))
-        self.where = where
+                self.loops.append((start, end))
+            elif kind is cst.If and node.orelse is not None:  # type: ignore[attr-defined]
+                self.choices.append((where[id(node.body)], where[id(node.orelse)], end))  # type: ignore[attr-defined]
 
     def position(self, node: cst.CSTNode, default: int) -> int:
-        found = self.where.get(id(node))
-        return found[0] if found is not None else default
+        return self.where.get(id(node), default)
 
+    def apart(self, one: int, other: int) -> bool:
+        """Whether the nodes at ``one`` and ``other`` are in different arms of an ``if``: both
+        in its arms, one before its else and one not."""
+        for body, orelse, end in self.choices:
+            if body <= one < end and body <= other < end and (one < orelse) != (other < orelse):
+                return True
+        return False
 
-def _arm(branch: cst.If, child: cst.CSTNode, inside: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
-    if child is branch.body:
-        return (*inside, (id(branch), 0))
-    if child is branch.orelse:
-        return (*inside, (id(branch), 1))
-    return inside
+    def looped(self, one: int, other: int) -> bool:
+        """Whether a loop holds the nodes at ``one`` and ``other`` (not as the loop itself)."""
+        return any(loop < one < end and loop < other < end for loop, end in self.loops)
 
 
 def _written(node: cst.CSTNode) -> cst.CSTNode:
     """The parsed node standing for ``node``: facts.py writes ``x /= s`` as a new ``x / s``
     around the parsed target and ``a, b = t`` as a new ``t[0]`` around the parsed value."""
     while type(node) in (cst.BinaryOperation, cst.Subscript):
-        inner = node.left if isinstance(node, cst.BinaryOperation) else node.value
+        inner = node.left if type(node) is cst.BinaryOperation else node.value
         if inner is node:
             break
         node = inner
@@ -520,7 +524,7 @@ class Semantics:
     ) -> list[tuple[cst.BaseExpression, FunctionFacts | None]]:
         """Every value a Name or ``self.attr`` was assigned, with the function that wrote it,
         less the values that cannot reach this read of the name (``unreachable``)."""
-        if isinstance(expr, cst.Name) and fn is not None:
+        if type(expr) is cst.Name and fn is not None:  # exact: isinstance on libcst's classes is slow
             key = (id(expr), id(fn))
             found = self._values.get(key)
             if found is None:
@@ -541,7 +545,7 @@ class Semantics:
         return found[0] if len(found) == 1 else None
 
     def is_param(self, expr: cst.BaseExpression, fn: FunctionFacts | None) -> bool:
-        return isinstance(expr, cst.Name) and fn is not None and expr.value in fn.params
+        return type(expr) is cst.Name and fn is not None and expr.value in fn.params
 
     # -- quantities --------------------------------------------------------------
 
@@ -555,9 +559,9 @@ class Semantics:
         """What dimension a Python number is, with the evidence; None when unknown."""
         if depth > 6:
             return None
-        name = expr.value if isinstance(expr, cst.Name) else self_attribute(expr)
+        name = expr.value if type(expr) is cst.Name else self_attribute(expr)
         if name is not None:
-            unpacked = self.index.unpacks.get((id(fn), name)) if isinstance(expr, cst.Name) and fn else None
+            unpacked = self.index.unpacks.get((id(fn), name)) if type(expr) is cst.Name and fn else None
             if unpacked is not None and len(fn.assignments.get(name, [])) == 1:
                 source, position, arity = unpacked
                 kind = self._axis_of_shape(source, position, arity, fn, operands)
@@ -572,28 +576,28 @@ class Semantics:
             if kind == "d_model" and self._times_heads(expr, fn):
                 return Quantity("head_dim", f"{self.code(expr)} (times the head count it is a projection's width)")
             return Quantity(kind, self.code(expr)) if kind else None
-        if isinstance(expr, cst.Call):
+        if type(expr) is cst.Call:
             func = self.facts.canonical(expr.func) or ""
             args = positional(expr)
             if func in {"int", "float", "math.floor", "math.ceil", "round"} and len(args) == 1:
                 return self.quantity(args[0], fn, operands, depth + 1)
-            if method_name(expr) == "size" and isinstance(expr.func, cst.Attribute):
+            if method_name(expr) == "size" and type(expr.func) is cst.Attribute:
                 dim = args[0] if args else keyword(expr, "dim")
                 index = number(dim) if dim is not None else None
                 if index is not None:
                     kind = self._axis_of_tensor(expr.func.value, int(index), None, fn, operands)
                     return Quantity(kind, self.code(expr)) if kind else None
             return None
-        if isinstance(expr, cst.Subscript) and len(expr.slice) == 1:
+        if type(expr) is cst.Subscript and len(expr.slice) == 1:
             element = expr.slice[0].slice
-            index = number(element.value) if isinstance(element, cst.Index) else None
+            index = number(element.value) if type(element) is cst.Index else None
             base = expr.value
             if index is not None and self._is_shape(base):
-                tensor = base.value if isinstance(base, cst.Attribute) else base.func.value  # type: ignore[union-attr]
+                tensor = base.value if type(base) is cst.Attribute else base.func.value  # type: ignore[union-attr]
                 kind = self._axis_of_tensor(tensor, int(index), None, fn, operands)
                 return Quantity(kind, self.code(expr)) if kind else None
             return None
-        if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.FloorDivide, cst.Divide)):
+        if type(expr) is cst.BinaryOperation and type(expr.operator) in (cst.FloorDivide, cst.Divide):
             left = self.quantity(expr.left, fn, operands, depth + 1)
             right = self.quantity(expr.right, fn, operands, depth + 1)
             if right and right.kind == "num_heads" and (left is None or left.kind == "d_model"):
@@ -628,9 +632,9 @@ class Semantics:
 
     @staticmethod
     def _is_shape(node: cst.BaseExpression) -> bool:
-        if isinstance(node, cst.Attribute) and node.attr.value == "shape":
+        if type(node) is cst.Attribute and node.attr.value == "shape":
             return True
-        return isinstance(node, cst.Call) and method_name(node) == "size" and not node.args
+        return type(node) is cst.Call and method_name(node) == "size" and not node.args
 
     def _axis_of_shape(
         self,
@@ -642,7 +646,7 @@ class Semantics:
     ) -> str | None:
         if not self._is_shape(source):
             return None
-        tensor = source.value if isinstance(source, cst.Attribute) else source.func.value  # type: ignore[attr-defined]
+        tensor = source.value if type(source) is cst.Attribute else source.func.value  # type: ignore[attr-defined]
         if arity == 4 and self._flattens_image(tensor, source, fn):
             # VQ-GAN attention: ``b, c, h, w = q.shape`` then ``q.reshape(b, c, h * w)``:
             # one head whose width is the channel count, over h * w positions.
@@ -652,24 +656,24 @@ class Semantics:
     def _flattens_image(self, tensor: cst.BaseExpression, shape: cst.BaseExpression, fn: FunctionFacts) -> bool:
         """``tensor`` (unpacked from ``shape`` as b, c, h, w) is reshaped to (b, c, h * w):
         an image whose channels stay whole, not a (batch, heads, seq, head_dim) tensor."""
-        if not isinstance(tensor, cst.Name):
+        if type(tensor) is not cst.Name:
             return False
 
         def unpacked_at(expr: cst.BaseExpression) -> int | None:
-            found = self.index.unpacks.get((id(fn), expr.value)) if isinstance(expr, cst.Name) else None
+            found = self.index.unpacks.get((id(fn), expr.value)) if type(expr) is cst.Name else None
             return found[1] if found is not None and found[0] is shape else None
 
         for call in fn.calls:
-            receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
-            args = _shape_args(call)
+            if method_name(call) not in {"view", "reshape"}:
+                continue
+            receiver, args = call.func.value, _shape_args(call)  # type: ignore[attr-defined]
             if (
-                method_name(call) in {"view", "reshape"}
-                and isinstance(receiver, cst.Name)
+                type(receiver) is cst.Name
                 and receiver.value == tensor.value
                 and len(args) == 3
                 and unpacked_at(args[1]) == 1
-                and isinstance(args[2], cst.BinaryOperation)
-                and isinstance(args[2].operator, cst.Multiply)
+                and type(args[2]) is cst.BinaryOperation
+                and type(args[2].operator) is cst.Multiply
                 and {unpacked_at(args[2].left), unpacked_at(args[2].right)} == {2, 3}
             ):
                 return True
@@ -689,7 +693,7 @@ class Semantics:
         # ``b, s, d = q.shape`` before ``q`` is split into heads: a (batch, seq, d_model) view of
         # it. The split comes later, so every value of the name counts here, reachable or not.
         widest = evident
-        if isinstance(tensor, cst.Name) and fn is not None:
+        if type(tensor) is cst.Name and fn is not None:
             later = [self.rank(v, fn) for v in fn.assignments.get(tensor.value, [])]
             widest = max((r for r in [evident, *later] if r is not None), default=None)
         pre_split = arity is not None and widest is not None and arity < widest
@@ -718,9 +722,9 @@ class Semantics:
             return False
         name = tensor.value  # type: ignore[attr-defined]
         for call in fn.calls:
-            receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
+            receiver = call.func.value if type(call.func) is cst.Attribute else None
             if (
-                isinstance(receiver, cst.Name)
+                type(receiver) is cst.Name
                 and receiver.value == name
                 and method_name(call) in {"view", "reshape", "unflatten"}
             ):
@@ -728,7 +732,7 @@ class Semantics:
             projects = (
                 self_attribute(call.func) or self.facts.canonical(call.func) == "torch.nn.functional.linear"
             )
-            if projects and any(isinstance(a, cst.Name) and a.value == name for a in positional(call)[:1]):
+            if projects and any(type(a) is cst.Name and a.value == name for a in positional(call)[:1]):
                 return True
         return False
 
@@ -738,26 +742,26 @@ class Semantics:
         """The tensor rank an expression evidently has (from view/reshape/rearrange), or None."""
         if depth > 8:
             return None
-        if isinstance(expr, (cst.Name, cst.Attribute)) and (
-            isinstance(expr, cst.Name) or self_attribute(expr)
+        if type(expr) in (cst.Name, cst.Attribute) and (
+            type(expr) is cst.Name or self_attribute(expr)
         ):
             found = [self.rank(v, f, depth + 1) for v, f in self.values(expr, fn)]
             known = [r for r in found if r is not None]
             return max(known) if known else None
-        if isinstance(expr, cst.Subscript):
+        if type(expr) is cst.Subscript:
             inner = self.rank(expr.value, fn, depth + 1)
             value = expr.value
-            if isinstance(value, cst.Call) and method_name(value) in {"chunk", "split", "tensor_split"}:
+            if type(value) is cst.Call and method_name(value) in {"chunk", "split", "tensor_split"}:
                 return inner
             element = expr.slice[0].slice if len(expr.slice) == 1 else None
-            if inner is not None and isinstance(element, cst.Index) and number(element.value) is not None:
+            if inner is not None and type(element) is cst.Index and number(element.value) is not None:
                 return inner - 1
             return inner
-        if isinstance(expr, cst.BinaryOperation):
+        if type(expr) is cst.BinaryOperation:
             sides = [self.rank(expr.left, fn, depth + 1), self.rank(expr.right, fn, depth + 1)]
             known = [r for r in sides if r is not None]
             return max(known) if known else None
-        if not isinstance(expr, cst.Call):
+        if type(expr) is not cst.Call:
             return None
         return self._call_rank(expr, fn, depth)
 
@@ -768,7 +772,7 @@ class Semantics:
         if method in {"view", "reshape"} and not func.startswith("torch."):
             if any(a.star for a in call.args):
                 return None
-            if len(args) == 1 and isinstance(args[0], (cst.Tuple, cst.List)):
+            if len(args) == 1 and type(args[0]) in (cst.Tuple, cst.List):
                 return len(args[0].elements)
             return len(args) if len(args) > 1 else None
         if method == "permute" and len(args) > 1:
@@ -783,10 +787,10 @@ class Semantics:
                 return len(spec.split("->")[1].replace(" ", ""))
         if func == "torch.bmm" or func == "torch.baddbmm":
             return 3
-        if method in {"unsqueeze"} and isinstance(call.func, cst.Attribute):
+        if method in {"unsqueeze"} and type(call.func) is cst.Attribute:
             inner = self.rank(call.func.value, fn, depth + 1)
             return inner + 1 if inner is not None else None
-        if method == "unbind" and isinstance(call.func, cst.Attribute):
+        if method == "unbind" and type(call.func) is cst.Attribute:
             inner = self.rank(call.func.value, fn, depth + 1)
             return inner - 1 if inner is not None else None
         if func == "torch.matmul" and len(args) == 2:
@@ -804,7 +808,16 @@ class Semantics:
 
     def softmax(self, call: cst.Call, fn: FunctionFacts | None) -> Softmax | None:
         """Recognise F.softmax, torch.softmax, x.softmax, nn.Softmax()(x) and self.softmax(x).
-        Several rules ask about every call of a file: each call is read once per function."""
+        Several rules ask about every call of a file: each call is read once per function, but
+        for the commonest, told apart before that memo: a method other than ``softmax`` of
+        anything but ``self``, and a plain name other than a softmax's."""
+        callee = call.func
+        kind = type(callee)
+        if kind is cst.Attribute:  # ``patterns.other_method(callee, "softmax")``, inline: asked of every call
+            if callee.attr.value != "softmax" and (type(callee.value) is not cst.Name or callee.value.value != "self"):
+                return None
+        elif kind is cst.Name and self.facts.canonical(callee) not in _SOFTMAX:
+            return None
         key = (id(call), id(fn))
         known = self._softmaxes.get(key)
         if known is not None and known[0] is call:
@@ -818,8 +831,6 @@ class Semantics:
         # ``self._softmaxes``, and a cycle would keep the whole tree alive until Python's
         # collector runs (which lint workers pause).
         callee = call.func
-        if type(callee) is cst.Attribute and callee.attr.value != "softmax" and self_attribute(callee) is None:
-            return None  # not ``F.softmax``, ``x.softmax`` nor ``self.softmax``: the commonest call
         module = self.module
         func = self.facts.canonical(callee) or ""
         args = positional(call)
@@ -829,7 +840,7 @@ class Semantics:
         if (
             method_name(call) == "softmax"
             and not func.startswith("torch.")
-            and isinstance(call.func, cst.Attribute)
+            and type(call.func) is cst.Attribute
             and self_attribute(call.func) is None
         ):
             dim = args[0] if args else keyword(call, "dim")
@@ -845,9 +856,9 @@ class Semantics:
     def _softmax_module(self, func: cst.BaseExpression, fn: FunctionFacts | None) -> cst.Call | None:
         if self_attribute(func) is None and type(func) is not cst.Call:
             return None
-        candidates = [func] if isinstance(func, cst.Call) else [v for v, _ in self.values(func, fn)]
+        candidates = [func] if type(func) is cst.Call else [v for v, _ in self.values(func, fn)]
         for value in candidates:
-            if isinstance(value, cst.Call) and self.facts.canonical(value.func) == "torch.nn.Softmax":
+            if type(value) is cst.Call and self.facts.canonical(value.func) == "torch.nn.Softmax":
                 return value
         return None
 
@@ -858,8 +869,8 @@ class Semantics:
         kind = type(node)
         if kind is cst.BinaryOperation and type(node.operator) is cst.MatrixMultiply:
             return [node.left, node.right]
-        if kind is not cst.Call:
-            return None
+        if kind is not cst.Call or (type(node.func) is cst.Attribute and node.func.attr.value not in _PRODUCT_NAMES):
+            return None  # no alias expansion changes a dotted callee's last name
         func = self.facts.canonical(node.func) or ""
         args = positional(node)
         if func in _PRODUCTS or func.endswith(".einsum"):
@@ -868,7 +879,7 @@ class Semantics:
             if func.endswith("baddbmm"):
                 return args[1:3] if len(args) >= 3 else None
             return args[:2] if len(args) >= 2 else None
-        if method_name(node) in {"matmul", "bmm"} and isinstance(node.func, cst.Attribute) and args:
+        if method_name(node) in {"matmul", "bmm"} and type(node.func) is cst.Attribute and args:
             return [node.func.value, args[0]]
         return None
 
@@ -927,7 +938,7 @@ class Semantics:
         if product is None:
             return False
         other = product.right if product.left is softmax.call else product.left
-        found = self.softmax(other, fn) if isinstance(other, cst.Call) else None
+        found = self.softmax(other, fn) if type(other) is cst.Call else None
         return (
             found is not None
             and found.dim is not None
@@ -941,7 +952,8 @@ class Semantics:
         found = self._multiplications_in.get(id(fn))
         if found is None:
             found = {}
-            for node in subtree.preorder(fn.node.body):
+            preorder = fn.preorder
+            for node in preorder.nodes[preorder.where[id(fn.node.body)]:]:  # the body: the last child
                 if type(node) is cst.BinaryOperation and type(node.operator) is cst.Multiply:
                     found[id(node.left)] = found[id(node.right)] = node
             self._multiplications_in[id(fn)] = found
@@ -957,15 +969,15 @@ class Semantics:
         if operands is not None:
             self._record_product(expr, operands, fn, out)
             return
-        if isinstance(expr, cst.Name):
+        if type(expr) is cst.Name:
             for value, vfn in self.values(expr, fn):
                 if vfn is not None and not self._after_and_from(value, vfn, out.softmax.call, fn):
                     self._walk_scores(value, vfn, out, seen)
-        elif isinstance(expr, cst.Subscript):
+        elif type(expr) is cst.Subscript:
             self._walk_scores(expr.value, fn, out, seen)
-        elif isinstance(expr, cst.BinaryOperation):
+        elif type(expr) is cst.BinaryOperation:
             self._walk_binary(expr, fn, out, seen)
-        elif isinstance(expr, cst.Call):
+        elif type(expr) is cst.Call:
             self._walk_call(expr, fn, out, seen)
 
     def _after_and_from(
@@ -981,8 +993,7 @@ class Semantics:
     def _layout(self, fn: FunctionFacts) -> _Layout:
         found = self._orders.get(id(fn))
         if found is None:
-            found = _Layout(fn.node)
-            self._orders[id(fn)] = found
+            found = self._orders[id(fn)] = _Layout(fn.preorder)
         return found
 
     def unreachable(self, value: cst.CSTNode, read: cst.CSTNode, fn: FunctionFacts) -> bool:
@@ -991,15 +1002,11 @@ class Semantics:
         ``attention_scores``), or later with no loop around both (SAM's ``q = q * self.scale``
         after ``attn_bias`` was computed from ``q``). Nodes facts.py built (``x /= s`` as
         ``x / s``, ``a, b = t`` as ``t[0]``) stand for their first parsed part."""
-        where = self._layout(fn).where
-        written, seen_at = where.get(id(_written(value))), where.get(id(read))
+        layout = self._layout(fn)
+        written, seen_at = layout.where.get(id(_written(value))), layout.where.get(id(read))
         if written is None or seen_at is None:
             return False
-        if seen_at[1]:
-            chosen = dict(written[1])
-            if any(chosen.get(branch, arm) != arm for branch, arm in seen_at[1]):
-                return True
-        return written[0] > seen_at[0] and not (written[2] & seen_at[2])
+        return layout.apart(written, seen_at) or (written > seen_at and not layout.looped(written, seen_at))
 
     def _consumes(self, expr: cst.BaseExpression, fn: FunctionFacts | None, target: cst.Call) -> bool:
         """Whether ``expr`` is computed from ``target``'s result. A name rebound after the
@@ -1011,13 +1018,13 @@ class Semantics:
             current, where = queue.popleft()
             nodes = list(_walk_expression(current))
             local = {  # ``for lin, x in ...`` binds names of its own, not the function's
-                n.value for c in nodes if isinstance(c, cst.CompFor)
-                for n in _walk_expression(c.target) if isinstance(n, cst.Name)
+                n.value for c in nodes if type(c) is cst.CompFor
+                for n in _walk_expression(c.target) if type(n) is cst.Name
             }
             for node in nodes:
                 if node is target:
                     return True
-                if isinstance(node, cst.Name) and node.value not in local:
+                if type(node) is cst.Name and node.value not in local:
                     for value, vfn in self.values(node, where):
                         if id(value) not in seen:
                             seen.add(id(value))
@@ -1029,12 +1036,12 @@ class Semantics:
     ) -> None:
         left = self.reaches_product(expr.left, fn)
         right = self.reaches_product(expr.right, fn)
-        if left and right and isinstance(expr.operator, (cst.Multiply, cst.Divide)):
+        if left and right and type(expr.operator) in (cst.Multiply, cst.Divide):
             # ``q @ k * q.size(-1) ** -0.5``: a Python scalar is a factor, never the scores, even
             # when its tensor's name is rebound to an attention output later in the function.
             left, right = not self.is_scalar(expr.left, fn), not self.is_scalar(expr.right, fn)
         if left == right:
-            if left and isinstance(expr.operator, (cst.Add, cst.Subtract)):
+            if left and type(expr.operator) in (cst.Add, cst.Subtract):
                 self._walk_terms(expr, lambda side: self._walk_scores(side, fn, out, seen), out)
             elif left:
                 self._walk_scores(expr.left, fn, out, seen)
@@ -1042,11 +1049,11 @@ class Semantics:
             return
         scores, other = (expr.left, expr.right) if left else (expr.right, expr.left)
         op = expr.operator
-        if isinstance(op, (cst.Multiply, cst.Divide)):
-            self._other_factor(expr, other, isinstance(op, cst.Divide) and other is expr.right, fn, out)
-        elif isinstance(op, (cst.Add, cst.Subtract)) and not _is_tf_style_mask_term(other, self):
+        if type(op) in (cst.Multiply, cst.Divide):
+            self._other_factor(expr, other, type(op) is cst.Divide and other is expr.right, fn, out)
+        elif type(op) in (cst.Add, cst.Subtract) and not _is_tf_style_mask_term(other, self):
             self._other_term(expr, other, fn, out)
-        elif isinstance(op, (cst.Add, cst.Subtract)):
+        elif type(op) in (cst.Add, cst.Subtract):
             self._walk_tf_style(scores, fn, out, seen)  # ``scores * mask - 1e4 * (1 - mask)`` is fine
             return
         self._walk_scores(scores, fn, out, seen)
@@ -1066,7 +1073,7 @@ class Semantics:
     def _walk_tf_style(
         self, scores: cst.BaseExpression, fn: FunctionFacts, out: Pipeline, seen: set[int]
     ) -> None:
-        if isinstance(scores, cst.BinaryOperation):
+        if type(scores) is cst.BinaryOperation:
             for side in (scores.left, scores.right):
                 if self.reaches_product(side, fn):
                     self._walk_scores(side, fn, out, seen)
@@ -1077,7 +1084,7 @@ class Semantics:
         method = method_name(call)
         func = self.facts.canonical(call.func) or ""
         args = positional(call)
-        receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
+        receiver = call.func.value if type(call.func) is cst.Attribute else None
         if (
             method in {"mul", "mul_", "multiply", "div", "div_", "divide", "true_divide"}
             and args
@@ -1113,10 +1120,10 @@ class Semantics:
     ) -> None:
         out.products.append(node)
         out.operands.extend(operands)
-        rank = self.rank(node, fn) if isinstance(node, cst.Call) else None
+        rank = self.rank(node, fn) if type(node) is cst.Call else None
         ranks = [rank] if rank is not None else [self.rank(o, fn) for o in operands]
         out.ranks.extend(r for r in ranks if r is not None)
-        if isinstance(node, cst.Call):
+        if type(node) is cst.Call:
             alpha = keyword(node, "alpha")
             if alpha is not None and (self.facts.canonical(node.func) or "").endswith("baddbmm"):
                 out.factors.append(Factor(alpha, alpha, False, fn))
@@ -1143,21 +1150,21 @@ class Semantics:
         if id(expr) in seen or fn is None or len(seen) > 60:
             return
         seen.add(id(expr))
-        if isinstance(expr, cst.Name):
+        if type(expr) is cst.Name:
             for value, vfn in self.values(expr, fn):
                 self._walk_operand(value, vfn, out, seen)
-        elif isinstance(expr, cst.Subscript):
+        elif type(expr) is cst.Subscript:
             self._walk_operand(expr.value, fn, out, seen)
-        elif isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Multiply, cst.Divide)):
+        elif type(expr) is cst.BinaryOperation and type(expr.operator) in (cst.Multiply, cst.Divide):
             if self.is_scalar(expr.right, fn):
-                out.factors.append(Factor(expr, expr.right, isinstance(expr.operator, cst.Divide), fn))
+                out.factors.append(Factor(expr, expr.right, type(expr.operator) is cst.Divide, fn))
                 self._walk_operand(expr.left, fn, out, seen)
-            elif isinstance(expr.operator, cst.Multiply) and self.is_scalar(expr.left, fn):
+            elif type(expr.operator) is cst.Multiply and self.is_scalar(expr.left, fn):
                 out.factors.append(Factor(expr, expr.left, False, fn))
                 self._walk_operand(expr.right, fn, out, seen)
-        elif isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Add, cst.Subtract)):
+        elif type(expr) is cst.BinaryOperation and type(expr.operator) in (cst.Add, cst.Subtract):
             self._walk_terms(expr, lambda side: self._walk_operand(side, fn, out, seen), out)
-        elif isinstance(expr, cst.Call):
+        elif type(expr) is cst.Call:
             self._walk_operand_call(expr, fn, out, seen)
 
     def _walk_operand_call(self, call: cst.Call, fn: FunctionFacts, out: Pipeline, seen: set[int]) -> None:
@@ -1171,13 +1178,13 @@ class Semantics:
         args = positional(call)
         if method in {"mul", "mul_", "div", "div_", "divide"} and args and self.is_scalar(args[0], fn):
             out.factors.append(Factor(call, args[0], method.startswith("div"), fn))
-        if isinstance(call.func, cst.Attribute) and not self_attribute(call.func):
+        if type(call.func) is cst.Attribute and not self_attribute(call.func):
             self._walk_operand(call.func.value, fn, out, seen)
             return  # a method's arguments (view sizes, dims) are not q or k
         for index, arg in enumerate(args):
             # the tensor a helper reshapes may be scaled in place: ``self._shape(q_proj(x) * s, ...)``
-            if isinstance(arg, (cst.Name, cst.Call, cst.Subscript)) or (
-                index == 0 and isinstance(arg, cst.BinaryOperation)
+            if type(arg) in (cst.Name, cst.Call, cst.Subscript) or (
+                index == 0 and type(arg) is cst.BinaryOperation
             ):
                 self._walk_operand(arg, fn, out, seen)
 
@@ -1185,23 +1192,23 @@ class Semantics:
         """A Python or 0-d scale factor rather than a tensor (mask, cos, sin)."""
         if depth > 6:
             return False
-        name = expr.value if isinstance(expr, cst.Name) else self_attribute(expr)
+        name = expr.value if type(expr) is cst.Name else self_attribute(expr)
         if name is not None:
             if _SCALE_NAME.search(name) or name_quantity(name):
                 return True
             hop = self.single(expr, fn)
             return hop is not None and self.is_scalar(hop[0], hop[1], depth + 1)
-        if isinstance(expr, cst.Attribute) and _SCALE_NAME.search(expr.attr.value):
+        if type(expr) is cst.Attribute and _SCALE_NAME.search(expr.attr.value):
             return True  # a sub-module's scale: diffusers' ``query * self.attn.scale``
         if number(expr) is not None or self.quantity(expr, fn) is not None:
             return True
-        if isinstance(expr, cst.Subscript):
+        if type(expr) is cst.Subscript:
             return self._is_shape(expr.value)
-        if isinstance(expr, cst.BinaryOperation):
-            if isinstance(expr.operator, cst.Power):
+        if type(expr) is cst.BinaryOperation:
+            if type(expr.operator) is cst.Power:
                 return number(expr.right) is not None and self.is_scalar(expr.left, fn, depth + 1)
             return self.is_scalar(expr.left, fn, depth + 1) and self.is_scalar(expr.right, fn, depth + 1)
-        if isinstance(expr, cst.Call):
+        if type(expr) is cst.Call:
             func = self.facts.canonical(expr.func) or ""
             method = method_name(expr)
             if func.startswith("math.") or func in {
@@ -1257,14 +1264,14 @@ class Semantics:
         value = number(expr)
         if value is not None:
             return [] if value == 1 else [Term("const", power, self.code(expr))]
-        if isinstance(expr, cst.Name) or self_attribute(expr):
+        if type(expr) is cst.Name or self_attribute(expr):
             hop = self.single(expr, fn)
             if hop is not None:
                 return self.terms(hop[0], hop[1], power, operands, depth + 1)
             return [Term(None, power, self.code(expr))]
-        if isinstance(expr, cst.BinaryOperation):
+        if type(expr) is cst.BinaryOperation:
             return self._binary_terms(expr, fn, power, operands, depth)
-        if isinstance(expr, cst.Call):
+        if type(expr) is cst.Call:
             return self._call_terms(expr, fn, power, operands, depth)
         return [Term(None, power, self.code(expr))]
 
@@ -1278,11 +1285,11 @@ class Semantics:
     ) -> list[Term]:
         op = expr.operator
         left = self.terms(expr.left, fn, power, operands, depth + 1)
-        if isinstance(op, cst.Multiply):
+        if type(op) is cst.Multiply:
             return left + self.terms(expr.right, fn, power, operands, depth + 1)
-        if isinstance(op, (cst.Divide, cst.FloorDivide)):
+        if type(op) in (cst.Divide, cst.FloorDivide):
             return left + self.terms(expr.right, fn, -power, operands, depth + 1)
-        if isinstance(op, cst.Power) and number(expr.right) is not None:
+        if type(op) is cst.Power and number(expr.right) is not None:
             return self.terms(expr.left, fn, power * (number(expr.right) or 0.0), operands, depth + 1)
         return [Term(None, power, self.code(expr))]
 
@@ -1301,7 +1308,7 @@ class Semantics:
             return self.terms(args[0], fn, power * (number(args[1]) or 0.0), operands, depth + 1)
         if func in {"torch.tensor", "torch.as_tensor", "float", "int", "torch.scalar_tensor"} and args:
             return self.terms(args[0], fn, power, operands, depth + 1)
-        if isinstance(call.func, cst.Attribute) and not args:
+        if type(call.func) is cst.Attribute and not args:
             receiver = call.func.value
             if method == "sqrt":
                 return self.terms(receiver, fn, power * 0.5, operands, depth + 1)
@@ -1309,7 +1316,7 @@ class Semantics:
                 return self.terms(receiver, fn, power * -0.5, operands, depth + 1)
             if method in {"float", "double", "item", "half"}:
                 return self.terms(receiver, fn, power, operands, depth + 1)
-        if method == "to" and isinstance(call.func, cst.Attribute):
+        if method == "to" and type(call.func) is cst.Attribute:
             return self.terms(call.func.value, fn, power, operands, depth + 1)
         return [Term(None, power, self.code(call))]
 
@@ -1333,7 +1340,7 @@ class Semantics:
         if id(expr) in found.seen or depth > 10:
             return
         found.seen.add(id(expr))
-        label = expr.value if isinstance(expr, cst.Name) else self_attribute(expr)
+        label = expr.value if type(expr) is cst.Name else self_attribute(expr)
         if label is not None:
             if _MASK_NAME.search(label):
                 found.names.append(label)
@@ -1351,11 +1358,11 @@ class Semantics:
         self, node: cst.CSTNode, fn: FunctionFacts | None, found: _MaskEvidence, depth: int
     ) -> None:
         binary, additive = found.binary, found.additive
-        if isinstance(node, (cst.Name, cst.Attribute)) and (
-            isinstance(node, cst.Name) or self_attribute(node)
+        if type(node) in (cst.Name, cst.Attribute) and (
+            type(node) is cst.Name or self_attribute(node)
         ):
             self._mask_lineage(node, fn, found, depth + 1)
-        elif isinstance(node, cst.Call):
+        elif type(node) is cst.Call:
             func = self.facts.canonical(node.func) or ""
             method = method_name(node) or ""
             if func in {
@@ -1368,9 +1375,9 @@ class Semantics:
                 binary.append(f"{self.code(node)} is 0/1")
             if method in {"masked_fill", "masked_fill_", "log"} or "finfo" in func or func == "torch.where":
                 additive.append(self.code(node))
-        elif isinstance(node, cst.Comparison):
+        elif type(node) is cst.Comparison:
             binary.append(f"{self.code(node)} is a bool comparison")
-        elif isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        elif type(node) is cst.UnaryOperation and type(node.operator) is cst.Minus:
             value = number(node)
             if (value is not None and value <= -100) or is_infinite(node, self.facts):
                 additive.append(self.code(node))
@@ -1414,14 +1421,14 @@ class Semantics:
             return names
         names = set()
         for node in _walk_expression(fn.node.body):
-            if not isinstance(node, (cst.For, cst.CompFor)):
+            if type(node) not in (cst.For, cst.CompFor):
                 continue
             containers = [
                 n for n in _walk_expression(node.iter)
                 if (a := self_attribute(n)) is not None and self._is_module_container(fn.owner, a)
             ]
             if containers:
-                names.update(n.value for n in _walk_expression(node.target) if isinstance(n, cst.Name))
+                names.update(n.value for n in _walk_expression(node.target) if type(n) is cst.Name)
         self._iterated[id(fn)] = names
         return names
 
@@ -1436,7 +1443,7 @@ class Semantics:
             values = klass.attributes.get(attr, []) if klass is not None else []
             return any(
                 self.facts.canonical(v) in {"torch.nn.Parameter", "nn.Parameter"}
-                or (isinstance(v, cst.Call) and (self.facts.canonical(v.func) or "").endswith("Parameter"))
+                or (type(v) is cst.Call and (self.facts.canonical(v.func) or "").endswith("Parameter"))
                 for v in values
             )
         short = kind.rsplit(".", 1)[-1]
@@ -1449,9 +1456,7 @@ class Semantics:
     ) -> list[tuple[FunctionFacts, cst.Attribute]]:
         """Uses of ``self.attr`` outside ``__init__``, not counting calls whose result is discarded."""
         refs = self.index.attr_refs.get((id(klass), attr), [])
-        return [
-            (fn, node) for fn, node in refs if fn.name != "__init__" and id(node) not in self.index.bare_calls
-        ]
+        return [(fn, node) for fn, node in refs if id(node) not in self.index.bare_calls]
 
     def is_bare_call(self, call: cst.Call) -> bool:
         return id(call) in self.index.bare_calls
@@ -1490,10 +1495,10 @@ class Semantics:
             return self.module_kind(owner, attr) is None or self.is_projection_module(owner, attr)
         # The Annotated Transformer's style: ``self.linears[-1](x)``, and
         # ``lin(x) for lin, x in zip(self.linears, (query, key, value))``.
-        container = self_attribute(call.func.value) if isinstance(call.func, cst.Subscript) else None
+        container = self_attribute(call.func.value) if type(call.func) is cst.Subscript else None
         if container is not None:
             return self._is_module_container(owner, container)
-        if isinstance(call.func, cst.Name) and fn is not None:
+        if type(call.func) is cst.Name and fn is not None:
             return call.func.value in self._modules_iterated(fn)
         func = self.facts.canonical(call.func) or ""
         if func in {
@@ -1514,31 +1519,31 @@ class Semantics:
         if id(expr) in seen or fn is None or len(seen) > 80:
             return False, []
         seen.add(id(expr))
-        if isinstance(expr, cst.Name):
+        if type(expr) is cst.Name:
             raw = [expr.value] if expr.value in fn.params and expr.value != "self" else []
             projected = False
             for value, vfn in self.values(expr, fn):
                 p, r = self.provenance(value, vfn, seen)
                 projected, raw = projected or p, raw + r
             return projected, raw
-        if isinstance(expr, cst.Subscript):
+        if type(expr) is cst.Subscript:
             return self.provenance(expr.value, fn, seen)
-        if isinstance(expr, cst.Attribute):
+        if type(expr) is cst.Attribute:
             if self_attribute(expr) is not None or expr.attr.value in {"shape", "dtype", "device"}:
                 return False, []
             return self.provenance(expr.value, fn, seen)
-        if isinstance(expr, cst.BinaryOperation):
-            if isinstance(expr.operator, cst.MatrixMultiply) and (
+        if type(expr) is cst.BinaryOperation:
+            if type(expr.operator) is cst.MatrixMultiply and (
                 self_attribute(_base(expr.left)) or self_attribute(_base(expr.right))
             ):
                 return True, []
             return _merge(self.provenance(expr.left, fn, seen), self.provenance(expr.right, fn, seen))
-        if isinstance(expr, (cst.Tuple, cst.List)):
+        if type(expr) in (cst.Tuple, cst.List):
             result: tuple[bool, list[str]] = (False, [])
             for element in expr.elements:
                 result = _merge(result, self.provenance(element.value, fn, seen))
             return result
-        if isinstance(expr, cst.Call):
+        if type(expr) is cst.Call:
             return self._call_provenance(expr, fn, seen)
         return False, []
 
@@ -1546,14 +1551,13 @@ class Semantics:
         if self.is_projection_call(call, fn):
             return True, []
         result: tuple[bool, list[str]] = (False, [])
-        if isinstance(call.func, cst.Attribute) and self_attribute(call.func) is None:
+        if type(call.func) is cst.Attribute and self_attribute(call.func) is None:
             result = self.provenance(call.func.value, fn, seen)
             if method_name(call) not in {"matmul", "bmm", "mul", "add", "masked_fill"}:
                 return result
         for arg in positional(call):
-            if isinstance(
-                arg,
-                (cst.Name, cst.Call, cst.Subscript, cst.BinaryOperation, cst.List, cst.Tuple, cst.Attribute),
+            if type(arg) in (
+                cst.Name, cst.Call, cst.Subscript, cst.BinaryOperation, cst.List, cst.Tuple, cst.Attribute
             ):
                 result = _merge(result, self.provenance(arg, fn, seen))
         return result
@@ -1568,20 +1572,20 @@ class Semantics:
 
     def _reshapes(self, fn: FunctionFacts, test) -> list[tuple[cst.Call, cst.BaseExpression]]:
         found = []
+        owner = fn.owner
         for call in fn.calls:
             tensor = test(call, self)
             if tensor is not None:
                 found.append((call, tensor))
                 continue
             attr = self_attribute(call.func)
-            helper = fn.owner.methods.get(attr) if fn.owner is not None and attr else None
+            helper = owner.methods.get(attr) if owner is not None and attr else None
+            if helper is None or helper is fn or len(helper.params) < 2:
+                continue
             args = positional(call)
-            if helper is not None and helper is not fn and args and len(helper.params) > 1:
-                param = helper.params[1]
-                if any(
-                    isinstance(t, cst.Name) and t.value == param for _, t in self._reshapes_here(helper, test)
-                ):
-                    found.append((call, args[0]))
+            param = helper.params[1]
+            if args and any(type(t) is cst.Name and t.value == param for _, t in self._reshapes_here(helper, test)):
+                found.append((call, args[0]))
         return found
 
     def _reshapes_here(self, fn: FunctionFacts, test) -> list[tuple[cst.Call, cst.BaseExpression]]:
@@ -1613,9 +1617,9 @@ class Semantics:
             if id(expr) in seen:
                 continue
             seen[id(expr)] = expr
-            if isinstance(expr, cst.Call) and (self.is_projection_call(expr, fn) or self.softmax(expr, fn)):
+            if type(expr) is cst.Call and (self.is_projection_call(expr, fn) or self.softmax(expr, fn)):
                 continue
-            if isinstance(expr, cst.Name):
+            if type(expr) is cst.Name:
                 stack.extend(v for v, _ in self.values(expr, fn))
             else:
                 stack.extend(_value_parts(expr))
@@ -1655,7 +1659,7 @@ class Semantics:
             current = queue.popleft()
             if id(current) in targets:
                 return True
-            parts = [v for v, _ in self.values(current, fn)] if isinstance(current, cst.Name) else _value_parts(current)
+            parts = [v for v, _ in self.values(current, fn)] if type(current) is cst.Name else _value_parts(current)
             for part in parts:
                 if id(part) not in seen:
                     seen.add(id(part))
@@ -1720,7 +1724,7 @@ def _count_axes(side: str) -> int:
 
 def _is_big_literal(node: cst.CSTNode) -> bool:
     """A literal like 10000 or 1e9: the magnitude of an additive mask's fill."""
-    return isinstance(node, (cst.Integer, cst.Float)) and abs(float(node.evaluated_value)) >= 1e4
+    return type(node) in (cst.Integer, cst.Float) and abs(number_value(node)) >= 1e4  # type: ignore[arg-type]
 
 
 def _walk_expression(expr: cst.CSTNode) -> Iterator[cst.CSTNode]:
@@ -1728,7 +1732,7 @@ def _walk_expression(expr: cst.CSTNode) -> Iterator[cst.CSTNode]:
     nested scopes. The condition of ``a if cond else b`` and the module or function called
     (``self.pos_embed`` in ``self.pos_embed(q)``, whose constructor arguments are not its
     output) are not part of the value."""
-    stack = [expr]
+    stack, readers = [expr], subtree.READERS
     while stack:
         node = stack.pop()
         yield node
@@ -1745,7 +1749,7 @@ def _walk_expression(expr: cst.CSTNode) -> Iterator[cst.CSTNode]:
         if kind is cst.Call and (type(node.func) is cst.Name or self_attribute(node.func)):
             stack.extend(node.args)
             continue
-        stack.extend(subtree.children(node))
+        stack.extend(readers[kind](node))
 
 
 _LAYOUT_METHODS = {
@@ -1757,24 +1761,24 @@ _LAYOUT_METHODS = {
 def _value_parts(expr: cst.CSTNode) -> list[cst.CSTNode]:
     """The tensors ``expr``'s value is computed from, one level down: not the sizes a view
     takes, not a tensor's ``.shape``, not an IfExp condition, not the callee of a call."""
-    if isinstance(expr, cst.Attribute):
+    if type(expr) is cst.Attribute:
         keep = self_attribute(expr) is None and expr.attr.value not in {"shape", "dtype", "device"}
         return [expr.value] if keep else []
-    if isinstance(expr, cst.Subscript):
+    if type(expr) is cst.Subscript:
         return [expr.value]
-    if isinstance(expr, cst.Call):
+    if type(expr) is cst.Call:
         arguments = [a.value for a in expr.args]
-        if isinstance(expr.func, cst.Attribute) and self_attribute(expr.func) is None:
+        if type(expr.func) is cst.Attribute and self_attribute(expr.func) is None:
             method = expr.func.attr.value
             return [expr.func.value] + ([] if method in _LAYOUT_METHODS else arguments)
         return arguments
-    if isinstance(expr, cst.BinaryOperation):
+    if type(expr) is cst.BinaryOperation:
         return [expr.left, expr.right]
-    if isinstance(expr, cst.UnaryOperation):
+    if type(expr) is cst.UnaryOperation:
         return [expr.expression]
-    if isinstance(expr, cst.IfExp):
+    if type(expr) is cst.IfExp:
         return [expr.body, expr.orelse]
-    if isinstance(expr, (cst.Tuple, cst.List)):
+    if type(expr) in (cst.Tuple, cst.List):
         return [e.value for e in expr.elements]
     return []
 
@@ -1784,7 +1788,7 @@ def _is_tf_style_mask_term(other: cst.BaseExpression, sem: Semantics) -> bool:
     code = sem.module.code_for_node(other)
     nodes = list(_walk_expression(other))
     complement = any(  # ``(1 - b)``: GPT-1's ``w * b + -1e4 * (1 - b)`` names its mask ``b``
-        isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Subtract) and number(n.left) == 1
+        type(n) is cst.BinaryOperation and type(n.operator) is cst.Subtract and number(n.left) == 1
         for n in nodes
     )
     return (
@@ -1827,12 +1831,12 @@ def _base(expr: cst.BaseExpression) -> cst.BaseExpression:
     """``self.W`` for ``self.W.t()`` or ``self.W.T``: what a method chain starts from."""
     while True:
         if (
-            isinstance(expr, cst.Call)
-            and isinstance(expr.func, cst.Attribute)
+            type(expr) is cst.Call
+            and type(expr.func) is cst.Attribute
             and not self_attribute(expr.func)
         ):
             expr = expr.func.value
-        elif isinstance(expr, cst.Attribute) and self_attribute(expr) is None:
+        elif type(expr) is cst.Attribute and self_attribute(expr) is None:
             expr = expr.value
         else:
             return expr
@@ -1844,15 +1848,16 @@ def _merge(a: tuple[bool, list[str]], b: tuple[bool, list[str]]) -> tuple[bool, 
 
 def _shape_args(call: cst.Call) -> list[cst.BaseExpression]:
     args = positional(call)
-    if len(args) == 1 and isinstance(args[0], (cst.Tuple, cst.List)):
+    if len(args) == 1 and type(args[0]) in (cst.Tuple, cst.List):
         return [e.value for e in args[0].elements]
     return args
 
 
 def _rearrange_sides(call: cst.Call, sem: Semantics) -> tuple[str, str] | None:
-    func = sem.facts.canonical(call.func) or ""
+    if not (sem.facts.canonical(call.func) or "").endswith("rearrange"):
+        return None
     args = positional(call)
-    if not func.endswith("rearrange") or len(args) < 2:
+    if len(args) < 2:
         return None
     pattern = string_value(args[1])
     if not pattern or "->" not in pattern:
@@ -1863,9 +1868,9 @@ def _rearrange_sides(call: cst.Call, sem: Semantics) -> tuple[str, str] | None:
 
 def _is_split(call: cst.Call, sem: Semantics) -> cst.BaseExpression | None:
     method = method_name(call)
-    if method in {"view", "reshape"} and isinstance(call.func, cst.Attribute) and len(_shape_args(call)) >= 4:
+    if method in {"view", "reshape"} and type(call.func) is cst.Attribute and len(_shape_args(call)) >= 4:
         return call.func.value
-    if method == "unflatten" and isinstance(call.func, cst.Attribute):
+    if method == "unflatten" and type(call.func) is cst.Attribute:
         return call.func.value
     sides = _rearrange_sides(call, sem)
     if sides is not None and "(" in sides[0] and _count_axes(sides[1]) > _count_axes(sides[0]):
@@ -1875,7 +1880,7 @@ def _is_split(call: cst.Call, sem: Semantics) -> cst.BaseExpression | None:
 
 def _is_merge(call: cst.Call, sem: Semantics) -> cst.BaseExpression | None:
     method = method_name(call)
-    if not isinstance(call.func, cst.Attribute) and _rearrange_sides(call, sem) is None:
+    if type(call.func) is not cst.Attribute and _rearrange_sides(call, sem) is None:
         return None
     if method in {"view", "reshape"} and len(_shape_args(call)) == 3:
         return call.func.value  # type: ignore[union-attr]

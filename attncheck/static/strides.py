@@ -8,6 +8,7 @@ adding a singleton or keeping the shape are all fine. This module reads the
 literal transposes a tensor went through and the sizes a view asks for (``-1``
 and names are sizes it cannot evaluate) and answers "merges separated dims",
 "compatible" or "cannot tell". Nothing is evaluated and torch is never imported.
+Node classes are tested exactly (``type(node) is cst.Call``), as in ``facts``.
 """
 
 from __future__ import annotations
@@ -104,11 +105,11 @@ def transpose_step(node: cst.BaseExpression, tracer: Tracer) -> tuple[Step, cst.
     ``x.permute([1, 0, 2])``, ``x.mT``, ``x.T``, ``x.t()``, ``x.movedim(1, 2)``.
     ``self.t(x)`` (a submodule named ``t``) is a call, not a transpose.
     """
-    if isinstance(node, cst.Attribute) and node.attr.value in ("T", "H"):
+    if type(node) is cst.Attribute and node.attr.value in ("T", "H"):
         return Step("reverse"), node.value
-    if isinstance(node, cst.Attribute) and node.attr.value in ("mT", "mH"):
+    if type(node) is cst.Attribute and node.attr.value in ("mT", "mH"):
         return Step("swap", (-2, -1)), node.value
-    if not isinstance(node, cst.Call) or self_attribute(node.func) is not None:
+    if type(node) is not cst.Call or self_attribute(node.func) is not None:
         return None
     canonical = tracer.facts.canonical(node.func) or ""
     functional = canonical in ("torch.transpose", "torch.permute", "torch.swapaxes", "torch.movedim")
@@ -127,7 +128,7 @@ def transpose_step(node: cst.BaseExpression, tracer: Tracer) -> tuple[Step, cst.
     if method == "t":
         return (Step("swap", (0, 1)), tensor) if not rest else None
     values = [a.value for a in rest if a.keyword is None and not a.star]
-    if method == "permute" and len(values) == 1 and isinstance(values[0], (cst.Tuple, cst.List)):
+    if method == "permute" and len(values) == 1 and type(values[0]) in (cst.Tuple, cst.List):
         values = [e.value for e in values[0].elements]
     dims = tuple(_integer(v) for v in values)
     kind = {"permute": "permute", "movedim": "move"}.get(method, "swap")
@@ -151,10 +152,10 @@ def reordering(node: cst.BaseExpression, tracer: Tracer, fn: FunctionFacts | Non
     first: cst.BaseExpression | None = None
     permute_rank: int | None = None
     for _ in range(16):
-        if isinstance(node, cst.Call) and method_name(node) in KEEPS_STRIDES:
+        if type(node) is cst.Call and method_name(node) in KEEPS_STRIDES:
             node = receiver(node)
             continue
-        if tracer.is_dropout(node, fn) and isinstance(node, cst.Call) and node.args:
+        if tracer.is_dropout(node, fn) and type(node) is cst.Call and node.args:
             node = node.args[0].value
             continue
         found = transpose_step(node, tracer)
@@ -165,7 +166,7 @@ def reordering(node: cst.BaseExpression, tracer: Tracer, fn: FunctionFacts | Non
             if step.kind == "permute" and permute_rank is None:
                 permute_rank = len(step.dims)
             continue
-        if steps and isinstance(node, cst.BinaryOperation) and isinstance(node.operator, _ELEMENTWISE):
+        if steps and type(node) is cst.BinaryOperation and type(node.operator) in _ELEMENTWISE:
             node = node.right if _is_number(node.left) else node.left
             continue
         stepped = tracer.step(node, fn)
@@ -190,10 +191,10 @@ def evident_rank(
     if found is not None:
         step, inner = found
         return len(step.dims) if step.kind == "permute" else evident_rank(inner, tracer, fn, depth + 1)
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, _ELEMENTWISE):
+    if type(node) is cst.BinaryOperation and type(node.operator) in _ELEMENTWISE:
         sides = [evident_rank(side, tracer, fn, depth + 1) for side in (node.left, node.right)]
         return max((r for r in sides if r is not None), default=None)
-    if not isinstance(node, cst.Call):
+    if type(node) is not cst.Call:
         return None
     name = method_name(node)
     if name in ("view", "reshape"):
@@ -244,7 +245,7 @@ def _size(node: cst.BaseExpression) -> _Size:
 
 
 def _factors(node: cst.BaseExpression) -> list[cst.BaseExpression]:
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply):
+    if type(node) is cst.BinaryOperation and type(node.operator) is cst.Multiply:
         return _factors(node.left) + _factors(node.right)
     return [node]
 
@@ -330,17 +331,17 @@ def view_verdict(reordering: Reordering, shape: Sequence[cst.BaseExpression] | N
 
 
 def _integer(node: cst.BaseExpression) -> int | None:
-    if isinstance(node, cst.Integer):
+    if type(node) is cst.Integer:
         return int(node.value)
     if (
-        isinstance(node, cst.UnaryOperation)
-        and isinstance(node.operator, cst.Minus)
-        and isinstance(node.expression, cst.Integer)
+        type(node) is cst.UnaryOperation
+        and type(node.operator) is cst.Minus
+        and type(node.expression) is cst.Integer
     ):
         return -int(node.expression.value)
     return None
 
 
 def _is_number(node: cst.BaseExpression) -> bool:
-    return isinstance(node, (cst.Integer, cst.Float)) or _integer(node) is not None
+    return type(node) in (cst.Integer, cst.Float) or _integer(node) is not None
 

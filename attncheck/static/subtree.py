@@ -1,8 +1,9 @@
 """Pre-order traversal of a libcst subtree that never touches trivia.
 
 The per-function analyses of ``semantics`` and ``patterns`` (source order, the
-arms of ``if`` statements, straight-line data flow) visit every expression
-node of a function, once per function. Whitespace, comments, punctuation and
+arms of ``if`` statements, straight-line data flow, the ``self.`` attributes a
+method reads) read every expression node of a function: one walk of it
+(``Preorder``) lists them for all. Whitespace, comments, punctuation and
 operator tokens are half of all nodes and none of them matters there, so
 ``fields(cls)`` keeps only the child fields of a node class whose declared type
 can hold something other than trivia: a walk neither reads nor tests the rest
@@ -11,7 +12,10 @@ the nodes it keeps is ``node_fields.children``'s.
 
 ``children`` is the inner loop of those walks, so each node class gets a reader
 of its own, generated once from the declared field types (``[n.func, *n.args]``
-for ``Call``), instead of a loop that tests every field of every node.
+for ``Call``), instead of a loop that tests every field of every node. Every
+class without such fields (``Name``, numbers, strings: four nodes in ten) gets
+the one reader ``no_children``, which a walk tests for by identity rather than
+calling it.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ import inspect
 import sys
 import typing
 from collections.abc import Callable, Iterator
-from functools import cache
+from functools import cache, cached_property
+from typing import Any
 
 import libcst as cst
 
@@ -39,6 +44,13 @@ def _concrete_subclasses(cls: type) -> Iterator[type]:
         yield from _concrete_subclasses(sub)
 
 
+@cache
+def _concrete_of(cls: type) -> frozenset[type]:
+    """``_concrete_subclasses(cls)``, kept: generating the readers asks it of every field's
+    declared type, a walk over libcst's class tree each time."""
+    return frozenset(_concrete_subclasses(cls))
+
+
 def concrete(*bases: type) -> frozenset[type]:
     """The classes a node of one of ``bases`` can have: a test of ``type(node)`` against them
     is several times cheaper than ``isinstance`` against libcst's abstract classes."""
@@ -53,12 +65,14 @@ def _holds_only(annotation: object, kinds: frozenset[type]) -> bool:
     if isinstance(annotation, type):
         if not issubclass(annotation, cst.CSTNode):
             return annotation in _NOTHING
-        return all(sub in kinds for sub in _concrete_subclasses(annotation))
+        return _concrete_of(annotation) <= kinds
     arguments = typing.get_args(annotation)
     return bool(arguments) and all(_holds_only(a, kinds) for a in arguments)
 
 
+@cache
 def _hints(cls: type) -> dict[str, object] | None:
+    """The declared types of ``cls``'s fields (kept: ``fields_beyond`` and ``_generated_reader`` ask them)."""
     try:
         return typing.get_type_hints(cls)
     except Exception:  # an annotation this libcst version cannot resolve
@@ -87,9 +101,7 @@ def _shape(annotation: object) -> str | None:
     several node classes, "many" (a sequence), "maybe" (a node or None/MaybeSentinel); None
     when the reader must test."""
     if isinstance(annotation, type):
-        never_trivia = issubclass(annotation, cst.CSTNode) and not any(
-            sub in node_fields.TRIVIA for sub in _concrete_subclasses(annotation)
-        )
+        never_trivia = issubclass(annotation, cst.CSTNode) and _concrete_of(annotation).isdisjoint(node_fields.TRIVIA)
         return "one" if never_trivia else None
     arguments = typing.get_args(annotation)
     if typing.get_origin(annotation) is collections.abc.Sequence:
@@ -124,6 +136,12 @@ def _tested(node: cst.CSTNode) -> list[cst.CSTNode]:
 Reader = Callable[[cst.CSTNode], "list[cst.CSTNode]"]
 
 
+def no_children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The reader of every class whose fields hold only trivia: a walk that finds it in
+    ``READERS`` knows the node is a leaf without calling it."""
+    return []
+
+
 class _Readers(dict[type, Reader]):
     """``READERS[type(node)](node)``: the children of ``node``, one dict lookup and one call
     (what the hottest walks do per node, rather than calling ``children``)."""
@@ -146,6 +164,8 @@ def _generated_reader(cls: type[cst.CSTNode]) -> Reader:
     shapes = [_shape(hints[name]) if hints and name in hints else None for name in names or ()]
     if names is None or None in shapes:
         found = _tested
+    elif not names:
+        found = no_children
     else:
         lines = ["def read(n):", "    out = []"]
         for name, shape in zip(names, shapes, strict=True):
@@ -176,3 +196,44 @@ def preorder(root: cst.CSTNode) -> Iterator[cst.CSTNode]:
         found = children(node)
         found.reverse()
         stack.extend(found)
+
+
+class Preorder:
+    """``nodes``: ``root`` and every non-trivia node under it in pre-order, so that a subtree's
+    nodes come in a row, from the subtree's root on; ``marked``: (the index, the node, the
+    index just past its subtree) of each node of the ``MARKED`` classes, in the order their
+    subtrees end. Built once per function (``facts.FunctionFacts.preorder``): the analyses of
+    a function read these lists rather than each walking the tree, a Python call per node."""
+
+    # The classes whose subtrees the analyses ask the extent of: the arms of branches and the
+    # loops, nested scopes, and the statements that write names.
+    MARKED = frozenset({cst.If, cst.For, cst.While, cst.FunctionDef, cst.ClassDef, cst.Lambda,
+                        cst.Assign, cst.AnnAssign, cst.AugAssign})
+
+    def __init__(self, root: cst.CSTNode) -> None:
+        nodes: list[cst.CSTNode] = []
+        marked: list[tuple[int, cst.CSTNode, int]] = []
+        stack: list[Any] = [root]  # (index, node): where node's subtree ends
+        record, readers, leaf, kinds = nodes.append, READERS, no_children, self.MARKED
+        while stack:
+            node = stack.pop()
+            kind = type(node)
+            if kind is tuple:
+                marked.append((node[0], node[1], len(nodes)))
+                continue
+            record(node)
+            read = readers[kind]
+            if read is leaf:
+                continue
+            if kind in kinds:  # none of them a leaf
+                stack.append((len(nodes) - 1, node))
+            found = read(node)
+            found.reverse()
+            stack.extend(found)
+        self.nodes = nodes
+        self.marked = marked
+
+    @cached_property
+    def where(self) -> dict[int, int]:
+        """The index of each node, by id (built when first asked: not every analysis does)."""
+        return dict(zip(map(id, self.nodes), range(len(self.nodes)), strict=True))

@@ -100,25 +100,26 @@ class _Walker:
     def replay(self, root: cst.CSTNode, events: list[tuple[cst.CSTNode, int]]) -> None:
         """The callbacks a walk from ``root`` would run, from the nodes under it it would run
         them on, in pre-order, each with the index past its subtree: where a pruned walk
-        resumes, and where its ``leave_*`` callbacks run."""
+        resumes, and where its ``leave_*`` callbacks run. The loop runs each event's callbacks
+        itself: a call of a method per event was most of a replay's own cost."""
         count = len(events)
-        pending: list[tuple[int, tuple[Callback, ...], cst.CSTNode]] = []
-        at = 0 if self._enter(root, count, pending) else count
+        plans, plan, prune = self.plans, self.plan, self.prune
+        visits, leaves, _ = plans.get(type(root)) or plan(type(root))
+        pending: list[tuple[int, tuple[Callback, ...], cst.CSTNode]] = [(count, leaves, root)] if leaves else []
+        at = 0 if self._visit(root, visits) else count
         while at < count:
             node, end = events[at]
             while pending and pending[-1][0] <= at:
                 self._leave(pending.pop())
-            at = at + 1 if self._enter(node, end, pending) else end
+            visits, leaves, _ = plans.get(type(node)) or plan(type(node))
+            if leaves:
+                pending.append((end, leaves, node))
+            at += 1
+            for callback in visits:  # every callback runs, as in libcst, even after one said no
+                if callback(node) is False and prune:
+                    at = end
         while pending:
             self._leave(pending.pop())
-
-    def _enter(self, node: cst.CSTNode, end: int,
-               pending: list[tuple[int, tuple[Callback, ...], cst.CSTNode]]) -> bool:
-        """Run ``node``'s visit callbacks, queue its leave callbacks; whether to go into it."""
-        visits, leaves, _ = self.plans.get(type(node)) or self.plan(type(node))
-        if leaves:
-            pending.append((end, leaves, node))
-        return self._visit(node, visits)
 
     def _visit(self, node: cst.CSTNode, visits: tuple[Callback, ...]) -> bool:
         """Run ``node``'s visit callbacks; whether the walk goes into it (every callback runs,

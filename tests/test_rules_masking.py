@@ -6,11 +6,11 @@ from pathlib import Path
 
 import libcst as cst
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from attncheck.static.rules.mask_fill_value import MaskFillValue
-from attncheck.static.rules.mask_polarity import declared_blocked
+from attncheck.static.rules.mask_polarity import _COMMENT, _clauses_verdict, declared_blocked
 from tests.conftest import lint_text
 from tests.test_rules_layout import apply_fixes, expected, fixture_params, reported
 
@@ -116,6 +116,34 @@ def test_seed_004_mask_comment_contradicts_code_on_the_masked_fill_line() -> Non
 )
 def test_declared_convention_is_read_from_english_and_chinese(text: str, blocked: str | None) -> None:
     assert declared_blocked(text) == blocked
+
+
+# Pieces of mask comments, the separators between clauses, the characters next to which a digit
+# is no value (``1.0``, ``[1]``, ``-1``) or a word is no word (``nonzero``, ``xTrue``), and the
+# spellings only case-insensitive matching reads as a word (the long s of ``FALſE``).
+_COMMENT_PIECES = st.sampled_from(
+    ["1", "0", "True", "TRUE", "false", "FALſE", "Zero", "zeros", "non-zero", "非零", "为零", "masked",
+     "attend", "not masked", "cannot attend", "padding", "keep", "屏蔽", "保留", " ", ",", ". ", " - ",
+     "\n", "。", ".", "[", "]", "-", "x", "_", "2024", "for", "means", "mask"]
+)
+_LINE_BREAKS = ["\n", "\r", "\r\n", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(pieces=st.lists(_COMMENT_PIECES, max_size=12))
+@example(pieces=["masked", " ", "1", ". ", "x"])  # the clause ends at the digit, the text goes on
+@example(pieces=["FALſE", " ", "masked"])
+def test_declared_blocked_rejects_quickly_only_what_no_clause_declares(pieces: list[str]) -> None:
+    text = "".join(pieces)
+    assert declared_blocked(text) == _clauses_verdict(text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(pieces=st.lists(st.sampled_from(["x = 1", "#", " # 1 masked", "s = '#'", *_LINE_BREAKS]), max_size=12))
+def test_the_comments_found_in_the_text_are_those_of_its_lines(pieces: list[str]) -> None:
+    text = "".join(pieces)
+    found = [comment[1] for comment in _COMMENT.finditer(text)]
+    assert found == [line.split("#", 1)[1] for line in text.splitlines() if "#" in line]
 
 
 @settings(max_examples=40, deadline=None)

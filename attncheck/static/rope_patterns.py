@@ -289,9 +289,18 @@ class _Nodes:
     parents: dict[int, cst.CSTNode | None] = field(default_factory=dict)  # leaves left out
     scope_of: dict[int, FunctionFacts | None] = field(default_factory=dict)  # calls, binops, subscripts
     walked: set[int] = field(default_factory=set)  # the top-level statements ``parents`` covers
+    walked_scopes: set[int] = field(default_factory=set)  # the functions whose insides it covers
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         found = self.parents.get(id(node), _UNKNOWN)
+        if found is _UNKNOWN:
+            # A call or product of a function's own scope has its parent inside that function,
+            # often a small part of the top-level class around it: that is walked first.
+            scope = self.scope_of.get(id(node))
+            if scope is not None and id(scope.node) not in self.walked_scopes:
+                self.walked_scopes.add(id(scope.node))
+                _record_parents_below(scope.node, self.parents)
+                found = self.parents.get(id(node), _UNKNOWN)
         if found is _UNKNOWN:
             for statement in self._statements_holding(node):
                 if id(statement) not in self.walked:
@@ -371,7 +380,16 @@ class _Recorder(cst.CSTVisitor):
 def _record_parents(root: cst.CSTNode, parent: cst.CSTNode, parents: dict[int, cst.CSTNode | None]) -> None:
     """The parent of ``root`` and of every node under it but leaves."""
     parents[id(parent)] = None
-    stack: list[tuple[cst.CSTNode, cst.CSTNode]] = [(root, parent)]
+    _record(parents, [(root, parent)])
+
+
+def _record_parents_below(root: cst.CSTNode, parents: dict[int, cst.CSTNode | None]) -> None:
+    """The parent of every node under ``root`` but leaves."""
+    _record(parents, [(child, root) for child in subtree.children(root) if type(child) not in _LEAVES])
+
+
+def _record(parents: dict[int, cst.CSTNode | None], stack: list[tuple[cst.CSTNode, cst.CSTNode]]) -> None:
+    """The parent of each (node, parent) of ``stack`` and of every node under it but leaves."""
     while stack:
         node, above = stack.pop()
         parents[id(node)] = above

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import libcst as cst
@@ -107,18 +108,28 @@ class CausalDiagonal(Rule):
         super().__init__(context)
         self.tracer = tracer(context)
         self.reported: set[int] = set()
+        # A triangle is a call whose callee, or the import that aliases it, says triu or tril:
+        # in most files (those that only say is_causal) no mask can be traced back to one.
+        self.triangles = "triu" in context.source.text or "tril" in context.source.text
+
+    def get_visitors(self) -> Mapping[str, cst.BatchableCSTVisitor]:
+        """Without a triangle only SDPA's ``is_causal`` is judged: no sum is visited."""
+        visitors = super().get_visitors()
+        return visitors if self.triangles else {"visit_Call": visitors["visit_Call"]}
 
     def visit_Call(self, node: cst.Call) -> None:
         facts = self.context.facts
-        fn = self.context.function
-        site = fill_site(node, facts)
-        if site is not None and is_blocking_value(site.value, facts):
-            if not self._scoring_head(site, fn):
-                self._check(site.mask, blocked=site.mask_blocks, fn=fn)
-            return
+        if self.triangles:
+            site = fill_site(node, facts)
+            if site is not None and is_blocking_value(site.value, facts):
+                fn = self.context.function
+                if not self._scoring_head(site, fn):
+                    self._check(site.mask, blocked=site.mask_blocks, fn=fn)
+                return
         if facts.canonical(node.func) != _SDPA:
             return
-        mask = argument(node, 3, "attn_mask")
+        fn = self.context.function
+        mask = argument(node, 3, "attn_mask") if self.triangles else None
         if mask is not None:
             code = self.context.module.code_for_node(self.tracer.origin(mask, fn)[0])
             self._check(mask, blocked=bool(_ADDITIVE.search(code)), fn=fn)

@@ -41,6 +41,11 @@ _MEANINGS = (
 )
 _ONES = re.compile(r"\bTrue\b|(?<![\w.\[-])1(?![\w.\]])|非零|non-?zero", re.IGNORECASE)
 _ZEROS = re.compile(r"\bFalse\b|(?<![\w.\[-])0(?![\w.\]])|为零|\bzeros?\b", re.IGNORECASE)
+# A 0 or 1 alone in a clause is alone in the text around the clause too, whose neighbours are
+# a separator's (a "." of ". " may follow the digit: unlike in _ONES, it is allowed here).
+_LONE_DIGIT = re.compile(r"(?<![\w.\[-])[01](?![\w\]])")
+# A comment: from a line's first # to the end of the line, at any line break ``splitlines`` knows.
+_COMMENT = re.compile("#([^\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]*)")
 _CONCATS = frozenset({"torch.cat", "torch.concat", "torch.concatenate"})
 _CLAUSE = re.compile(r"[,;，；。\n]|\.\s|\s-\s")
 
@@ -51,6 +56,24 @@ def declared_blocked(text: str) -> Polarity | None:
     ``"True/1 means masked"`` and ``"1 表示需要屏蔽"`` -> ones; ``"1 for tokens to
     attend, 0 for padding"`` -> zeros. Clauses that disagree make it None.
     """
+    if not _may_name_values(text):
+        return None  # most comments: no clause names the ones or the zeros
+    return _clauses_verdict(text)
+
+
+def _may_name_values(text: str) -> bool:
+    """Whether a clause of ``text`` may match _ONES or _ZEROS: each of their matches holds a lone
+    digit or one of these words, which casefolding spells as here whatever case IGNORECASE
+    matched (the long s of "falſe" included). Cheaper than either regular expression."""
+    folded = text.casefold()
+    return (
+        "true" in folded or "false" in folded or "zero" in folded or "零" in text
+        or (("0" in text or "1" in text) and _LONE_DIGIT.search(text) is not None)
+    )
+
+
+def _clauses_verdict(text: str) -> Polarity | None:
+    """``declared_blocked`` read clause by clause, with no quick rejection."""
     verdicts: set[Polarity] = set()
     for clause in _CLAUSE.split(text):
         ones, zeros = bool(_ONES.search(clause)), bool(_ZEROS.search(clause))
@@ -186,8 +209,9 @@ class MaskPolarity(Rule):
     @cached_property
     def _comments_declare(self) -> bool:
         """Whether any comment of the file states a mask convention: a comment states one
-        only if one of its lines does, so without such a line no position is needed."""
-        return any(declared_blocked(line.split("#", 1)[1]) is not None for line in self.lines if "#" in line)
+        only if one of its lines does, so without such a line no position is needed. The
+        comments are found in the text, without splitting the file into lines."""
+        return any(declared_blocked(found[1]) is not None for found in _COMMENT.finditer(self.context.source.text))
 
     def _documented(self, node: cst.Call, fn: FunctionFacts, mask_name: str) -> tuple[Polarity | None, str]:
         if self._comments_declare:
@@ -234,7 +258,7 @@ def _parameter_doc(docstring: str, name: str) -> str:
     lines = docstring.splitlines()
     for index, text in enumerate(lines):
         stripped = text.strip()
-        if re.match(rf"{re.escape(name)}\b\s*(\(|:)", stripped):
+        if stripped.startswith(name) and re.match(rf"{re.escape(name)}\b\s*(\(|:)", stripped):
             indent = len(text) - len(text.lstrip())
             entry = [stripped]
             for following in lines[index + 1 :]:

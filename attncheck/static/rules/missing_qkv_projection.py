@@ -111,11 +111,13 @@ class MissingQkvProjection(Rule):
         sem = semantics.of(self.context)
         raw_splits = []
         for call, tensor in sem.splits(forward):
-            if not sem.feeds_attention(call, forward):
-                continue  # a patchify or feature reshape, or states projected afterwards
+            # A split of projected states (most are) is settled without the walk of forward's
+            # q, k and v lineage that ``feeds_attention`` builds.
             projected, raw = sem.provenance(tensor, forward)
             data = [name for name in raw if not _NOT_DATA.search(name)]
-            if not projected and data:
+            if projected or not data:
+                continue
+            if sem.feeds_attention(call, forward):  # not a patchify, a feature reshape, states projected later
                 raw_splits.append((call, data))
         if not raw_splits:
             return

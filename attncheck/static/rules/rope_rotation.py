@@ -14,8 +14,8 @@ import re
 import libcst as cst
 
 from attncheck.findings import Severity
-from attncheck.static import node_fields
 from attncheck.static import rope_patterns as rp
+from attncheck.static import subtree
 from attncheck.static.rule import Invalid, Rule
 
 # NanoChat's rotate_half: "Rotates half the hidden dims of the input with flipped signs".
@@ -258,7 +258,7 @@ class RopeRotation(Rule):
         facts, fn = self.context.facts, index.scope(power.node)
         negative = any(
             isinstance(n, cst.UnaryOperation) and isinstance(n.operator, cst.Minus)
-            for n in _subtree(power.exponent)
+            for n in subtree.preorder(power.exponent)
         )
         if not negative and not _reciprocal(index, power):
             self.report(
@@ -268,7 +268,7 @@ class RopeRotation(Rule):
                 hint="inv_freq = 1.0 / (base ** (torch.arange(0, d, 2).float() / d))",
             )
             return
-        if not any(_divides(n) for n in _subtree(power.exponent)):
+        if not any(_divides(n) for n in subtree.preorder(power.exponent)):
             self.report(
                 power.node,
                 "the exponent arange(0, d, 2) is not divided by d: the frequencies underflow "
@@ -292,15 +292,6 @@ def _divides(node: cst.CSTNode) -> bool:
     if isinstance(node, cst.Call):
         return rp.last_name(node.func) in {"div", "divide", "true_divide"}
     return False
-
-
-def _subtree(node: cst.CSTNode) -> list[cst.CSTNode]:
-    found, stack = [], [node]
-    while stack:
-        current = stack.pop()
-        found.append(current)
-        stack.extend(node_fields.children(current))
-    return found
 
 
 def _reciprocal(index: rp.RopeIndex, power: rp.FrequencyPower) -> bool:
@@ -330,7 +321,7 @@ def _rotary_scope(index: rp.RopeIndex, power: rp.FrequencyPower) -> bool:
         return True
     if rp.ROPE_WORDS.search(scope.name.value) or rp.ROPE_WORDS.search(scope.get_docstring() or ""):
         return True
-    inside = {id(n) for n in _subtree(scope)}
+    inside = {id(n) for n in subtree.preorder(scope)}
     return any(id(w.node) in inside for w in index.widenings)
 
 
@@ -347,5 +338,5 @@ def _step_missing(facts, power: rp.FrequencyPower, fn) -> bool:
     return not any(
         isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Multiply)
         and (rp.integer(n.left) == 2 or rp.integer(n.right) == 2)
-        for n in _subtree(power.exponent)
+        for n in subtree.preorder(power.exponent)
     )

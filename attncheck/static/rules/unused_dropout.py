@@ -13,12 +13,10 @@ from attncheck.static.rule import Invalid, Rule
 
 _HINT = "apply it to the attention weights and keep the result: attn = self.dropout(attn)"
 _DROPOUT_NAME = re.compile(r"drop", re.I)
+_ATTENTION_NAME = re.compile(r"attention|attn", re.I)
 _DROPOUT_KEYWORDS = {"dropout", "dropout_p", "dropout_rate", "attention_dropout"}
-_DROPOUT_CALLS = {
-    "torch.nn.functional.dropout",
-    "torch.dropout",
-    "torch.nn.functional.scaled_dot_product_attention",
-}
+_FUNCTIONAL_DROPOUTS = {"torch.nn.functional.dropout", "torch.dropout"}
+_DROPOUT_CALLS = _FUNCTIONAL_DROPOUTS | {"torch.nn.functional.scaled_dot_product_attention"}
 
 _CLASS = """
 import math, torch, torch.nn as nn, torch.nn.functional as F
@@ -80,33 +78,29 @@ class UnusedDropout(Rule):
         if klass is None or "forward" not in klass.methods:
             return
         sem = semantics.of(self.context)
-        if not _computes_attention(sem, klass):
+        dropouts = _dropout_attributes(sem, klass)
+        discarded = _discarded_dropout_calls(sem, klass)
+        # Whether the class attends is the dearer question: asked only of one with a dropout.
+        if not (dropouts or discarded) or not _computes_attention(sem, klass):
             return  # a model head or a guider (VisualBERT, diffusers' AutoGuidance): not attention
-        for attr, values in klass.attributes.items():
-            if sem.is_dropout(klass, attr):
-                self._check_module(sem, klass, attr, values[0])
-            elif _DROPOUT_NAME.search(attr) and _is_rate(values[0]):
-                self._check_rate(sem, klass, attr, values[0])
-        for fn in klass.methods.values():
-            for call in fn.calls:
-                if sem.is_bare_call(call) and sem.facts.canonical(call.func) in {
-                    "torch.nn.functional.dropout",
-                    "torch.dropout",
-                }:
-                    self.report(
-                        call,
-                        f"{sem.code(call)} computes dropout and its result is discarded: "
-                        "dropout is not in-place",
-                        hint=_HINT,
-                    )
+        for attr, value, is_module in dropouts:
+            if is_module:
+                self._check_module(sem, klass, attr, value)
+            else:
+                self._check_rate(sem, klass, attr, value)
+        for call in discarded:
+            self.report(
+                call,
+                f"{sem.code(call)} computes dropout and its result is discarded: dropout is not in-place",
+                hint=_HINT,
+            )
 
     def _check_module(
         self, sem: semantics.Semantics, klass: ClassFacts, attr: str, value: cst.CSTNode
     ) -> None:
-        all_refs = sem.index.attr_refs.get((id(klass), attr), [])
-        used = sem.references_outside_init(klass, attr)
-        if used:
+        if _called(sem, klass, attr) or sem.references_outside_init(klass, attr):
             return
+        all_refs = sem.index.attr_refs.get((id(klass), attr), [])
         discarded = [ref for fn, ref in all_refs if fn.name != "__init__"]
         if discarded:
             self.report(
@@ -129,7 +123,9 @@ class UnusedDropout(Rule):
             )
 
     def _check_rate(self, sem: semantics.Semantics, klass: ClassFacts, attr: str, value: cst.CSTNode) -> None:
-        if sem.references_outside_init(klass, attr) or _applies_dropout(sem, klass):
+        # Dropout applied some other way is the commoner answer, and reading the class's
+        # calls is cheaper than the walk of every expression that finds the references.
+        if _applies_dropout(sem, klass) or sem.references_outside_init(klass, attr):
             return
         if semantics.number(value) == 0:
             return  # ``self.attention_dropout = 0.0``: nothing to apply
@@ -171,25 +167,60 @@ def _rate_reused(sem: semantics.Semantics, klass: ClassFacts, attr: str, value: 
     return False
 
 
+def _dropout_attributes(
+    sem: semantics.Semantics, klass: ClassFacts
+) -> list[tuple[str, cst.BaseExpression, bool]]:
+    """The class's dropout modules (True) and dropout rates (False), with their first values."""
+    found = []
+    for attr, values in klass.attributes.items():
+        if sem.is_dropout(klass, attr):
+            found.append((attr, values[0], True))
+        elif _DROPOUT_NAME.search(attr) and _is_rate(values[0]):
+            found.append((attr, values[0], False))
+    return found
+
+
+def _discarded_dropout_calls(sem: semantics.Semantics, klass: ClassFacts) -> list[cst.Call]:
+    """``F.dropout(attn)`` as a statement of its own, in any method."""
+    return [
+        call
+        for fn in klass.methods.values()
+        for call in fn.calls
+        if sem.is_bare_call(call) and sem.facts.canonical(call.func) in _FUNCTIONAL_DROPOUTS
+    ]
+
+
+def _called(sem: semantics.Semantics, klass: ClassFacts, attr: str) -> bool:
+    """Whether a method other than ``__init__`` keeps the result of ``self.attr(...)``: a use
+    ``references_outside_init`` would find, read from the methods' calls instead of a walk of
+    every expression of the class (facts.py's calls of a method, like that walk, leave out
+    lambdas and nested functions)."""
+    return any(
+        semantics.self_attribute(call.func) == attr and not sem.is_bare_call(call)
+        for fn in klass.methods.values() if fn.name != "__init__"
+        for call in fn.calls
+    )
+
+
 def _computes_attention(sem: semantics.Semantics, klass: ClassFacts) -> bool:
-    """A method outside ``__init__`` takes a softmax or a q·kᵀ product, or calls an attention
-    function or submodule."""
-    for fn in klass.methods.values():
-        if fn.name == "__init__":
-            continue
+    """A method outside ``__init__`` calls an attention function or submodule, or takes a
+    softmax or a q·kᵀ product (the callee's name is the cheaper test, so it goes first)."""
+    methods = [fn for fn in klass.methods.values() if fn.name != "__init__"]
+    for fn in methods:
         for call in fn.calls:
             func = sem.facts.canonical(call.func) or ""
-            if sem.softmax(call, fn) is not None or sem.product_operands(call) is not None:
-                return True
-            if func in semantics.SDPA or re.search(r"attention|attn", func.rsplit(".", 1)[-1], re.I):
-                return True  # an attention function or submodule (``self.attention(q, k, v)``)
-    return False
+            if func in semantics.SDPA or _ATTENTION_NAME.search(func.rsplit(".", 1)[-1]):
+                return True  # ``self.attention(q, k, v)``
+    return any(
+        sem.softmax(call, fn) is not None or sem.product_operands(call) is not None
+        for fn in methods
+        for call in fn.calls
+    )
 
 
 def _is_rate(value: cst.BaseExpression) -> bool:
-    return isinstance(value, (cst.Name, cst.Float)) or (
-        isinstance(value, cst.Attribute) and "drop" in value.attr.value
-    )
+    kind = type(value)  # exact classes: isinstance on libcst's is slow
+    return kind is cst.Name or kind is cst.Float or (kind is cst.Attribute and "drop" in value.attr.value)
 
 
 def _dropout_keywords(sem: semantics.Semantics, klass: ClassFacts) -> list[cst.BaseExpression]:

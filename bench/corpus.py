@@ -1,7 +1,9 @@
 """Real code nobody here wrote, for the benchmarks: wheels from PyPI, unpacked once.
 
 The wheels are fetched with ``pip download --no-deps`` into ``bench/.cache``
-(ignored by git) and unpacked next to them; later runs reuse them.
+(ignored by git) and unpacked next to them; later runs reuse them. Their versions are
+pinned: the triage of every finding (bench/REALWORLD.md) and the speed figures hold for
+these versions, and a newer release adds models nobody has read yet.
 """
 
 from __future__ import annotations
@@ -13,22 +15,23 @@ import zipfile
 from pathlib import Path
 
 CACHE = Path(__file__).resolve().parent / ".cache"
+VERSIONS = {"transformers": "5.24.0", "timm": "1.0.31", "diffusers": "0.42.1", "x-transformers": "2.31.10"}
 
 
 def unpacked(package: str) -> Path:
-    """The unpacked top-level package directory of ``package``'s newest wheel."""
+    """The unpacked top-level package directory of ``package``'s wheel, of its pinned version."""
     wheels = CACHE / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
-    stem = package.replace("-", "_")
-    found = sorted(wheels.glob(f"{stem}-*.whl"))
+    stem, version = package.replace("-", "_"), VERSIONS[package]
+    found = sorted(wheels.glob(f"{stem}-{version}-*.whl"))
     if not found:
         subprocess.run(
             [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-             "--quiet", "-d", str(wheels), package],
+             "--quiet", "-d", str(wheels), f"{package}=={version}"],
             check=True,
         )
-        found = sorted(wheels.glob(f"{stem}-*.whl"))
-    wheel = found[-1]
+        found = sorted(wheels.glob(f"{stem}-{version}-*.whl"))
+    wheel = found[0]
     target = CACHE / "src" / wheel.stem
     if not target.is_dir():
         with zipfile.ZipFile(wheel) as archive:

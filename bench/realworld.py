@@ -15,9 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from corpus import unpacked
-
-PACKAGES = ("transformers", "timm", "diffusers", "x-transformers")
+from corpus import VERSIONS, unpacked
 
 
 def lint(directory: Path) -> dict:
@@ -38,13 +36,13 @@ def main() -> None:
     args = parser.parse_args()
     shown = {"errors": {"error"}, "warnings": {"error", "warning"}, "none": set()}[args.show]
     totals: Counter[tuple[str, str]] = Counter()
-    for package in PACKAGES:
+    for package in VERSIONS:
         root = unpacked(package)
         report = lint(root)
         counts = Counter((f["code"], f["severity"]) for f in report["findings"])
         totals.update(counts)
         files = len({f["path"] for f in report["findings"]})
-        print(f"== {package}: {sum(counts.values())} findings in {files} files, "
+        print(f"== {package} {VERSIONS[package]}: {sum(counts.values())} findings in {files} files, "
               f"{len(report['targets'])} attention targets, {len(report.get('errors', []))} unreadable files")
         for (code, severity), count in sorted(counts.items()):
             print(f"   {code} {severity:<8} {count}")

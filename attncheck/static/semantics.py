@@ -260,6 +260,9 @@ class _Index:
 
     def __init__(self, facts: FileFacts) -> None:
         self.unpacks: dict[tuple[int, str], tuple[cst.BaseExpression, int, int]] = {}
+        # The names an unpacking binds, by position (None for a starred or nested target), by
+        # the id of the value unpacked: ``b, c, t = x.shape`` says which axis is which.
+        self.unpack_names: dict[int, tuple[str | None, ...]] = {}
         self.attr_writer: dict[int, FunctionFacts] = {}
         self.buffers: dict[tuple[int, str], list[cst.BaseExpression]] = {}
         self.bare_calls: set[int] = set()
@@ -345,6 +348,9 @@ class _IndexBuilder:
     def _record(self, fn: FunctionFacts, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
         """What an unpacking or a ``self.x`` target records (a plain name records nothing)."""
         if type(target) in (cst.Tuple, cst.List) and type(value) not in (cst.Tuple, cst.List):
+            self.index.unpack_names[id(value)] = tuple(
+                element.value.value if type(element.value) is cst.Name else None for element in target.elements
+            )
             for position, element in enumerate(target.elements):
                 if type(element.value) is cst.Name:
                     self.index.unpacks[(id(fn), element.value.value)] = (
@@ -651,7 +657,19 @@ class Semantics:
             # VQ-GAN attention: ``b, c, h, w = q.shape`` then ``q.reshape(b, c, h * w)``:
             # one head whose width is the channel count, over h * w positions.
             return {0: "batch", 1: "head_dim"}.get(position)
+        if arity == 3 and self._channels_first(source):
+            # ``batch, channels, seq_len = q.shape`` of a Conv1d's output (WavTokenizer's Vocos
+            # attention): the names put the features before the positions.
+            return {0: "batch", 1: "d_model", 2: "seq_len"}.get(position)
         return self._axis_of_tensor(tensor, position, arity, fn, operands)
+
+    def _channels_first(self, shape: cst.BaseExpression) -> bool:
+        """The three names ``shape`` is unpacked into call its last axis the sequence, and not
+        its middle one: a (batch, channels, length) tensor, whatever (b, s, d) layout its rank
+        would suggest."""
+        names = self.index.unpack_names.get(id(shape), ())
+        kinds = [name_quantity(name) if name is not None else None for name in names]
+        return len(kinds) == 3 and kinds[2] == "seq_len" and kinds[1] != "seq_len"
 
     def _flattens_image(self, tensor: cst.BaseExpression, shape: cst.BaseExpression, fn: FunctionFacts) -> bool:
         """``tensor`` (unpacked from ``shape`` as b, c, h, w) is reshaped to (b, c, h * w):

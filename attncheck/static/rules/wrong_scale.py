@@ -66,6 +66,14 @@ class WrongScale(Rule):
     INVALID = (
         Invalid(_mha("s = q @ k.transpose(-2, -1) / math.sqrt(T)"), line=12, message="T = x.shape[1]"),
         Invalid(_mha("s = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(C)"), line=12, message="d_model"),
+        Invalid(  # channels-first (b, c, t) named so, split into heads: sqrt(channels) is sqrt(d_model)
+            "import torch\ndef attn(q, k, heads):\n    batch, channels, seq_len = q.shape\n"
+            "    q = q.reshape(batch * heads, channels // heads, seq_len).permute(0, 2, 1)\n"
+            "    k = k.reshape(batch * heads, channels // heads, seq_len)\n"
+            "    return torch.softmax(torch.bmm(q, k) / channels ** 0.5, dim=-1)",
+            line=6,
+            message="d_model",
+        ),
         Invalid(_mha("s = torch.einsum('bhqd,bhkd->bhqk', q, k)"), line=12, message="unscaled"),
         Invalid(_mha("s = q @ k.transpose(-2, -1) * math.sqrt(self.head_dim)"), message="multiplied"),
         Invalid(

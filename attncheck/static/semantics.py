@@ -26,7 +26,7 @@ import libcst as cst
 
 from attncheck.static import subtree
 from attncheck.static.facts import ClassFacts, FileFacts, FunctionFacts, dotted_name, number_value, self_attribute
-from attncheck.static.patterns import method_name
+from attncheck.static.patterns import method_name, other_method
 
 if TYPE_CHECKING:
     from attncheck.static.engine import FileContext
@@ -830,11 +830,9 @@ class Semantics:
         for the commonest, told apart before that memo: a method other than ``softmax`` of
         anything but ``self``, and a plain name other than a softmax's."""
         callee = call.func
-        kind = type(callee)
-        if kind is cst.Attribute:  # ``patterns.other_method(callee, "softmax")``, inline: asked of every call
-            if callee.attr.value != "softmax" and (type(callee.value) is not cst.Name or callee.value.value != "self"):
-                return None
-        elif kind is cst.Name and self.facts.canonical(callee) not in _SOFTMAX:
+        if other_method(callee, "softmax"):
+            return None
+        if type(callee) is cst.Name and self.facts.canonical(callee) not in _SOFTMAX:
             return None
         key = (id(call), id(fn))
         known = self._softmaxes.get(key)

@@ -77,7 +77,7 @@ _HEADS = ("def", "class", "def __init__", "def forward")
 # search uses it too). A lookahead: a keyword alone on its line, unmatched, hides no next line.
 DEFINITION = re.compile(r"(class|(?:async\s+)?def)(?=\s+(\w+))")
 # Where ``str.splitlines`` breaks a line, other than at ``\n``.
-_OTHER_BREAKS = "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+OTHER_BREAKS = "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 # A code line's text after its indentation: not blank, not a comment. The indentation
 # is spaces and tabs only; other whitespace (a no-break space) may start the text.
 _CODE_AFTER_INDENT = r"(?:[^\s#]|[^ \t#\n][^\n]*?\S)"
@@ -138,7 +138,7 @@ class _LineIndex:
         ``str.splitlines`` says what the file's lines are; it is called only for a file
         holding a line break other than ``\\n`` (it builds every line, several times the
         cost of the membership tests that rule those breaks out)."""
-        if not any(other in text for other in _OTHER_BREAKS):
+        if not any(other in text for other in OTHER_BREAKS):
             return cls(text) if _has_lines(text, MIN_LINES) else None
         lines = text.splitlines(keepends=True)
         if len(lines) < MIN_LINES:

@@ -19,6 +19,7 @@ from attncheck.static.patterns import (
     selected_polarity,
     tracer,
 )
+from attncheck.static.regions import OTHER_BREAKS
 from attncheck.static.rule import Invalid, Rule
 
 # Phrases whose meaning is "this position is removed" or "this position is kept".
@@ -45,7 +46,7 @@ _ZEROS = re.compile(r"\bFalse\b|(?<![\w.\[-])0(?![\w.\]])|为零|\bzeros?\b", re
 # a separator's (a "." of ". " may follow the digit: unlike in _ONES, it is allowed here).
 _LONE_DIGIT = re.compile(r"(?<![\w.\[-])[01](?![\w\]])")
 # A comment: from a line's first # to the end of the line, at any line break ``splitlines`` knows.
-_COMMENT = re.compile("#([^\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]*)")
+_COMMENT = re.compile(f"#([^\n{OTHER_BREAKS}]*)")
 _CONCATS = frozenset({"torch.cat", "torch.concat", "torch.concatenate"})
 _CLAUSE = re.compile(r"[,;，；。\n]|\.\s|\s-\s")
 

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from attncheck.findings import Parameter
 from attncheck.sources import Source
 from attncheck.static import targets
-from attncheck.static.engine import FileContext, lint
+from attncheck.static.context import FileContext
+from attncheck.static.engine import lint
 from attncheck.static.rules import all_rules
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

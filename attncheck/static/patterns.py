@@ -33,7 +33,7 @@ from attncheck.static.facts import (
 )
 
 if TYPE_CHECKING:
-    from attncheck.static.engine import FileContext
+    from attncheck.static.context import FileContext
 
 FLOAT16_MIN = -65504.0
 

@@ -31,7 +31,7 @@ from attncheck.static import node_fields, subtree, walk
 from attncheck.static.facts import FileFacts, FunctionFacts
 
 if TYPE_CHECKING:
-    from attncheck.static.engine import FileContext
+    from attncheck.static.context import FileContext
 
 HALF = "half"
 PAIR = "pair"

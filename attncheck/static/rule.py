@@ -21,7 +21,7 @@ from attncheck.catalogue import CODES
 from attncheck.findings import Edit, Severity
 
 if TYPE_CHECKING:
-    from attncheck.static.engine import FileContext
+    from attncheck.static.context import FileContext
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from attncheck.static.facts import ClassFacts, FileFacts, FunctionFacts, dotted_
 from attncheck.static.patterns import method_name, other_method
 
 if TYPE_CHECKING:
-    from attncheck.static.engine import FileContext
+    from attncheck.static.context import FileContext
 
 # -- names people give to attention quantities ---------------------------------
 

@@ -21,7 +21,7 @@ from attncheck.static.facts import ClassFacts, FunctionFacts
 from attncheck.static.regions import DEFINITION
 
 if TYPE_CHECKING:
-    from attncheck.static.engine import FileContext
+    from attncheck.static.context import FileContext
 
 _ATTENTION_NAME = re.compile(r"attention|attn|mha|multihead|selfatten", re.I)
 _ROPE_NAME = re.compile(r"rotary|rope", re.I)

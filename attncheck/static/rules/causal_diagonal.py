@@ -10,7 +10,7 @@ import libcst as cst
 
 from attncheck.findings import Severity
 from attncheck.static import semantics
-from attncheck.static.engine import FileContext
+from attncheck.static.context import FileContext
 from attncheck.static.facts import FunctionFacts
 from attncheck.static.patterns import (
     FillSite,

@@ -19,7 +19,7 @@ import libcst as cst
 
 from attncheck.findings import Severity
 from attncheck.static import rope_patterns as rp
-from attncheck.static.engine import FileContext
+from attncheck.static.context import FileContext
 from attncheck.static.facts import FileFacts, dotted_name
 from attncheck.static.rule import Invalid, Rule
 

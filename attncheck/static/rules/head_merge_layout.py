@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from attncheck.static.engine import FileContext
+from attncheck.static.context import FileContext
 from attncheck.static.patterns import (
     dim_role,
     is_heads_first_product,

@@ -8,7 +8,7 @@ import libcst as cst
 
 from attncheck.findings import Edit
 from attncheck.static import edits
-from attncheck.static.engine import FileContext
+from attncheck.static.context import FileContext
 from attncheck.static.facts import FileFacts, dotted_name
 from attncheck.static.patterns import (
     FLOAT16_MIN,

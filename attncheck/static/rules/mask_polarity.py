@@ -8,7 +8,7 @@ from functools import cached_property
 import libcst as cst
 from libcst.metadata import PositionProvider
 
-from attncheck.static.engine import FileContext
+from attncheck.static.context import FileContext
 from attncheck.static.facts import FunctionFacts
 from attncheck.static.patterns import (
     Polarity,

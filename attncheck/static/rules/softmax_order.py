@@ -7,7 +7,7 @@ import re
 import libcst as cst
 
 from attncheck.static import semantics
-from attncheck.static.engine import FileContext
+from attncheck.static.context import FileContext
 from attncheck.static.facts import FunctionFacts
 from attncheck.static.patterns import (
     base_name,

@@ -6,7 +6,7 @@ import libcst as cst
 
 from attncheck.findings import Edit
 from attncheck.static import edits, semantics
-from attncheck.static.engine import FileContext
+from attncheck.static.context import FileContext
 from attncheck.static.rule import Invalid, Rule
 
 _NUMBER_CALLS = {"len", "int", "float", "math.sqrt"}

@@ -14,7 +14,7 @@ import libcst as cst
 from libcst.metadata import PositionProvider
 
 from attncheck.findings import Edit, Severity
-from attncheck.static.engine import FileContext
+from attncheck.static.context import FileContext
 from attncheck.static.patterns import base_name, method_name, receiver, shape_arguments, tracer
 from attncheck.static.rule import Invalid, Rule
 from attncheck.static.strides import reordering, view_verdict

@@ -5,8 +5,8 @@ from __future__ import annotations
 import libcst as cst
 import pytest
 
-from attncheck.static import fast_tree, subtree
 from attncheck.static.facts import FileFacts, number_value
+from attncheck.static.tree import fast_tree, subtree
 
 _TEXT = """\
 class Early(pl.LightningModule):

@@ -16,7 +16,8 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 from attncheck.config import Settings
 from attncheck.pipeline import _rules, enabled_codes
 from attncheck.sources import Source
-from attncheck.static import engine, fast_tree, node_fields, semantics, subtree
+from attncheck.static import engine, semantics
+from attncheck.static.tree import fast_tree, node_fields, subtree
 
 ROOT = Path(__file__).resolve().parent.parent
 # Every fixture, and three of our own modules for breadth (f-strings, decorators, comprehensions).

@@ -8,8 +8,9 @@ from collections.abc import Callable
 import libcst as cst
 import pytest
 
-from attncheck.static import fast_tree, patterns, semantics, subtree
+from attncheck.static import patterns, semantics
 from attncheck.static.facts import FileFacts
+from attncheck.static.tree import fast_tree, subtree
 
 SOURCE = '''
 def f(x, n=default):

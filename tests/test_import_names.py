@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from attncheck.static.import_names import _PLAIN, _parsed_bound_names, bound_names
+from attncheck.static.tree.import_names import _PLAIN, _parsed_bound_names, bound_names
 
 PLAIN = {
     "import torch\n": {"torch"},

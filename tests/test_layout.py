@@ -9,8 +9,8 @@ import libcst as cst
 import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from attncheck.static import node_fields
-from attncheck.static.layout import Layout
+from attncheck.static.tree import node_fields
+from attncheck.static.tree.layout import Layout
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = [*sorted((ROOT / "fixtures").rglob("*.py")), ROOT / "attncheck" / "static" / "semantics.py"]

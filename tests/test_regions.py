@@ -14,8 +14,8 @@ from attncheck.config import Settings
 from attncheck.pipeline import _rules, enabled_codes
 from attncheck.sources import Source
 from attncheck.static.engine import lint
-from attncheck.static.regions import MIN_LINES, attention_regions
 from attncheck.static.rules.sqrt_of_number import SqrtOfNumber
+from attncheck.static.tree.regions import MIN_LINES, attention_regions
 
 ATTENTION = textwrap.dedent('''
     class Attention(nn.Module):
@@ -161,7 +161,7 @@ def test_findings_in_a_reduced_file_point_at_the_real_line(position):
 
 def test_when_the_kept_part_does_not_parse_the_whole_file_is_linted(monkeypatch):
     from attncheck.static import engine
-    from attncheck.static.regions import Reduced
+    from attncheck.static.tree.regions import Reduced
 
     monkeypatch.setattr(engine, "attention_regions", lambda text: Reduced("def broken(:\n", (1,)))
     text = _large_file(3)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from attncheck.static import fast_tree, node_fields, subtree
+from attncheck.static.tree import fast_tree, node_fields, subtree
 
 SOURCE = '''
 from x import (a as b, c)

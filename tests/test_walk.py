@@ -11,9 +11,9 @@ import pytest
 from libcst.metadata import MetadataWrapper
 
 from attncheck.sources import Source
-from attncheck.static import cst_fields, fast_tree, node_fields, walk
 from attncheck.static.engine import lint
 from attncheck.static.rules import all_rules
+from attncheck.static.tree import cst_fields, fast_tree, node_fields, walk
 
 ROOT = Path(__file__).resolve().parent.parent
 # The fixtures, and a large file with most of Python's syntax.

@@ -16,8 +16,8 @@ import libcst as cst
 from attncheck.findings import Edit, Finding, Severity
 from attncheck.sources import Source
 from attncheck.static.facts import ClassFacts, FileFacts, FunctionFacts
-from attncheck.static.layout import line_starts
-from attncheck.static.regions import Reduced
+from attncheck.static.tree.layout import line_starts
+from attncheck.static.tree.regions import Reduced
 
 T = TypeVar("T")
 

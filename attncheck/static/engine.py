@@ -17,14 +17,14 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from attncheck.findings import Finding, Span
 from attncheck.sources import Source
-from attncheck.static import fast_tree, walk
 from attncheck.static.context import FileContext
 from attncheck.static.facts import ClassFacts
-from attncheck.static.layout import Layout
-from attncheck.static.regions import Reduced, attention_regions
 from attncheck.static.result import FileResult
 from attncheck.static.rule import Rule, visitor_methods
 from attncheck.static.targets import find_targets
+from attncheck.static.tree import fast_tree, walk
+from attncheck.static.tree.layout import Layout
+from attncheck.static.tree.regions import Reduced, attention_regions
 
 # Suppression comments: ``attncheck: ignore``, ``attncheck: ignore[ATT201, ATT3]``,
 # and flake8-style ``noqa`` followed by a colon and ATT codes.

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Literal
 
 import libcst as cst
 
-from attncheck.static import subtree
 from attncheck.static.facts import (
     FileFacts,
     FunctionFacts,
@@ -31,6 +30,7 @@ from attncheck.static.facts import (
     number_value,
     self_attribute,
 )
+from attncheck.static.tree import subtree
 
 if TYPE_CHECKING:
     from attncheck.static.context import FileContext

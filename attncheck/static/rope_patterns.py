@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
-from attncheck.static import node_fields, subtree, walk
 from attncheck.static.facts import FileFacts, FunctionFacts
+from attncheck.static.tree import node_fields, subtree, walk
 
 if TYPE_CHECKING:
     from attncheck.static.context import FileContext

@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
-from attncheck.static import subtree
 from attncheck.static.facts import ClassFacts, FileFacts, FunctionFacts, dotted_name, number_value, self_attribute
 from attncheck.static.patterns import method_name, other_method
+from attncheck.static.tree import subtree
 
 if TYPE_CHECKING:
     from attncheck.static.context import FileContext

@@ -18,7 +18,7 @@ import libcst as cst
 from attncheck.findings import Parameter, Target
 from attncheck.static import semantics
 from attncheck.static.facts import ClassFacts, FunctionFacts
-from attncheck.static.regions import DEFINITION
+from attncheck.static.tree.regions import DEFINITION
 
 if TYPE_CHECKING:
     from attncheck.static.context import FileContext

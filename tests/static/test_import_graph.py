@@ -63,7 +63,7 @@ def _cycle_from(graph: dict[str, set[str]]) -> list[str] | None:
         path.append(node)
         for successor in sorted(graph[node]):
             if state.get(successor) == "open":
-                return path[path.index(successor):] + [successor]
+                return [*path[path.index(successor):], successor]
             if successor not in state and (cycle := visit(successor)) is not None:
                 return cycle
         state[node] = "done"

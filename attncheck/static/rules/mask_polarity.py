@@ -19,8 +19,8 @@ from attncheck.static.patterns import (
     selected_polarity,
     tracer,
 )
-from attncheck.static.regions import OTHER_BREAKS
 from attncheck.static.rule import Invalid, Rule
+from attncheck.static.tree.regions import OTHER_BREAKS
 
 # Phrases whose meaning is "this position is removed" or "this position is kept".
 # Negated phrases come first: "not masked" is a keep, "cannot attend" a block.

@@ -15,8 +15,8 @@ import libcst as cst
 
 from attncheck.findings import Severity
 from attncheck.static import rope_patterns as rp
-from attncheck.static import subtree
 from attncheck.static.rule import Invalid, Rule
+from attncheck.static.tree import subtree
 
 # NanoChat's rotate_half: "Rotates half the hidden dims of the input with flipped signs".
 _DOCUMENTED_FLIP = re.compile(r"flip|sign|negat|clockwise|opposite", re.I)

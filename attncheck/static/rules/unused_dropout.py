@@ -7,9 +7,10 @@ import re
 import libcst as cst
 
 from attncheck.findings import Severity
-from attncheck.static import node_fields, semantics
+from attncheck.static import semantics
 from attncheck.static.facts import ClassFacts
 from attncheck.static.rule import Invalid, Rule
+from attncheck.static.tree import node_fields
 
 _HINT = "apply it to the attention weights and keep the result: attn = self.dropout(attn)"
 _DROPOUT_NAME = re.compile(r"drop", re.I)

@@ -23,7 +23,7 @@ import libcst as cst
 from libcst._position import CodeRange
 from libcst.metadata.position_provider import PositionProvider, PositionProvidingCodegenState
 
-from attncheck.static import node_fields
+from attncheck.static.tree import node_fields
 
 
 class Layout:

@@ -37,7 +37,7 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from itertools import accumulate, repeat
 
-from attncheck.static.import_names import bound_names
+from attncheck.static.tree.import_names import bound_names
 
 MIN_LINES = 400
 # Each word as a stem and the endings that complete it, if it shares the stem with

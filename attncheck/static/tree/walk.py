@@ -32,8 +32,8 @@ from functools import cache, cached_property
 
 import libcst as cst
 
-from attncheck.static import node_fields, subtree
-from attncheck.static.node_fields import TRIVIA
+from attncheck.static.tree import node_fields, subtree
+from attncheck.static.tree.node_fields import TRIVIA
 
 Callback = Callable[[cst.CSTNode], object]
 Reader = Callable[[cst.CSTNode], "list[cst.CSTNode]"]

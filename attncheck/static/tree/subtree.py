@@ -30,7 +30,7 @@ from typing import Any
 
 import libcst as cst
 
-from attncheck.static import node_fields
+from attncheck.static.tree import node_fields
 
 
 def _concrete_subclasses(cls: type) -> Iterator[type]:

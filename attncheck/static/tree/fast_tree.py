@@ -39,7 +39,7 @@ from typing import Any
 import libcst as cst
 from libcst.metadata import CodePosition, CodeRange
 
-from attncheck.static import construct, fstrings, node_fields, subtree
+from attncheck.static.tree import construct, fstrings, node_fields, subtree
 
 Span = tuple[int, int, int, int]  # start line, start byte column, end line, end byte column
 _Located = ast.AST | Span

@@ -14,7 +14,7 @@ from attncheck.config import Settings
 from attncheck.pipeline import _rules, enabled_codes
 from attncheck.sources import Source
 from attncheck.static.engine import lint
-from attncheck.static.rules.sqrt_of_number import SqrtOfNumber
+from attncheck.static.rules.att2_scores.sqrt_of_number import SqrtOfNumber
 from attncheck.static.tree.regions import MIN_LINES, attention_regions
 
 ATTENTION = textwrap.dedent('''

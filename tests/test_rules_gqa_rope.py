@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from attncheck.findings import Severity
 from attncheck.static import rope_patterns as rp
 from attncheck.static.facts import FileFacts
-from attncheck.static.rules.gqa_grouping import GqaGrouping
-from attncheck.static.rules.rope_on_value import RopeOnValue
-from attncheck.static.rules.rope_rotation import RopeRotation
-from attncheck.static.rules.rope_shape import RopeShape
+from attncheck.static.rules.att4_gqa_rope.gqa_grouping import GqaGrouping
+from attncheck.static.rules.att4_gqa_rope.rope_on_value import RopeOnValue
+from attncheck.static.rules.att4_gqa_rope.rope_rotation import RopeRotation
+from attncheck.static.rules.att4_gqa_rope.rope_shape import RopeShape
 from attncheck.static.tree import fast_tree, subtree
 from tests.conftest import lint_text
 

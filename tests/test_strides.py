@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attncheck.findings import Severity
-from attncheck.static.rules.view_after_transpose import ViewAfterTranspose
+from attncheck.static.rules.att1_projections.view_after_transpose import ViewAfterTranspose
 from tests.conftest import lint_text
 
 SIZES = (2, 3, 5, 7)  # distinct primes: no merge of two dims equals a third dim by accident

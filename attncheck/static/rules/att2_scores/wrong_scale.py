@@ -7,9 +7,10 @@ from collections import defaultdict
 import libcst as cst
 
 from attncheck.findings import Edit, Severity
-from attncheck.static import scale_conventions, scale_fixes, semantics
+from attncheck.static import semantics
 from attncheck.static.rule import Invalid, Rule
-from attncheck.static.scale_conventions import root_name
+from attncheck.static.rules.att2_scores import scale_conventions, scale_fixes
+from attncheck.static.rules.att2_scores.scale_conventions import root_name
 from attncheck.static.semantics import DESCRIPTION, Pipeline, Term
 
 _HINT = "scale the scores by 1/sqrt(head_dim): scores = q @ k.transpose(-2, -1) / math.sqrt(head_dim)"

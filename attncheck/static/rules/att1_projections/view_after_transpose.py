@@ -17,7 +17,7 @@ from attncheck.findings import Edit, Severity
 from attncheck.static.context import FileContext
 from attncheck.static.patterns import base_name, method_name, receiver, shape_arguments, tracer
 from attncheck.static.rule import Invalid, Rule
-from attncheck.static.strides import reordering, view_verdict
+from attncheck.static.rules.att1_projections.strides import reordering, view_verdict
 
 _DTYPE = re.compile(r"^(u?int\d*|float\d*|bfloat16|half|double|bool|complex\d*|\w*dtype)$")
 

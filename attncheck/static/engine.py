@@ -17,6 +17,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from attncheck.findings import Finding, Span
 from attncheck.sources import Source
+from attncheck.static import rule_timing
 from attncheck.static.context import FileContext
 from attncheck.static.facts import ClassFacts
 from attncheck.static.result import FileResult
@@ -168,10 +169,15 @@ def _lint_module(
     wanted = [rule for rule in rules if rule.wants(contains)]
     context = FileContext(source, module, reduced)
     if wanted:
-        visitors: list[cst.BatchableCSTVisitor] = [_ScopeTracker(context)]
-        visitors += [rule(context) for rule in wanted]
+        running = [rule(context) for rule in wanted]
+        times_file = rule_timing.destination()
+        seconds: dict[str, float] = {}
+        if times_file is not None:
+            rule_timing.instrument(running, seconds)
         providers = {p for rule in wanted for p in rule.get_inherited_dependencies()}
-        walk.visit_batched(module, visitors, LazyMetadata(module, providers, positions))
+        walk.visit_batched(module, [_ScopeTracker(context), *running], LazyMetadata(module, providers, positions))
+        if times_file is not None:
+            rule_timing.append(times_file, source.path, seconds)
     result.findings = _unsuppressed(context.findings, source)
     result.targets = find_targets(context)
     return result

@@ -12,6 +12,7 @@ import textwrap
 import pytest
 
 from attncheck.catalogue import CODES, doc
+from attncheck.fixes import apply_edits
 from attncheck.static.rules import all_rules
 from tests.conftest import lint_text
 
@@ -43,6 +44,11 @@ def test_invalid_example_is_flagged(rule, example):
         assert example.message in first.message
     if example.severity is not None:
         assert first.severity == example.severity
+    if example.fixed is not None:
+        fixed, applied = apply_edits(textwrap.dedent(example.code), [edit for f in findings for edit in f.fix])
+        assert applied, f"{rule.code} offered no fix for:\n{example.code}"
+        assert fixed == textwrap.dedent(example.fixed)
+        assert [f for f in lint_text(fixed, [rule]) if f.code == rule.code] == []
 
 
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: r.code)

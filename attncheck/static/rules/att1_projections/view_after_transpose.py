@@ -48,7 +48,8 @@ class ViewAfterTranspose(Rule):
         "def f(self, x):\n    t = self.t(x)\n    return t.view(B, C, -1)",
     )
     INVALID = (
-        Invalid("out = out.transpose(1, 2).view(b, s, d)", line=1, message="transpose"),
+        Invalid("out = out.transpose(1, 2).view(b, s, d)", line=1, message="transpose",
+                fixed="out = out.transpose(1, 2).reshape(b, s, d)"),
         Invalid("def f(x, b, s):\n    y = x.permute(0, 2, 1, 3)\n    return y.view(b, s, -1)", line=3),
         Invalid(
             "def f(ctx, b, s):\n    y = torch.transpose(ctx, 1, 2).float()\n    return y.view(b, s, -1)",

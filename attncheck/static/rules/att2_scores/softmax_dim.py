@@ -56,6 +56,8 @@ class SoftmaxDim(Rule):
             "import torch\ndef f(q, k):\n    s = torch.einsum('bqd,bkd->bqk', q, k) / 8\n"
             "    return torch.softmax(s, dim=1)",
             line=4,
+            fixed="import torch\ndef f(q, k):\n    s = torch.einsum('bqd,bkd->bqk', q, k) / 8\n"
+            "    return torch.softmax(s, dim=-1)",
         ),
         Invalid("import torch\ndef f(x):\n    return torch.softmax(x, dim=(1, 2))", line=3),
     )

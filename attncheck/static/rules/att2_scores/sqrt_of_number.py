@@ -25,7 +25,8 @@ class SqrtOfNumber(Rule):
         "def f(x, scale):\n    return torch.sqrt(scale)",
     )
     INVALID = (
-        Invalid("scores = q @ k.transpose(-2, -1) / torch.sqrt(64)", line=1, message="64"),
+        Invalid("scores = q @ k.transpose(-2, -1) / torch.sqrt(64)", line=1, message="64",
+                fixed="import math\nscores = q @ k.transpose(-2, -1) / math.sqrt(64)"),
         Invalid("def f(q, k):\n    d = q.size(-1)\n    return q @ k / torch.sqrt(d)", line=3),
         Invalid("def f(q, k, n):\n    S = q.shape[1]\n    return (q @ k).divide(torch.sqrt(S))", line=3),
         Invalid("def f(q, k):\n    n, s, e = q.shape\n    return q @ k / torch.sqrt(e // 8)", line=3),

@@ -41,7 +41,8 @@ class MaskFillValue(Rule):
         "bias = mask.to(torch.float32).masked_fill(~mask, -1e9)",
     )
     INVALID = (
-        Invalid("scores = scores.masked_fill(mask == 0, -1e9)", line=1, message="float16"),
+        Invalid("scores = scores.masked_fill(mask == 0, -1e9)", line=1, message="float16",
+                fixed="import torch\nscores = scores.masked_fill(mask == 0, torch.finfo(scores.dtype).min)"),
         Invalid("att = att.masked_fill(mask, -1e-9)", line=1, message="nothing"),
         Invalid("scores = scores.masked_fill(mask == 0, float('inf'))", line=1, message="positive"),
         Invalid("def f(s, m):\n    neg = -1e10\n    return torch.where(m, s, neg)", line=3),

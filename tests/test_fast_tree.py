@@ -16,13 +16,14 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 from attncheck.config import Settings
 from attncheck.pipeline import _rules, enabled_codes
 from attncheck.sources import Source
-from attncheck.static import engine, semantics
+from attncheck.static import engine
+from attncheck.static.analysis import syntax
 from attncheck.static.tree import fast_tree, node_fields, subtree
 
 ROOT = Path(__file__).resolve().parent.parent
 # Every fixture, and three of our own modules for breadth (f-strings, decorators, comprehensions).
 FILES = sorted([*ROOT.glob("fixtures/**/*.py"),
-                *(ROOT / "attncheck" / name for name in ("cli.py", "static/semantics.py", "dynamic/probes.py"))])
+                *(ROOT / "attncheck" / name for name in ("cli.py", "static/analysis/patterns.py", "dynamic/probes.py"))])
 _LEAVES = {cst.Name: "value", cst.Integer: "value", cst.Float: "value", cst.Imaginary: "value",
            cst.SimpleString: "value", cst.Param: "star", cst.Arg: "star", cst.FormattedString: "start",
            cst.FormattedStringText: "value", cst.FormattedStringExpression: "conversion"}
@@ -267,7 +268,7 @@ def test_code_for_node_is_libcsts_for_every_expression(expression: str) -> None:
         except fast_tree.NotModelledError:
             continue
         assert code == exact.code_for_node(libcsts), type(mine).__name__
-        assert fast.parenthesized(mine) == semantics.parenthesized(exact, libcsts), type(mine).__name__
+        assert fast.parenthesized(mine) == syntax.parenthesized(exact, libcsts), type(mine).__name__
 
 
 @st.composite

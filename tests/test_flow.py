@@ -8,7 +8,7 @@ from collections.abc import Callable
 import libcst as cst
 import pytest
 
-from attncheck.static import patterns, semantics
+from attncheck.static.analysis import patterns, semantics
 from attncheck.static.facts import FileFacts
 from attncheck.static.tree import fast_tree, subtree
 

@@ -13,7 +13,7 @@ from attncheck.static.tree import node_fields
 from attncheck.static.tree.layout import Layout
 
 ROOT = Path(__file__).resolve().parent.parent
-FILES = [*sorted((ROOT / "fixtures").rglob("*.py")), ROOT / "attncheck" / "static" / "semantics.py"]
+FILES = [*sorted((ROOT / "fixtures").rglob("*.py")), ROOT / "attncheck" / "static" / "analysis" / "patterns.py"]
 TRICKY = {
     "decorators, comments between them, blank lines": (
         "# header comment\n\nimport torch\n\n\n# leading\n@a\n\n# between\n@b(\n    1,\n)\n"

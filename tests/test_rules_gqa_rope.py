@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attncheck.findings import Severity
-from attncheck.static import rope_patterns as rp
+from attncheck.static.analysis import rope as rp
 from attncheck.static.facts import FileFacts
 from attncheck.static.rules.att4_gqa_rope.gqa_grouping import GqaGrouping
 from attncheck.static.rules.att4_gqa_rope.rope_on_value import RopeOnValue

@@ -17,7 +17,7 @@ from attncheck.static.tree import cst_fields, fast_tree, node_fields, walk
 
 ROOT = Path(__file__).resolve().parent.parent
 # The fixtures, and a large file with most of Python's syntax.
-FILES = [*sorted((ROOT / "fixtures").rglob("*.py")), ROOT / "attncheck" / "static" / "semantics.py"]
+FILES = [*sorted((ROOT / "fixtures").rglob("*.py")), ROOT / "attncheck" / "static" / "analysis" / "patterns.py"]
 
 
 @cache

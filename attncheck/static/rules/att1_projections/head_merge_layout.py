@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from attncheck.static.context import FileContext
-from attncheck.static.patterns import (
+from attncheck.static.analysis.patterns import (
     dim_role,
     is_heads_first_product,
     mentions_heads,
@@ -13,6 +12,7 @@ from attncheck.static.patterns import (
     shape_arguments,
     tracer,
 )
+from attncheck.static.context import FileContext
 from attncheck.static.rule import Invalid, Rule
 
 

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 import libcst as cst
 
+from attncheck.static.analysis.patterns import dim_role, is_model_input, method_name, shape_arguments, tracer
 from attncheck.static.context import FileContext
-from attncheck.static.patterns import dim_role, is_model_input, method_name, shape_arguments, tracer
 from attncheck.static.rule import Invalid, Rule
 
 

@@ -7,10 +7,10 @@ import re
 import libcst as cst
 
 from attncheck.findings import Severity
-from attncheck.static import semantics
-from attncheck.static.facts import ClassFacts, FunctionFacts
+from attncheck.static.analysis import semantics
+from attncheck.static.analysis.syntax import projection_role
+from attncheck.static.facts import ClassFacts, FunctionFacts, self_attribute
 from attncheck.static.rule import Invalid, Rule
-from attncheck.static.semantics import projection_role, self_attribute
 
 _HINT = "apply the output projection to the merged heads: return self.out_proj(out)"
 # The attention half of a BERT-style pair: its sibling (SelfOutput) applies the dense layer.

@@ -7,10 +7,10 @@ import re
 import libcst as cst
 
 from attncheck.findings import Severity
-from attncheck.static import semantics
+from attncheck.static.analysis import semantics
+from attncheck.static.analysis.syntax import projection_role
 from attncheck.static.facts import ClassFacts
 from attncheck.static.rule import Invalid, Rule
-from attncheck.static.semantics import projection_role
 
 _HINT = (
     "project before splitting: q = self.q_proj(query).view(b, s, h, dh).transpose(1, 2), and likewise k, v"

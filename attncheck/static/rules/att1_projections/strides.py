@@ -19,8 +19,7 @@ from typing import Literal
 
 import libcst as cst
 
-from attncheck.static.facts import FunctionFacts, self_attribute
-from attncheck.static.patterns import (
+from attncheck.static.analysis.patterns import (
     TRANSPARENT_METHODS,
     Tracer,
     dim_role,
@@ -31,6 +30,7 @@ from attncheck.static.patterns import (
     receiver,
     shape_arguments,
 )
+from attncheck.static.facts import FunctionFacts, self_attribute
 
 # ``.contiguous()`` ends a walk (the layout is fresh there); ``.to``/``.clone``
 # keep the transposed strides (``memory_format=torch.preserve_format``).

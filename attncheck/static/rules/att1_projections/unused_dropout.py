@@ -7,7 +7,8 @@ import re
 import libcst as cst
 
 from attncheck.findings import Severity
-from attncheck.static import semantics
+from attncheck.static import facts
+from attncheck.static.analysis import semantics, syntax
 from attncheck.static.facts import ClassFacts
 from attncheck.static.rule import Invalid, Rule
 from attncheck.static.tree import node_fields
@@ -128,7 +129,7 @@ class UnusedDropout(Rule):
         # calls is cheaper than the walk of every expression that finds the references.
         if _applies_dropout(sem, klass) or sem.references_outside_init(klass, attr):
             return
-        if semantics.number(value) == 0:
+        if syntax.number(value) == 0:
             return  # ``self.attention_dropout = 0.0``: nothing to apply
         # ``dropout=0.0`` given on purpose (DiffLlama), or the rate used as the output dropout
         # (Qwen2.5-Omni's DiT: ``nn.Dropout(config.dropout)`` in ``to_out``).
@@ -197,7 +198,7 @@ def _called(sem: semantics.Semantics, klass: ClassFacts, attr: str) -> bool:
     every expression of the class (facts.py's calls of a method, like that walk, leave out
     lambdas and nested functions)."""
     return any(
-        semantics.self_attribute(call.func) == attr and not sem.is_bare_call(call)
+        facts.self_attribute(call.func) == attr and not sem.is_bare_call(call)
         for fn in klass.methods.values() if fn.name != "__init__"
         for call in fn.calls
     )
@@ -210,7 +211,7 @@ def _computes_attention(sem: semantics.Semantics, klass: ClassFacts) -> bool:
     for fn in methods:
         for call in fn.calls:
             func = sem.facts.canonical(call.func) or ""
-            if func in semantics.SDPA or _ATTENTION_NAME.search(func.rsplit(".", 1)[-1]):
+            if func in syntax.SDPA or _ATTENTION_NAME.search(func.rsplit(".", 1)[-1]):
                 return True  # ``self.attention(q, k, v)``
     return any(
         sem.softmax(call, fn) is not None or sem.product_operands(call) is not None
@@ -239,7 +240,7 @@ def _dropout_keywords(sem: semantics.Semantics, klass: ClassFacts) -> list[cst.B
 def _applies_dropout(sem: semantics.Semantics, klass: ClassFacts) -> bool:
     """Whether any method applies dropout some other way (a module, F.dropout, dropout_p=,
     a non-zero ``dropout=`` handed to an attention function)."""
-    if any(semantics.number(value) != 0 for value in _dropout_keywords(sem, klass)):
+    if any(syntax.number(value) != 0 for value in _dropout_keywords(sem, klass)):
         return True
     for fn in klass.methods.values():
         if fn.name == "__init__":
@@ -247,7 +248,7 @@ def _applies_dropout(sem: semantics.Semantics, klass: ClassFacts) -> bool:
         for call in fn.calls:
             if sem.facts.canonical(call.func) in _DROPOUT_CALLS and not sem.is_bare_call(call):
                 return True
-            attr = semantics.self_attribute(call.func)
+            attr = facts.self_attribute(call.func)
             if attr is not None and sem.is_dropout(klass, attr) and not sem.is_bare_call(call):
                 return True
     return False

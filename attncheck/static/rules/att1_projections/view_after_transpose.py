@@ -14,8 +14,8 @@ import libcst as cst
 from libcst.metadata import PositionProvider
 
 from attncheck.findings import Edit, Severity
+from attncheck.static.analysis.patterns import base_name, method_name, receiver, shape_arguments, tracer
 from attncheck.static.context import FileContext
-from attncheck.static.patterns import base_name, method_name, receiver, shape_arguments, tracer
 from attncheck.static.rule import Invalid, Rule
 from attncheck.static.rules.att1_projections.strides import reordering, view_verdict
 

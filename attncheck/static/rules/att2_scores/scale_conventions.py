@@ -22,10 +22,10 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from attncheck.static import semantics
+from attncheck.static.analysis import semantics, syntax
+from attncheck.static.analysis.patterns import method_name
+from attncheck.static.analysis.results import Pipeline
 from attncheck.static.facts import ClassFacts, FileFacts, FunctionFacts, self_attribute
-from attncheck.static.patterns import method_name
-from attncheck.static.semantics import Pipeline
 
 _SAYS_UNSCALED = r"no scal|unscaled|without scal|not scaled|does not scale|avoid scaling|scaling is folded"
 DOCUMENTED_UNSCALED = re.compile(rf"\bT5\b|{_SAYS_UNSCALED}", re.I)
@@ -64,7 +64,7 @@ def _transposed(expr: cst.BaseExpression) -> bool:
         return expr.attr.value in {"mT", "T"}
     if not (isinstance(expr, cst.Call) and method_name(expr) == "transpose"):
         return False
-    dims = tuple(semantics.number(a) for a in semantics.positional(expr))
+    dims = tuple(syntax.number(a) for a in syntax.positional(expr))
     return dims in _LAST_TWO
 
 
@@ -84,10 +84,10 @@ def _unbound_last(sem: semantics.Semantics, value: cst.BaseExpression, fn: Funct
     call = value.value if isinstance(value, cst.Subscript) else value
     if not (isinstance(call, cst.Call) and method_name(call) == "unbind"):
         return False
-    args = semantics.positional(call)
-    dim = args[0] if args else semantics.keyword(call, "dim")
+    args = syntax.positional(call)
+    dim = args[0] if args else syntax.keyword(call, "dim")
     rank = sem.rank(call.func.value, fn)  # type: ignore[attr-defined]
-    return dim is not None and semantics.number(dim) == -1 and (rank is None or rank <= 3)
+    return dim is not None and syntax.number(dim) == -1 and (rank is None or rank <= 3)
 
 
 def scaled_by_caller(sem: semantics.Semantics, pipeline: Pipeline, text: str) -> bool:
@@ -139,7 +139,7 @@ def _callers_in_text(text: str, fn: FunctionFacts) -> Iterator[tuple[semantics.S
 
 def _bind(call: cst.Call, fn: FunctionFacts) -> dict[str, cst.BaseExpression]:
     params = list(fn.params[1:] if fn.owner is not None else fn.params)
-    bound = dict(zip(params, semantics.positional(call), strict=False))
+    bound = dict(zip(params, syntax.positional(call), strict=False))
     bound.update({a.keyword.value: a.value for a in call.args if a.keyword is not None})
     return bound
 

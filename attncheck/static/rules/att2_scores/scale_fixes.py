@@ -21,8 +21,9 @@ import libcst as cst
 
 from attncheck.findings import Edit
 from attncheck.static import edits
+from attncheck.static.analysis.results import Factor, Pipeline, Term
+from attncheck.static.analysis.semantics import Semantics
 from attncheck.static.facts import FunctionFacts
-from attncheck.static.semantics import Factor, Pipeline, Semantics, Term
 
 if TYPE_CHECKING:
     from attncheck.static.rule import Rule

@@ -5,9 +5,11 @@ from __future__ import annotations
 import libcst as cst
 
 from attncheck.findings import Edit, Severity
-from attncheck.static import edits, semantics
+from attncheck.static import edits
+from attncheck.static.analysis import semantics, syntax
+from attncheck.static.analysis.results import Pipeline, Softmax
+from attncheck.static.analysis.syntax import number
 from attncheck.static.rule import Invalid, Rule
-from attncheck.static.semantics import Pipeline, Softmax, number
 
 _HINT = "normalise over the keys: softmax(scores, dim=-1)"
 _AXES = {4: ("batch", "heads", "queries", "keys"), 3: ("batch", "queries", "keys"), 2: ("queries", "keys")}
@@ -165,7 +167,7 @@ class SoftmaxDim(Rule):
         if index is None:
             return ()
         arg = holder.args[index]
-        if arg.keyword is not None and not semantics.parenthesized(self.context.module, softmax.dim):
+        if arg.keyword is not None and not syntax.parenthesized(self.context.module, softmax.dim):
             return edits.complete(edits.replace(self, softmax.dim, "-1"))
         last_positional = all(a.keyword is not None for a in holder.args[index + 1 :])
         return edits.complete(edits.replace(self, arg, "dim=-1" if last_positional else "-1"))
@@ -176,9 +178,9 @@ def _einsum_key_axis(pipeline: Pipeline, dim: int) -> bool:
     ``einsum('v b ... d, l b ... d -> v l b ...')`` normalised over dim=1)."""
     axes = []
     for product in pipeline.products:
-        spec = semantics.string_value(product.args[0].value) if isinstance(product, cst.Call) and product.args \
+        spec = syntax.string_value(product.args[0].value) if isinstance(product, cst.Call) and product.args \
             else None
-        axes.append(semantics.einsum_key_axis(spec) if spec else None)
+        axes.append(syntax.einsum_key_axis(spec) if spec else None)
     return bool(axes) and all(axis is not None and dim in axis for axis in axes)
 
 

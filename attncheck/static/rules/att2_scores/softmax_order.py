@@ -6,10 +6,8 @@ import re
 
 import libcst as cst
 
-from attncheck.static import semantics
-from attncheck.static.context import FileContext
-from attncheck.static.facts import FunctionFacts
-from attncheck.static.patterns import (
+from attncheck.static.analysis import semantics
+from attncheck.static.analysis.patterns import (
     base_name,
     constant_value,
     dim_role,
@@ -19,6 +17,8 @@ from attncheck.static.patterns import (
     softmax_input,
     tracer,
 )
+from attncheck.static.context import FileContext
+from attncheck.static.facts import FunctionFacts
 from attncheck.static.rule import Invalid, Rule
 
 _SCALE_NAME = re.compile(r"(scal|sqrt|temper|norm_fact|inv_freq|^d_?k$|head_dim|^dh$)", re.IGNORECASE)

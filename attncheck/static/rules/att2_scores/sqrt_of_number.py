@@ -5,7 +5,8 @@ from __future__ import annotations
 import libcst as cst
 
 from attncheck.findings import Edit
-from attncheck.static import edits, semantics
+from attncheck.static import edits
+from attncheck.static.analysis import semantics
 from attncheck.static.context import FileContext
 from attncheck.static.rule import Invalid, Rule
 

@@ -7,11 +7,12 @@ from collections import defaultdict
 import libcst as cst
 
 from attncheck.findings import Edit, Severity
-from attncheck.static import semantics
+from attncheck.static.analysis import semantics, syntax
+from attncheck.static.analysis.results import Pipeline, Term
+from attncheck.static.analysis.syntax import DESCRIPTION
 from attncheck.static.rule import Invalid, Rule
 from attncheck.static.rules.att2_scores import scale_conventions, scale_fixes
 from attncheck.static.rules.att2_scores.scale_conventions import root_name
-from attncheck.static.semantics import DESCRIPTION, Pipeline, Term
 
 _HINT = "scale the scores by 1/sqrt(head_dim): scores = q @ k.transpose(-2, -1) / math.sqrt(head_dim)"
 
@@ -209,7 +210,7 @@ class WrongScale(Rule):
         severity: Severity | None = None,
         fix: tuple[Edit, ...] = (),
     ) -> None:
-        anchor = semantics.located(self, node, pipeline.products[0], pipeline.softmax.call)
+        anchor = syntax.located(self, node, pipeline.products[0], pipeline.softmax.call)
         self.report(anchor, message, severity=severity, hint=_HINT, fix=fix)
 
 

@@ -9,10 +9,8 @@ from dataclasses import dataclass
 import libcst as cst
 
 from attncheck.findings import Severity
-from attncheck.static import semantics
-from attncheck.static.context import FileContext
-from attncheck.static.facts import FunctionFacts
-from attncheck.static.patterns import (
+from attncheck.static.analysis import semantics
+from attncheck.static.analysis.patterns import (
     FillSite,
     argument,
     fill_site,
@@ -24,6 +22,8 @@ from attncheck.static.patterns import (
     selected_polarity,
     tracer,
 )
+from attncheck.static.context import FileContext
+from attncheck.static.facts import FunctionFacts
 from attncheck.static.rule import Invalid, Rule
 
 _SDPA = "torch.nn.functional.scaled_dot_product_attention"

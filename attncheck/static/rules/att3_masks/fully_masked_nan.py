@@ -7,9 +7,9 @@ import re
 
 import libcst as cst
 
+from attncheck.static.analysis.patterns import FillSite, constant_value, fill_site, method_name, tracer
 from attncheck.static.context import FileContext
 from attncheck.static.facts import FileFacts, FunctionFacts
-from attncheck.static.patterns import FillSite, constant_value, fill_site, method_name, tracer
 from attncheck.static.rule import Invalid, Rule
 
 # Calls that show the function deals with all-masked rows.

@@ -8,9 +8,7 @@ import libcst as cst
 
 from attncheck.findings import Edit
 from attncheck.static import edits
-from attncheck.static.context import FileContext
-from attncheck.static.facts import FileFacts, dotted_name
-from attncheck.static.patterns import (
+from attncheck.static.analysis.patterns import (
     FLOAT16_MIN,
     FillSite,
     argument,
@@ -19,6 +17,8 @@ from attncheck.static.patterns import (
     looks_like_scores,
     tracer,
 )
+from attncheck.static.context import FileContext
+from attncheck.static.facts import FileFacts, dotted_name
 from attncheck.static.rule import Invalid, Rule
 
 _WIDE_FLOATS = frozenset({"torch.float32", "torch.float", "torch.float64", "torch.double"})

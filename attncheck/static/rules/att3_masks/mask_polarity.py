@@ -8,9 +8,7 @@ from functools import cached_property
 import libcst as cst
 from libcst.metadata import PositionProvider
 
-from attncheck.static.context import FileContext
-from attncheck.static.facts import FunctionFacts
-from attncheck.static.patterns import (
+from attncheck.static.analysis.patterns import (
     Polarity,
     argument,
     fill_site,
@@ -19,6 +17,8 @@ from attncheck.static.patterns import (
     selected_polarity,
     tracer,
 )
+from attncheck.static.context import FileContext
+from attncheck.static.facts import FunctionFacts
 from attncheck.static.rule import Invalid, Rule
 from attncheck.static.tree.regions import OTHER_BREAKS
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from attncheck.static import semantics
+from attncheck.static.analysis import semantics, syntax
 from attncheck.static.rule import Invalid, Rule
 
 _HINT = "fill the blocked scores before the softmax: scores = scores.masked_fill(mask == 0, float('-inf'))"
@@ -66,7 +66,7 @@ class MultiplicativeMask(Rule):
             shown = sem.code(use.mask)
             if use.how == "multiplied":
                 self.report(
-                    semantics.located(self, use.node, node),
+                    syntax.located(self, use.node, node),
                     f"mask {shown} is multiplied into the scores: blocked keys get score 0, "
                     "and exp(0) still gives them weight after the softmax",
                     hint=_HINT,
@@ -74,7 +74,7 @@ class MultiplicativeMask(Rule):
                 )
             elif use.binary and not use.additive:
                 self.report(
-                    semantics.located(self, use.node, node),
+                    syntax.located(self, use.node, node),
                     f"a 0/1 mask is added to the scores ({use.binary}): adding 1 to kept keys "
                     "blocks nothing; convert it to an additive mask (0 / -inf) first",
                     hint=_HINT,

@@ -18,7 +18,7 @@ import re
 import libcst as cst
 
 from attncheck.findings import Severity
-from attncheck.static import rope_patterns as rp
+from attncheck.static.analysis import rope as rp
 from attncheck.static.context import FileContext
 from attncheck.static.facts import FileFacts, dotted_name
 from attncheck.static.rule import Invalid, Rule

@@ -1,6 +1,6 @@
 """ATT402 rope-rotation: the rotary embedding rotates the wrong way or the wrong pairs.
 
-Three families, each judged on the whole file (``rope_patterns.rope_index``):
+Three families, each judged on the whole file (``rope.rope_index``):
 the sign of the rotation (``rotate_half`` and the ``+``/``-`` that applies it
 must multiply to the standard ``(-x2, x1)`` with ``+``), the layout (a
 half-split rotation with interleaved cos/sin, or the reverse), and the
@@ -14,7 +14,7 @@ import re
 import libcst as cst
 
 from attncheck.findings import Severity
-from attncheck.static import rope_patterns as rp
+from attncheck.static.analysis import rope as rp
 from attncheck.static.rule import Invalid, Rule
 from attncheck.static.tree import subtree
 

@@ -13,7 +13,7 @@ import re
 
 import libcst as cst
 
-from attncheck.static import rope_patterns as rp
+from attncheck.static.analysis import rope as rp
 from attncheck.static.facts import self_attribute
 from attncheck.static.rule import Invalid, Rule
 

@@ -23,7 +23,8 @@ from attncheck.static.tree import fast_tree, node_fields, subtree
 ROOT = Path(__file__).resolve().parent.parent
 # Every fixture, and three of our own modules for breadth (f-strings, decorators, comprehensions).
 FILES = sorted([*ROOT.glob("fixtures/**/*.py"),
-                *(ROOT / "attncheck" / name for name in ("cli.py", "static/analysis/patterns.py", "dynamic/probes.py"))])
+                *(ROOT / "attncheck" / name
+                  for name in ("cli.py", "static/analysis/patterns.py", "dynamic/probes.py"))])
 _LEAVES = {cst.Name: "value", cst.Integer: "value", cst.Float: "value", cst.Imaginary: "value",
            cst.SimpleString: "value", cst.Param: "star", cst.Arg: "star", cst.FormattedString: "start",
            cst.FormattedStringText: "value", cst.FormattedStringExpression: "conversion"}

@@ -9,6 +9,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import attncheck
 
 PACKAGE = Path(attncheck.__file__).resolve().parent
@@ -87,7 +89,28 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     assert _cycle_from({"a": {"b"}, "b": set()}) is None
 
 
-def test_nothing_under_static_but_the_engine_and_pipeline_side_imports_the_engine() -> None:
+def test_nothing_under_static_imports_the_engine() -> None:
     graph = _graph("attncheck.static")
     importers = sorted(name for name, imported in graph.items() if "attncheck.static.engine" in imported)
     assert importers == []
+
+
+# tree <- facts <- context <- analysis <- rules <- engine: what each layer may not import.
+_LAYERS = {
+    "attncheck.static.tree": ("attncheck.static.facts", "attncheck.static.context", "attncheck.static.analysis",
+                              "attncheck.static.rules", "attncheck.static.engine"),
+    "attncheck.static.facts": ("attncheck.static.context", "attncheck.static.analysis", "attncheck.static.rules"),
+    "attncheck.static.context": ("attncheck.static.analysis", "attncheck.static.rules"),
+    "attncheck.static.analysis": ("attncheck.static.rules",),
+}
+
+
+@pytest.mark.parametrize("layer", sorted(_LAYERS))
+def test_a_layer_imports_nothing_above_it(layer: str) -> None:
+    graph = _graph("attncheck.static")
+    upward = sorted(
+        (name, imported)
+        for name, imports in graph.items() if name == layer or name.startswith(layer + ".")
+        for imported in imports if imported.startswith(_LAYERS[layer])
+    )
+    assert upward == []

@@ -16,7 +16,7 @@ from attncheck.sources import Source
 from attncheck.static.engine import lint
 from attncheck.static.rules import all_rules
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 _EXPECT = re.compile(r"#\s*expect:\s*(ATT\d{3}(?:\s*,\s*ATT\d{3})*)")
 _DYNAMIC = re.compile(r"^#\s*dynamic:\s*(none|ATT\d{3}(?:\s*,\s*ATT\d{3})*)\s*$", re.M)
 FILES = sorted(p for folder in ("correct", "buggy", "seeds") for p in (FIXTURES / folder).glob("*.py"))

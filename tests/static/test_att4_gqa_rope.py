@@ -22,7 +22,7 @@ from attncheck.static.tree import fast_tree, subtree
 from tests.conftest import lint_text
 
 RULES = (GqaGrouping, RopeRotation, RopeShape, RopeOnValue)
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 _EXPECT = re.compile(r"#\s*expect:\s*(ATT\d+(?:\s*,\s*ATT\d+)*)")
 _OWN = ("ATT401", "ATT402", "ATT403", "ATT404")
 

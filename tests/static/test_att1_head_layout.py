@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from attncheck.findings import Finding
 from tests.conftest import lint_text
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 _EXPECT = re.compile(r"#\s*expect:\s*(?P<codes>ATT\d+(?:\s*,\s*ATT\d+)*)")
 
 

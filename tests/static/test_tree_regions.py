@@ -172,7 +172,7 @@ def test_when_the_kept_part_does_not_parse_the_whole_file_is_linted(monkeypatch)
 _FIXTURES = sorted(
     path
     for folder in ("correct", "buggy", "seeds")
-    for path in (Path(__file__).resolve().parent.parent / "fixtures" / folder).glob("*.py")
+    for path in (Path(__file__).resolve().parents[2] / "fixtures" / folder).glob("*.py")
 )
 
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from attncheck.static.rules.att3_masks.mask_fill_value import MaskFillValue
 from attncheck.static.rules.att3_masks.mask_polarity import _COMMENT, _clauses_verdict, declared_blocked
 from tests.conftest import lint_text
-from tests.test_rules_layout import apply_fixes, expected, fixture_params, reported
+from tests.static.test_att1_head_layout import apply_fixes, expected, fixture_params, reported
 
 SEEDS = Path("/work/shared/seeds")
 

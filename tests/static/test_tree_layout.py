@@ -12,7 +12,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 from attncheck.static.tree import node_fields
 from attncheck.static.tree.layout import Layout
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FILES = [*sorted((ROOT / "fixtures").rglob("*.py")), ROOT / "attncheck" / "static" / "analysis" / "patterns.py"]
 TRICKY = {
     "decorators, comments between them, blank lines": (

@@ -16,7 +16,7 @@ from attncheck.static.context import FileContext
 from attncheck.static.engine import lint
 from attncheck.static.rules import all_rules
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
 
 def targets_of(text: str, path: str = "example.py"):

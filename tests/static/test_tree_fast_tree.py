@@ -20,7 +20,7 @@ from attncheck.static import engine
 from attncheck.static.analysis import syntax
 from attncheck.static.tree import fast_tree, node_fields, subtree
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # Every fixture, and three of our own modules for breadth (f-strings, decorators, comprehensions).
 FILES = sorted([*ROOT.glob("fixtures/**/*.py"),
                 *(ROOT / "attncheck" / name

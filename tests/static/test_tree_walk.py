@@ -15,7 +15,7 @@ from attncheck.static.engine import lint
 from attncheck.static.rules import all_rules
 from attncheck.static.tree import cst_fields, fast_tree, node_fields, walk
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # The fixtures, and a large file with most of Python's syntax.
 FILES = [*sorted((ROOT / "fixtures").rglob("*.py")), ROOT / "attncheck" / "static" / "analysis" / "patterns.py"]
 

@@ -136,7 +136,7 @@ def lint(source: Source, rules: Sequence[type[Rule]]) -> FileResult:
 
     The tree comes from ``fast_tree``: everything a rule reads of it is what it
     would read of libcst's own tree (checked finding by finding on every fixture
-    in ``tests/test_fast_tree.py``). Where the fast tree cannot answer (a
+    in ``tests/static/test_tree_fast_tree.py``). Where the fast tree cannot answer (a
     construct it does not model, a position it did not record, the code of a node
     it did not place), it says so, and the file is linted on libcst's tree.
     """

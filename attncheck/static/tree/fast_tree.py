@@ -5,7 +5,7 @@ back unchanged. The rules only read a tree, and a libcst parse costs about a
 third of a lint; ``ast.parse`` reads the same text about twelve times faster.
 ``build(text)`` converts the ``ast`` tree into the libcst node classes the rules
 know, with the same shape as libcst's own tree for the same text (checked node
-by node against ``cst.parse_module`` in ``tests/test_fast_tree.py``). It leaves
+by node against ``cst.parse_module`` in ``tests/static/test_tree_fast_tree.py``). It leaves
 out what a reader does not need:
 
 - whitespace, comments and punctuation are libcst's defaults, so generating
@@ -224,7 +224,7 @@ def _span(located: _Located) -> Span:
 # tells them apart in ways its text alone does not: its code is left to libcst's tree.
 _OWN_PARENTHESES = frozenset({cst.GeneratorExp})
 # The classes of the nodes the analyses build (``facts``, ``patterns``), which the conversion
-# places wherever it makes one (checked on every fixture in tests/test_fast_tree.py): one of
+# places wherever it makes one (checked on every fixture in tests/static/test_tree_fast_tree.py): one of
 # them without a span was built, and telling so needs no list of the tree's nodes.
 ALWAYS_PLACED = frozenset({cst.Call, cst.Arg, cst.Subscript, cst.SubscriptElement, cst.Index, cst.Integer,
                            cst.BinaryOperation, cst.UnaryOperation})

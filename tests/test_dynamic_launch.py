@@ -14,7 +14,7 @@ import torch
 from attncheck import pipeline
 from attncheck.config import Settings
 from attncheck.discovery import Candidate
-from attncheck.dynamic import launch, runner, sandbox
+from attncheck.dynamic import launch, prestarted, runner, sandbox
 from attncheck.dynamic.sandbox import Limits, StartedChild
 from tests.dynamic_support import FIXTURES, Options, file_result, in_process_child
 
@@ -43,20 +43,20 @@ def started(monkeypatch) -> list[StandIn]:
 
     monkeypatch.setattr(sandbox, "start_child", start_child)
     yield children
-    launch.cancel_waiting()
+    prestarted.cancel_waiting()
 
 
 def test_a_prestarted_child_is_taken_once_by_its_file(started):
-    launch.prestart([TYPICAL], Options())
-    needed = launch.limits_for(Options(), 1)
-    assert launch.take(str(TYPICAL), needed) is started[0]
-    assert launch.take(TYPICAL, needed) is None
+    prestarted.prestart([TYPICAL], Options())
+    needed = prestarted.limits_for(Options(), 1)
+    assert prestarted.take(str(TYPICAL), needed) is started[0]
+    assert prestarted.take(TYPICAL, needed) is None
     assert not started[0].cancelled
 
 
 def test_a_file_needing_more_cpu_than_the_prestarted_limit_gets_a_fresh_child(started):
-    launch.prestart([TYPICAL], Options())
-    assert launch.take(TYPICAL, launch.limits_for(Options(), launch.PRESTART_TARGETS + 1)) is None
+    prestarted.prestart([TYPICAL], Options())
+    assert prestarted.take(TYPICAL, prestarted.limits_for(Options(), prestarted.PRESTART_TARGETS + 1)) is None
     assert started[0].cancelled
 
 

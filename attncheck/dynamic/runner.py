@@ -52,10 +52,10 @@ Child = Callable[[Path, dict, dict[str, np.ndarray]], Outcome]
 def sandbox_child(options: DynamicOptions) -> Child:
     """The real isolated child process, with the time limit from the options.
 
-    A child already started for the file (``launch.prestart``, ``launch.run_dynamic``) is used
+    A child already started for the file (``prestarted``) is used
     when there is one: its Python and ``import torch`` are then (partly) done.
     """
-    from attncheck.dynamic.launch import limits_for, take
+    from attncheck.dynamic.prestarted import limits_for, take
     from attncheck.dynamic.sandbox import run_child
 
     def child(path: Path, request: dict, tensors: dict[str, np.ndarray]) -> Outcome:

@@ -9,10 +9,10 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from attncheck.dynamic.diagnosis import Diagnosis, diagnose
-from attncheck.dynamic.mutants import MUTANTS, REFERENCE, Case, Knobs, Setting, mutated_mha
-from attncheck.dynamic.reference import mha
-from attncheck.dynamic.rope import RopeSpec, rope_hook
+from attncheck.dynamic.diagnosis.diagnose import Diagnosis, diagnose
+from attncheck.dynamic.reference.mha import mha
+from attncheck.dynamic.reference.mutants import MUTANTS, REFERENCE, Case, Knobs, Setting, mutated_mha
+from attncheck.dynamic.reference.rope import RopeSpec, rope_hook
 from tests.students import BUGS, random_projections, student
 
 TOL = 1e-8

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from attncheck.dynamic import kv_cache
-from attncheck.dynamic.binding import cache_param
+from attncheck.dynamic.binding.bind import cache_param
+from attncheck.dynamic.inside import kv_cache
 from attncheck.dynamic.runner import check_file
 from attncheck.findings import Check, Finding
 from attncheck.static.result import FileResult

@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from attncheck.dynamic import crashes, probes_structure
-from attncheck.dynamic.diagnosis import Diagnosis
-from attncheck.dynamic.explain import explain, observation, prefer_static, setting_for
-from attncheck.dynamic.mutants import MUTANTS, Case, Setting, mutated_mha
-from attncheck.dynamic.reference import Linear, Projections
+from attncheck.dynamic.binding.weights import Assignment
+from attncheck.dynamic.diagnosis import crashes
+from attncheck.dynamic.diagnosis.diagnose import Diagnosis
+from attncheck.dynamic.diagnosis.explain import explain, observation, prefer_static, setting_for
+from attncheck.dynamic.probes import structure as probes_structure
+from attncheck.dynamic.reference.mha import Linear, Projections
+from attncheck.dynamic.reference.mutants import MUTANTS, Case, Setting, mutated_mha
 from attncheck.dynamic.runner import check_file
-from attncheck.dynamic.weights import Assignment
 from attncheck.sources import Source
 from attncheck.static.engine import FileResult, lint
 from attncheck.static.rules import all_rules

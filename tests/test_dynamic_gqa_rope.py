@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from attncheck.dynamic import rope_targets
+from attncheck.dynamic.probes import rope_functions as rope_targets
 from attncheck.dynamic.runner import check_file
 from attncheck.sources import Source
 from attncheck.static.engine import lint

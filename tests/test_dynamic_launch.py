@@ -14,8 +14,9 @@ import torch
 from attncheck import pipeline
 from attncheck.config import Settings
 from attncheck.discovery import Candidate
-from attncheck.dynamic import launch, prestarted, runner, sandbox
-from attncheck.dynamic.sandbox import Limits, StartedChild
+from attncheck.dynamic import launch, runner
+from attncheck.dynamic.harness import prestarted, sandbox
+from attncheck.dynamic.harness.sandbox import Limits, StartedChild
 from tests.dynamic_support import FIXTURES, Options, file_result, in_process_child
 
 ROOT = Path(__file__).resolve().parents[1]

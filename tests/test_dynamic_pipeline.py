@@ -134,7 +134,7 @@ def test_declaration_in_pyproject_binds_a_target_through_the_cli(tmp_path):
 
 
 def test_a_mistyped_declaration_key_is_a_clear_skip():
-    from attncheck.dynamic.binding import bind
+    from attncheck.dynamic.binding.bind import bind
     from tests.dynamic_support import file_result
 
     target = file_result(FIXTURES / "correct" / "dyn_self_attention.py").targets[0]

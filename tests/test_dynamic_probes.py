@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from attncheck.dynamic import reference
-from attncheck.dynamic.probes import CONVENTIONS, SHAPES, _mask_in, _shaped, documented_convention
-from attncheck.dynamic.tolerance import max_error, tolerance
+from attncheck.dynamic.probes.judge import CONVENTIONS, SHAPES, _mask_in, _shaped, documented_convention
+from attncheck.dynamic.reference import mha as reference
+from attncheck.dynamic.reference.tolerance import max_error, tolerance
 
 sizes = st.tuples(
     st.integers(1, 3), st.integers(1, 4), st.integers(1, 6), st.integers(1, 6), st.integers(1, 8)

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from attncheck.dynamic import probes_rope
-from attncheck.dynamic.binding import bind, position_limit
-from attncheck.dynamic.probes import Judge, plan
+from attncheck.dynamic.binding.bind import bind, position_limit
+from attncheck.dynamic.probes import rope_shift as probes_rope
+from attncheck.dynamic.probes.judge import Judge, plan
 from attncheck.dynamic.runner import SEED, check_file
 from attncheck.sources import Source
 from attncheck.static.engine import lint

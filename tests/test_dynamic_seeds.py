@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attncheck.dynamic.binding import bind
+from attncheck.dynamic.binding.bind import bind
+from attncheck.dynamic.harness.sandbox import Limits, run_child
 from attncheck.dynamic.runner import check_file
-from attncheck.dynamic.sandbox import Limits, run_child
 from attncheck.sources import Source
 from attncheck.static.engine import FileResult, lint
 from tests.dynamic_support import FIXTURES, Options, in_process_child

@@ -21,7 +21,7 @@ from attncheck.static import engine, fast_tree, node_fields, semantics, subtree
 ROOT = Path(__file__).resolve().parent.parent
 # Every fixture, and three of our own modules for breadth (f-strings, decorators, comprehensions).
 FILES = sorted([*ROOT.glob("fixtures/**/*.py"),
-                *(ROOT / "attncheck" / name for name in ("cli.py", "static/semantics.py", "dynamic/probes.py"))])
+                *(ROOT / "attncheck" / name for name in ("cli.py", "static/semantics.py", "dynamic/binding/bind.py"))])
 _LEAVES = {cst.Name: "value", cst.Integer: "value", cst.Float: "value", cst.Imaginary: "value",
            cst.SimpleString: "value", cst.Param: "star", cst.Arg: "star", cst.FormattedString: "start",
            cst.FormattedStringText: "value", cst.FormattedStringExpression: "conversion"}

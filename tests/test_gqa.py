@@ -7,8 +7,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attncheck.dynamic.gqa import dependency_matrix, grouped_mapping, name_mapping, tiled_mapping
-from attncheck.dynamic.reference import Linear, Projections
+from attncheck.dynamic.probes.gqa_mapping import dependency_matrix, grouped_mapping, name_mapping, tiled_mapping
+from attncheck.dynamic.reference.mha import Linear, Projections
 from tests.students import random_projections, student
 
 HEADS = st.sampled_from([(2, 1), (4, 2), (6, 2), (6, 3), (8, 2), (8, 4), (4, 4)])

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attncheck.dynamic.lowprec import exception_verdict, judge, naive_reference, rounding_floor, tolerance
-from attncheck.dynamic.mutants import Case, Setting
-from attncheck.dynamic.reference import Linear, Projections, mha
-from attncheck.dynamic.rope import RopeSpec, rope_hook
+from attncheck.dynamic.reference.lowprec import exception_verdict, judge, naive_reference, rounding_floor, tolerance
+from attncheck.dynamic.reference.mha import Linear, Projections, mha
+from attncheck.dynamic.reference.mutants import Case, Setting
+from attncheck.dynamic.reference.rope import RopeSpec, rope_hook
 from tests.students import random_projections, student
 
 D, HEADS = 64, 4

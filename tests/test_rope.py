@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attncheck.dynamic.rope import (
+from attncheck.dynamic.reference.rope import (
     RopeSpec,
     apply_rope,
     basis_inputs,

@@ -20,8 +20,8 @@ import pytest
 import safetensors.torch
 import torch
 
-from attncheck.dynamic import channel, sandbox
-from attncheck.dynamic.sandbox import ChildOutcome, Limits, run_child
+from attncheck.dynamic.harness import channel, sandbox
+from attncheck.dynamic.harness.sandbox import ChildOutcome, Limits, run_child
 
 pytestmark = pytest.mark.sandbox
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from attncheck.dynamic.prestarted import cancel_waiting, prestart, start_for
+from attncheck.dynamic.harness.prestarted import cancel_waiting, prestart, start_for
 from attncheck.findings import Finding, TargetResult
 
 if TYPE_CHECKING:

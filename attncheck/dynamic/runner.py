@@ -19,10 +19,10 @@ import numpy as np
 import torch
 
 from attncheck.catalogue import CODES
-from attncheck.dynamic import crashes as crashes_module
-from attncheck.dynamic import rope_targets
-from attncheck.dynamic.binding import Binding, bind
-from attncheck.dynamic.probes import Judge, Plan, plan
+from attncheck.dynamic.binding.bind import Binding, bind
+from attncheck.dynamic.diagnosis import crashes as crashes_module
+from attncheck.dynamic.probes import rope_functions as rope_targets
+from attncheck.dynamic.probes.judge import Judge, Plan, plan
 from attncheck.findings import Check, Finding, Target, TargetResult
 from attncheck.static.result import FileResult
 
@@ -55,8 +55,8 @@ def sandbox_child(options: DynamicOptions) -> Child:
     A child already started for the file (``prestarted``) is used
     when there is one: its Python and ``import torch`` are then (partly) done.
     """
-    from attncheck.dynamic.prestarted import limits_for, take
-    from attncheck.dynamic.sandbox import run_child
+    from attncheck.dynamic.harness.prestarted import limits_for, take
+    from attncheck.dynamic.harness.sandbox import run_child
 
     def child(path: Path, request: dict, tensors: dict[str, np.ndarray]) -> Outcome:
         limits = limits_for(options, len(request.get("targets", [])))

@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from attncheck.dynamic.binding import Binding, position_limit
-from attncheck.dynamic.probes_gqa import per_head
-from attncheck.dynamic.tolerance import max_error
+from attncheck.dynamic.binding.bind import Binding, position_limit
+from attncheck.dynamic.probes.gqa import per_head
+from attncheck.dynamic.reference.tolerance import max_error
 from attncheck.findings import Check
 
 Outcome = tuple[Check, str | None, str]

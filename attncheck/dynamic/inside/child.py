@@ -1,6 +1,6 @@
 """The child process: the only code that imports the user's module.
 
-Run as ``python -m attncheck.dynamic.child WORKDIR`` by ``sandbox.run_child``. It reads
+Run as ``python -m attncheck.dynamic.inside.child WORKDIR`` by ``sandbox.run_child``. It reads
 the request and the input tensors, confines itself (seccomp), imports the user's file
 under a private module name, and runs the entry function, writing each unit it
 yields at once (see ``channel``), so the parent keeps every unit finished before a
@@ -29,10 +29,10 @@ from types import ModuleType  # noqa: E402
 import safetensors.torch  # noqa: E402
 import torch  # noqa: E402
 
-from attncheck.dynamic import channel  # noqa: E402
-from attncheck.dynamic.confine import install_filter  # noqa: E402
+from attncheck.dynamic.harness import channel  # noqa: E402
+from attncheck.dynamic.harness.confine import install_filter  # noqa: E402
 
-DEFAULT_ENTRY = "attncheck.dynamic.executor:run"
+DEFAULT_ENTRY = "attncheck.dynamic.inside.executor:run"
 TRACEBACK_FRAMES = 8
 REQUEST_POLL_S = 0.005
 

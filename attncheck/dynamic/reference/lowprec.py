@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
-from attncheck.dynamic.mutants import Case, Setting
-from attncheck.dynamic.reference import Linear, Projections, RopeHook, mha
+from attncheck.dynamic.reference.mha import Linear, Projections, RopeHook, mha
+from attncheck.dynamic.reference.mutants import Case, Setting
 
 ROUNDING_UNIT = {
     torch.float16: 2.0**-10,

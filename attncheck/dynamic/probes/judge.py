@@ -18,16 +18,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from attncheck.dynamic import explain, reference
-from attncheck.dynamic import probes_cache as cache_probes
-from attncheck.dynamic import probes_gqa as gqa_probes
-from attncheck.dynamic import probes_lowprec as lowprec_probes
-from attncheck.dynamic import probes_rope as rope_probes
-from attncheck.dynamic import probes_structure as structure
-from attncheck.dynamic.binding import Binding, MaskConvention
-from attncheck.dynamic.rope import RopeSpec
-from attncheck.dynamic.tolerance import max_error, tolerance
-from attncheck.dynamic.weights import Assignment, assignments, layers_from
+from attncheck.dynamic.binding.bind import Binding, MaskConvention
+from attncheck.dynamic.binding.weights import Assignment, assignments, layers_from
+from attncheck.dynamic.diagnosis import explain
+from attncheck.dynamic.probes import gqa as gqa_probes
+from attncheck.dynamic.probes import kv_cache as cache_probes
+from attncheck.dynamic.probes import lowprec as lowprec_probes
+from attncheck.dynamic.probes import rope_shift as rope_probes
+from attncheck.dynamic.probes import structure
+from attncheck.dynamic.reference import mha as reference
+from attncheck.dynamic.reference.rope import RopeSpec
+from attncheck.dynamic.reference.tolerance import max_error, tolerance
 from attncheck.findings import Check
 
 BATCH = 2

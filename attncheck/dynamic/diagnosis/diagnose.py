@@ -6,7 +6,7 @@ fully masked query rows excluded (and rows where the mutant itself has no visibl
 key, whose value depends on the fill constant). One mistake is tried first, then
 two at once, among mutants that turn different knobs.
 
-Speed: every case keeps a :class:`~attncheck.dynamic.mutants.Stages` memo, so the
+Speed: every case keeps a :class:`~attncheck.dynamic.reference.mutants.Stages` memo, so the
 projections and score matrices shared by many mutants are computed once; mutants
 that do nothing on these cases (a mask mistake with no mask), or that duplicate
 another's output, are pruned before pairing; pairs are screened on the first case
@@ -23,7 +23,8 @@ from itertools import combinations
 
 import torch
 
-from attncheck.dynamic.mutants import (
+from attncheck.dynamic.reference.mha import causal_keep, fully_masked_rows
+from attncheck.dynamic.reference.mutants import (
     MUTANTS,
     REFERENCE,
     Case,
@@ -33,7 +34,6 @@ from attncheck.dynamic.mutants import (
     Stages,
     knob_groups,
 )
-from attncheck.dynamic.reference import causal_keep, fully_masked_rows
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from attncheck.dynamic.reference import Linear, Projections
+from attncheck.dynamic.reference.mha import Linear, Projections
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from attncheck.dynamic import crashes
-from attncheck.dynamic.binding import Binding
-from attncheck.dynamic.rope import Fingerprint, basis_inputs, fingerprint, inv_freq, relative_shift_error
+from attncheck.dynamic.binding.bind import Binding
+from attncheck.dynamic.diagnosis import crashes
+from attncheck.dynamic.reference.rope import Fingerprint, basis_inputs, fingerprint, inv_freq, relative_shift_error
 from attncheck.findings import Check, Target
 
 HEAD_DIM = 8

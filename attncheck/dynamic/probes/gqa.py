@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from attncheck.dynamic.binding import HEADS, KV_HEAD_NAMES, KV_HEADS, Binding
-from attncheck.dynamic.gqa import dependency_matrix, name_mapping
+from attncheck.dynamic.binding.bind import HEADS, KV_HEAD_NAMES, KV_HEADS, Binding
+from attncheck.dynamic.probes.gqa_mapping import dependency_matrix, name_mapping
 from attncheck.findings import Check
 
 Outcome = tuple[Check, str | None, str]

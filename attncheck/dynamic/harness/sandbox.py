@@ -33,8 +33,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from attncheck.dynamic import channel
-from attncheck.dynamic.channel import Reply
+from attncheck.dynamic.harness import channel
+from attncheck.dynamic.harness.channel import Reply
 
 if TYPE_CHECKING:
     import numpy
@@ -226,7 +226,7 @@ def _under(path: Path, folder: Path) -> bool:
 
 def _python_paths() -> list[str]:
     """The folder holding the attncheck package, then this interpreter's site-packages."""
-    package_root = str(Path(__file__).resolve().parents[2])
+    package_root = str(Path(__file__).resolve().parents[3])
     paths = [package_root, sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
     paths += site.getsitepackages()
     return list(dict.fromkeys(paths))
@@ -249,7 +249,7 @@ def _environment(workdir: Path) -> dict[str, str]:
 
 
 def _command(workdir: Path, module_path: Path, isolation: str) -> list[str]:
-    python = [sys.executable, "-m", "attncheck.dynamic.child", str(workdir)]
+    python = [sys.executable, "-m", "attncheck.dynamic.inside.child", str(workdir)]
     if isolation != BUBBLEWRAP:
         return python
     readable = [module_path.parent, Path(sys.prefix), Path(sys.executable).resolve().parent]

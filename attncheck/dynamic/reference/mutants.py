@@ -5,7 +5,7 @@ pipeline (project, split, rotate, score, scale, mask, softmax, merge, project)
 whose default knobs reproduce ``reference.mha`` exactly. A :class:`Mutant` is one
 knob setting with its catalogue code and a learner-level explanation; two mutants
 that turn different knobs compose into a module with both mistakes, which is how
-:mod:`attncheck.dynamic.diagnosis` explains two mistakes at once.
+:mod:`attncheck.dynamic.diagnosis.diagnose` explains two mistakes at once.
 
 Not every slip is a mutant: masking after the softmax and then renormalising by
 the row sum is mathematically the masked softmax (only fully masked rows differ,
@@ -25,8 +25,8 @@ from typing import Any, Literal
 
 import torch
 
-from attncheck.dynamic.reference import Causal, Linear, Projections, causal_keep, merge_heads, split_heads
-from attncheck.dynamic.rope import RopeSpec, apply_rope
+from attncheck.dynamic.reference.mha import Causal, Linear, Projections, causal_keep, merge_heads, split_heads
+from attncheck.dynamic.reference.rope import RopeSpec, apply_rope
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from attncheck.dynamic.sandbox import Limits, StartedChild
+    from attncheck.dynamic.harness.sandbox import Limits, StartedChild
 
 PRESTART_TARGETS = 8  # a prestarted child's CPU limit allows this many targets; a file with more starts afresh
 
@@ -22,7 +22,7 @@ _lock = threading.Lock()
 
 def limits_for(options: Any, targets: int) -> Limits:
     """--timeout is per target; a child runs all of a file's targets, so its limit is their sum."""
-    from attncheck.dynamic.sandbox import Limits
+    from attncheck.dynamic.harness.sandbox import Limits
 
     return Limits(timeout_s=options.timeout * max(1, targets))
 
@@ -35,7 +35,7 @@ def key(path: str | Path) -> str:
 def prestart(paths: Iterable[Path], options: Any) -> None:
     """Start a child for each of ``paths`` (Python files that may have targets) now, before the
     static pass says which do. Each waits for its request; ``launch.run_dynamic`` uses or ends it."""
-    from attncheck.dynamic.sandbox import StartedChild, start_child
+    from attncheck.dynamic.harness.sandbox import StartedChild, start_child
 
     for path in paths:
         started = start_child(path, limits_for(options, PRESTART_TARGETS))
@@ -47,7 +47,7 @@ def prestart(paths: Iterable[Path], options: Any) -> None:
 def start_for(files: Sequence[tuple[Path, int]], options: Any) -> None:
     """Keep waiting only the children of ``files`` (path, number of targets), and start children
     for the first of them that have none, up to ``options.jobs`` waiting in all."""
-    from attncheck.dynamic.sandbox import StartedChild, start_child
+    from attncheck.dynamic.harness.sandbox import StartedChild, start_child
 
     with _lock:
         unused = [k for k in _waiting if k not in {key(path) for path, _ in files}]

@@ -24,10 +24,10 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from attncheck.dynamic.binding import Binding, cache_param
-from attncheck.dynamic.mutants import Case, Knobs, Setting, Stages
-from attncheck.dynamic.reference import split_heads
-from attncheck.dynamic.tolerance import max_error
+from attncheck.dynamic.binding.bind import Binding, cache_param
+from attncheck.dynamic.reference.mha import split_heads
+from attncheck.dynamic.reference.mutants import Case, Knobs, Setting, Stages
+from attncheck.dynamic.reference.tolerance import max_error
 from attncheck.findings import Check
 
 Outcome = tuple[Check, str | None, str]

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from attncheck.dynamic.weights import Assignment
+from attncheck.dynamic.binding.weights import Assignment
 from attncheck.findings import Check
 
 Outcome = tuple[Check, str | None, str]

@@ -3,8 +3,8 @@
 The judge (``probes.Judge``) already holds everything a diagnosis needs: the
 inputs it planned, the masks it sent, the weights the child recorded and mapped
 (``weights.Assignment``) and the outputs that came back. This module builds the
-diagnosis library's :class:`~attncheck.dynamic.mutants.Case` and
-:class:`~attncheck.dynamic.mutants.Setting` from them, runs
+diagnosis library's :class:`~attncheck.dynamic.reference.mutants.Case` and
+:class:`~attncheck.dynamic.reference.mutants.Setting` from them, runs
 :func:`~attncheck.dynamic.diagnosis.diagnose`, and words the verdict for a
 learner: what the code does, why that is wrong, the fix, and the numbers.
 
@@ -21,10 +21,10 @@ from typing import Any, Protocol
 
 import torch
 
-from attncheck.dynamic.diagnosis import Diagnosis, diagnose
-from attncheck.dynamic.mutants import MUTANTS, Case, Mutant, Setting
-from attncheck.dynamic.reference import Causal, Projections, RopeHook
-from attncheck.dynamic.rope import RopeSpec, rope_hook
+from attncheck.dynamic.diagnosis.diagnose import Diagnosis, diagnose
+from attncheck.dynamic.reference.mha import Causal, Projections, RopeHook
+from attncheck.dynamic.reference.mutants import MUTANTS, Case, Mutant, Setting
+from attncheck.dynamic.reference.rope import RopeSpec, rope_hook
 
 FUNCTION_KNOBS = frozenset({"inputs", "split", "merge", "output"})
 """Knobs a bare attention function on (b, h, s, dh) cannot turn: it has no projections or head split."""

@@ -17,8 +17,10 @@ from typing import Any
 
 import torch
 
-from attncheck.dynamic import explain, lowprec, reference
-from attncheck.dynamic.mutants import Case
+from attncheck.dynamic.diagnosis import explain
+from attncheck.dynamic.reference import lowprec
+from attncheck.dynamic.reference import mha as reference
+from attncheck.dynamic.reference.mutants import Case
 from attncheck.findings import Check
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}

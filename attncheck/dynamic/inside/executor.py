@@ -32,8 +32,8 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from attncheck.dynamic import kv_cache, kv_perturb
-from attncheck.dynamic.binding import all_sizes, size_for
+from attncheck.dynamic.binding.bind import all_sizes, size_for
+from attncheck.dynamic.inside import kv_cache, kv_perturb
 
 Tensors = dict[str, torch.Tensor]
 DROPOUT_RATE = 0.5

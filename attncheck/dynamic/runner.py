@@ -22,7 +22,8 @@ from attncheck.catalogue import CODES
 from attncheck.dynamic.binding.bind import Binding, bind
 from attncheck.dynamic.diagnosis import crashes as crashes_module
 from attncheck.dynamic.probes import rope_functions as rope_targets
-from attncheck.dynamic.probes.judge import Judge, Plan, plan
+from attncheck.dynamic.probes.base import Plan
+from attncheck.dynamic.probes.judge import Judge, plan
 from attncheck.findings import Check, Finding, Target, TargetResult
 from attncheck.static.result import FileResult
 

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
 
 import torch
 
 from attncheck.dynamic.diagnosis.diagnose import Diagnosis, diagnose
+from attncheck.dynamic.probes.base import JudgeView
 from attncheck.dynamic.reference.mha import Causal, Projections, RopeHook
 from attncheck.dynamic.reference.mutants import MUTANTS, Case, Mutant, Setting
 from attncheck.dynamic.reference.rope import RopeSpec, rope_hook
@@ -30,23 +30,6 @@ FUNCTION_KNOBS = frozenset({"inputs", "split", "merge", "output"})
 """Knobs a bare attention function on (b, h, s, dh) cannot turn: it has no projections or head split."""
 
 FALLBACK = "ATT903"
-
-
-class JudgeView(Protocol):
-    """What the diagnosis reads from ``probes.Judge``."""
-
-    style: str
-    tol: float
-    static_codes: Collection[str]
-    fit: Any  # probes.Fit | None
-    binding: Any  # binding.Binding
-    plan: Any  # probes.Plan
-
-    def is_causal(self) -> tuple[bool, str]: ...
-
-    def ran(self, name: str) -> bool: ...
-    def output(self, name: str) -> torch.Tensor: ...
-    def role_inputs(self, name: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
 
 
 @dataclass(frozen=True)

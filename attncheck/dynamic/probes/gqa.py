@@ -11,16 +11,13 @@ the tiling of ``.repeat`` (h % Hkv) is ATT401.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import torch
 
 from attncheck.dynamic.binding.bind import HEADS, KV_HEAD_NAMES, KV_HEADS, Binding
+from attncheck.dynamic.probes.base import FunctionProbe, JudgeView, Outcome, Planner, as_list
 from attncheck.dynamic.probes.gqa_mapping import dependency_matrix, name_mapping
 from attncheck.findings import Check
 
-Outcome = tuple[Check, str | None, str]
 MOVED = 1e-9  # a query head "moved" when its output changed by more than this
 
 
@@ -32,16 +29,15 @@ def wanted(binding: Binding) -> bool:
     return bool(names & KV_HEAD_NAMES) or "gqa" in binding.target.kinds
 
 
-def plan(add: Callable[..., None], plain: dict[str, str], binding: Binding) -> None:
+def plan(planner: Planner) -> None:
     """One experiment per KV head, with the plain inputs and that head perturbed."""
-    if not wanted(binding):
-        return
+    binding = planner.binding
     spec = {"kv_heads": KV_HEADS, "head_dim": binding.dims.d_model // binding.dims.heads}
     for head in range(KV_HEADS):
-        add(f"gqa/kv{head}", plain, perturb_kv={**spec, "head": head, "d_model": binding.dims.d_model})
+        planner.add(f"gqa/kv{head}", planner.plain, perturb_kv={**spec, "head": head, "d_model": binding.dims.d_model})
 
 
-def per_head(judge: Any, name: str, heads: int) -> torch.Tensor:
+def per_head(judge: JudgeView, name: str, heads: int) -> torch.Tensor:
     """(b, Hq, s, dh) outputs before the output projection (the recorded W_o undone when there is one)."""
     out = judge.output(name)
     o = judge.fit.assignment.projections.o if judge.fit and judge.fit.assignment else None
@@ -52,7 +48,7 @@ def per_head(judge: Any, name: str, heads: int) -> torch.Tensor:
     return out.reshape(b, s, heads, d // heads).transpose(1, 2)
 
 
-def verdict(judge: Any) -> Outcome | None:
+def verdict(judge: JudgeView) -> Outcome | None:
     """The gqa-grouping check, or None when the probe was not planned."""
     names = [f"gqa/kv{j}" for j in range(KV_HEADS)]
     if names[0] not in judge.experiments:
@@ -69,3 +65,8 @@ def verdict(judge: Any) -> Outcome | None:
     if found.mapping == "other":
         return Check("gqa-grouping", "failed", found.message), None, ""
     return Check("gqa-grouping", status, found.message), found.code, found.message
+
+
+PROBE = FunctionProbe(
+    "gqa-grouping", ("ATT401",), 20, wanted, plan, lambda view: as_list(verdict(view))
+)

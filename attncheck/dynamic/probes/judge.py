@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -21,13 +21,10 @@ import torch
 from attncheck.dynamic.binding.bind import Binding, MaskConvention
 from attncheck.dynamic.binding.weights import Assignment, assignments, layers_from
 from attncheck.dynamic.diagnosis import explain
-from attncheck.dynamic.probes import gqa as gqa_probes
-from attncheck.dynamic.probes import kv_cache as cache_probes
-from attncheck.dynamic.probes import lowprec as lowprec_probes
-from attncheck.dynamic.probes import rope_shift as rope_probes
 from attncheck.dynamic.probes import structure
+from attncheck.dynamic.probes.base import Fit, Plan
+from attncheck.dynamic.probes.registry import all_probes
 from attncheck.dynamic.reference import mha as reference
-from attncheck.dynamic.reference.rope import RopeSpec
 from attncheck.dynamic.reference.tolerance import max_error, tolerance
 from attncheck.findings import Check
 
@@ -54,20 +51,6 @@ class Verdict:
     check: Check
     code: str | None = None
     message: str = ""
-
-
-@dataclass
-class Plan:
-    """Everything one target's unit needs: the request part, its tensors, and what the parent keeps."""
-
-    binding: Binding
-    unit: dict[str, Any]
-    tensors: dict[str, np.ndarray]
-    keep: dict[str, np.ndarray] = field(default_factory=dict)  # parent-only: keep masks, perturbed rows
-
-    @property
-    def style(self) -> str:
-        return self.binding.style
 
 
 def _mask_in(keep: np.ndarray, convention: MaskConvention) -> np.ndarray:
@@ -109,6 +92,11 @@ class _Planner:
         self.keep: dict[str, np.ndarray] = {}
         self.experiments: list[dict[str, Any]] = []
         self.roles = [role for _, role in binding.forward.roles] if binding.forward else []
+        # what the probes' plans read (base.Planner), set by ``plan`` before they run
+        self.plain: dict[str, str] = {}
+        self.base = np.empty(0)
+        self.masks: dict[str, str] = {}
+        self.positions = (BATCH, 0)
 
     def tensor(self, name: str, value: np.ndarray) -> str:
         key = f"{self.prefix}/{name}"
@@ -182,11 +170,11 @@ def plan(binding: Binding, index: int, seed: int) -> Plan:
     for name, mode in (("eval-a", "eval"), ("eval-b", "eval"), ("train-a", "train"), ("train-b", "train")):
         if is_class or mode == "eval":
             planner.add(name, plain, instance=instance, mode=mode)
-    gqa_probes.plan(planner.add, plain, binding)
-    cache_probes.plan(planner, q_base, binding)
-    rope_probes.plan(planner.add, planner.tensor, plain, binding, (BATCH, q_len))
-    masks = {k.split("/mask/", 1)[1]: k for k in planner.tensors if "/mask/" in k}
-    lowprec_probes.plan(planner.add, plain, lowprec_probes.masks_to_plan(masks))
+    planner.plain, planner.base, planner.positions = plain, q_base, (BATCH, q_len)
+    planner.masks = {k.split("/mask/", 1)[1]: k for k in planner.tensors if "/mask/" in k}
+    for probe in all_probes():
+        if probe.wanted(binding):
+            probe.plan(planner)
     unit = {
         "name": binding.target.name,
         "is_class": is_class,
@@ -228,16 +216,6 @@ def _plan_masks(
 # ---------------------------------------------------------------- judging
 
 
-@dataclass
-class Fit:
-    """The reference configuration that best explains the plain output."""
-
-    assignment: Assignment | None
-    causal: reference.Causal
-    error: float
-    rope: RopeSpec | None = None
-
-
 class Judge:
     """Compares one target's replies with the reference and the properties of attention."""
 
@@ -256,6 +234,7 @@ class Judge:
         self.experiments = {e["name"]: e for e in plan.unit["experiments"]}
         self.tol = tolerance(torch.float64, 0.0)
         self.fit: Fit | None = None
+        self.found_codes: list[str | None] = []  # codes of the checks judged so far (base.JudgeView)
 
     # -- helpers
 
@@ -311,16 +290,9 @@ class Judge:
             outcomes = structure.projections(self.fit.assignment, self.fit.error, self.tol, self.facts.get("grads"))
             found.extend(Verdict(*outcome) for outcome in outcomes)
             found.append(Verdict(*structure.softmax_axis(self.facts.get("softmax"), query.shape[1], key.shape[1])))
-        found.extend(Verdict(*outcome) for outcome in lowprec_probes.verdicts(self))
-        grouping = gqa_probes.verdict(self)
-        if grouping is not None:
-            found.append(Verdict(*grouping))
-        cached = cache_probes.verdict(self)
-        if cached is not None:
-            found.append(Verdict(*cached))
-        shift = rope_probes.verdict(self, [v.code for v in found])
-        if shift is not None:
-            found.append(Verdict(*shift))
+        for probe in all_probes():
+            self.found_codes = [v.code for v in found]
+            found.extend(Verdict(*outcome) for outcome in probe.judge(self))
         if self.ran("plain"):
             found.append(Verdict(*structure.nan_rows(self.output("plain"))))
         named = any(v.code and v.code.startswith(structure.MISTAKE_PREFIXES) for v in found)

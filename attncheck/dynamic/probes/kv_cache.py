@@ -19,29 +19,20 @@ rejects a tuple cache (an HF ``Cache`` object, say): the reason says why.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
 
 import numpy as np
 import torch
 
 from attncheck.dynamic.binding.bind import Binding, cache_param
+from attncheck.dynamic.probes.base import Fit, FunctionProbe, JudgeView, Outcome, Planner, as_list
 from attncheck.dynamic.reference.mha import split_heads
 from attncheck.dynamic.reference.mutants import Case, Knobs, Setting, Stages
 from attncheck.dynamic.reference.tolerance import max_error
 from attncheck.findings import Check
 
-Outcome = tuple[Check, str | None, str]
 NAME = "kv-cache"
 EXPERIMENT = "cache"
 PREFIX = 4  # tokens 0..PREFIX-1 go into the cache; the rest are decoded with it
-
-
-class Planner(Protocol):
-    """What ``probes._Planner`` offers: named tensors and experiments."""
-
-    def tensor(self, name: str, value: np.ndarray) -> str: ...
-
-    def add(self, name: str, inputs: dict[str, str], mask: str | None = None, **options: Any) -> None: ...
 
 
 def _param(binding: Binding) -> str | None:
@@ -55,10 +46,15 @@ def _rotary(binding: Binding) -> bool:
     return "rope" in binding.target.kinds
 
 
-def plan(planner: Planner, x: np.ndarray, binding: Binding) -> None:
-    """One experiment: forward on tokens PREFIX.. of ``x`` with a cache of tokens ..PREFIX-1."""
-    param = _param(binding)
-    if param is None or _rotary(binding) or x.shape[-2] <= PREFIX:
+def wanted(binding: Binding) -> bool:
+    """A forward that takes a cache, on a module without rotary positions."""
+    return _param(binding) is not None and not _rotary(binding)
+
+
+def plan(planner: Planner) -> None:
+    """One experiment: forward on tokens PREFIX.. of the plain input with a cache of tokens ..PREFIX-1."""
+    binding, x, param = planner.binding, planner.base, _param(planner.binding)
+    if x.shape[-2] <= PREFIX:
         return
     width, heads = binding.dims.width, binding.dims.heads
     prefix = planner.tensor("cache/prefix", np.ascontiguousarray(x[:, :PREFIX]))
@@ -71,7 +67,7 @@ def _skip(reason: str) -> Outcome:
     return Check(NAME, "skipped", reason), None, ""
 
 
-def verdict(judge: Any) -> Outcome | None:
+def verdict(judge: JudgeView) -> Outcome | None:
     """The kv-cache check, or None when the target takes no cache."""
     param = _param(judge.binding)
     if param is None:
@@ -107,7 +103,7 @@ class _Cache:
     cut: tuple[torch.Tensor, torch.Tensor]  # the (k, v) cache the child built
 
     @classmethod
-    def of(cls, judge: Any, fit: Any) -> _Cache:
+    def of(cls, judge: JudgeView, fit: Fit) -> _Cache:
         x = judge.role_inputs("plain")[0]
         suffix = judge.role_inputs(EXPERIMENT)[0]
         causal = "none" if fit.causal == "none" else "bottom-right"  # new tokens see every cached key
@@ -205,4 +201,9 @@ _NO_CAUSAL = _Mistake(
     "later ones, which the prompt path hides. Fix: apply the causal mask on the cache path too, aligned "
     "bottom-right (query i sees keys 0..{prefix} + i)",
     Knobs(causal="missing"),
+)
+
+
+PROBE = FunctionProbe(
+    NAME, ("ATT305", "ATT401", "ATT903", "ATT906"), 30, wanted, plan, lambda view: as_list(verdict(view))
 )

@@ -12,12 +12,12 @@ with the exception; an accuracy loss beyond the rule is ATT909.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import torch
 
 from attncheck.dynamic.diagnosis import explain
+from attncheck.dynamic.probes.base import FunctionProbe, JudgeView, Outcome, Planner, every_target
 from attncheck.dynamic.reference import lowprec
 from attncheck.dynamic.reference import mha as reference
 from attncheck.dynamic.reference.mutants import Case
@@ -26,15 +26,15 @@ from attncheck.findings import Check
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 MASK_SHAPE = "b11k"
 
-Outcome = tuple[Check, str | None, str]
 
 
-def plan(add: Callable[..., None], plain: dict[str, str], masks: dict[str, str]) -> None:
-    """Low-precision experiments: the plain inputs, and each mask convention (name -> mask tensor)."""
+def plan(planner: Planner) -> None:
+    """Low-precision experiments: the plain inputs, and each mask convention of one shape."""
+    masks = masks_to_plan(planner.masks)
     for dtype in DTYPES:
-        add(f"plain@{dtype}", plain, instance=dtype, dtype=dtype)
+        planner.add(f"plain@{dtype}", planner.plain, instance=dtype, dtype=dtype)
         for combo, mask in masks.items():
-            add(f"mask/{combo}@{dtype}", plain, mask, instance=dtype, dtype=dtype)
+            planner.add(f"mask/{combo}@{dtype}", planner.plain, mask, instance=dtype, dtype=dtype)
 
 
 def masks_to_plan(tensor_names: dict[str, str]) -> dict[str, str]:
@@ -42,7 +42,7 @@ def masks_to_plan(tensor_names: dict[str, str]) -> dict[str, str]:
     return {combo: name for combo, name in tensor_names.items() if combo.startswith(f"{MASK_SHAPE}/")}
 
 
-def verdicts(judge: Any) -> Iterator[Outcome]:
+def verdicts(judge: JudgeView) -> Iterator[Outcome]:
     """One check per dtype, when the float64 output matches the reference (else nothing to compare)."""
     masked = [
         c
@@ -62,7 +62,7 @@ def verdicts(judge: Any) -> Iterator[Outcome]:
         yield _judge_dtype(judge, dtype_name, dtype, runs)
 
 
-def _judge_dtype(judge: Any, dtype_name: str, dtype: torch.dtype, runs: list[tuple[str, str | None]]) -> Outcome:
+def _judge_dtype(judge: JudgeView, dtype_name: str, dtype: torch.dtype, runs: list[tuple[str, str | None]]) -> Outcome:
     name = f"low-precision-{dtype_name}"
     details: list[str] = []
     for base, combo in runs:
@@ -91,13 +91,13 @@ def _judge_dtype(judge: Any, dtype_name: str, dtype: torch.dtype, runs: list[tup
     return Check(name, "passed", "; ".join(details)), None, ""
 
 
-def _keep(judge: Any, combo: str | None) -> torch.Tensor | None:
+def _keep(judge: JudgeView, combo: str | None) -> torch.Tensor | None:
     if combo is None:
         return None
     return torch.from_numpy(judge.plan.keep[f"mask/{combo.split('/')[0]}"])
 
 
-def _compare(judge: Any, base: str, combo: str | None, experiment: str, dtype: torch.dtype) -> lowprec.Verdict:
+def _compare(judge: JudgeView, base: str, combo: str | None, experiment: str, dtype: torch.dtype) -> lowprec.Verdict:
     keep = _keep(judge, combo)
     exact = judge.reference(base, keep, judge.fit)
     output = judge.output(experiment)
@@ -112,7 +112,7 @@ def _compare(judge: Any, base: str, combo: str | None, experiment: str, dtype: t
     return lowprec.judge(output, exact, naive, dtype, rows)
 
 
-def _naive(judge: Any, base: str, keep: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
+def _naive(judge: JudgeView, base: str, keep: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
     """The reference computed in ``dtype`` (inputs and weights rounded), as float64."""
     query, key, value = judge.role_inputs(base)
     fit = judge.fit
@@ -124,3 +124,8 @@ def _naive(judge: Any, base: str, keep: torch.Tensor | None, dtype: torch.dtype)
     setting = explain.setting_for(fit.assignment.projections, judge.binding.dims.heads, fit.assignment.kv_heads, None)
     case = Case(query, key, value, keep=keep, causal=fit.causal)
     return lowprec.naive_reference(case, setting, dtype, explain.rope_for(fit.rope, query, key))
+
+
+PROBE = FunctionProbe(
+    "low-precision", ("ATT302", "ATT909"), 10, every_target, plan, lambda view: list(verdicts(view))
+)

@@ -15,17 +15,16 @@ keeps its norm), V is rotated too: ATT404.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
 from attncheck.dynamic.binding.bind import Binding, position_limit
+from attncheck.dynamic.probes.base import FunctionProbe, JudgeView, Outcome, Planner, as_list
 from attncheck.dynamic.probes.gqa import per_head
 from attncheck.dynamic.reference.tolerance import max_error
 from attncheck.findings import Check
 
-Outcome = tuple[Check, str | None, str]
 NAME = "rope-relative-shift"
 SHIFTS = (3, 17)
 UNBOUNDED = 64  # positions assumed safe when the binding does not size the module's rotary cache
@@ -45,17 +44,12 @@ def shifts(binding: Binding, seq: int) -> tuple[int, ...]:
     return tuple(sorted({min(c, room) for c in SHIFTS if room > 0}))
 
 
-def plan(
-    add: Callable[..., None],
-    tensor: Callable[[str, np.ndarray], str],
-    plain: dict[str, str],
-    binding: Binding,
-    shape: tuple[int, int],
-) -> None:
+def plan(planner: Planner) -> None:
     """A base run and one run per shift of the plain (batch, seq) input, for each way of passing positions."""
-    batch, seq = shape
+    binding, plain, add, tensor = planner.binding, planner.plain, planner.add, planner.tensor
+    batch, seq = planner.positions
     forward = binding.forward
-    if not wanted(binding) or binding.style != "self" or forward is None or forward.position_name is None:
+    if binding.style != "self" or forward is None or forward.position_name is None:
         return
     name = forward.position_name
     offsets = (0, *shifts(binding, seq))
@@ -71,7 +65,7 @@ def plan(
             add(f"rope-shift/{layout}/+{c}", plain, keywords={name: tensor(f"positions/{layout}/+{c}", positions)})
 
 
-def _variants(judge: Any) -> list[str]:
+def _variants(judge: JudgeView) -> list[str]:
     """The layouts whose every run succeeded, those that reproduce the plain output at base positions first."""
     planned = [n for n in judge.experiments if n.startswith("rope-shift/")]
     layouts = list(dict.fromkeys(n.split("/")[1] for n in planned))
@@ -85,14 +79,14 @@ def _variants(judge: Any) -> list[str]:
     return sorted(complete, key=lambda lay: not reproduces(lay))
 
 
-def _rotates_value(judge: Any, base: str, moved: Sequence[str]) -> bool:
+def _rotates_value(judge: JudgeView, base: str, moved: Sequence[str]) -> bool:
     """Every head's output keeps its norm under the shift: the weights did not move, V was rotated."""
     heads = judge.binding.dims.heads
     before = per_head(judge, base, heads).norm(dim=-1)
     return all(max_error(per_head(judge, name, heads).norm(dim=-1), before) <= judge.tol for name in moved)
 
 
-def verdict(judge: Any, named: Sequence[str | None] = ()) -> Outcome | None:
+def verdict(judge: JudgeView, named: Sequence[str | None] = ()) -> Outcome | None:
     """The rope-relative-shift check, or None for targets it does not apply to.
 
     ``named`` holds the codes other checks reported: when one already names a RoPE
@@ -146,3 +140,8 @@ def verdict(judge: Any, named: Sequence[str | None] = ()) -> Outcome | None:
         "q and k must be rotated by the same rule (same sign, same frequencies) at their own positions"
     )
     return check, "ATT402", relative
+
+
+PROBE = FunctionProbe(
+    NAME, ("ATT404",), 40, wanted, plan, lambda view: as_list(verdict(view, view.found_codes))
+)

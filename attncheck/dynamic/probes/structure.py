@@ -16,9 +16,9 @@ from typing import Any
 import torch
 
 from attncheck.dynamic.binding.weights import Assignment
+from attncheck.dynamic.probes.base import Outcome
 from attncheck.findings import Check
 
-Outcome = tuple[Check, str | None, str]
 """A check, the catalogue code when it failed, and the finding's message."""
 
 MISTAKE_PREFIXES = ("ATT1", "ATT2", "ATT3", "ATT4")

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from attncheck.catalogue import CODES
+from attncheck.dynamic import codes
 from attncheck.dynamic.binding.bind import Binding, bind
 from attncheck.dynamic.diagnosis import crashes as crashes_module
 from attncheck.dynamic.probes import rope_functions as rope_targets
@@ -201,7 +202,8 @@ def _unbound(
         line_text = _source_line(result, error["line"])
         head_dim = binding.dims.d_model // binding.dims.heads
         named = crashes_module.classify(error["type"], error["message"], line_text, head_dim)
-        code, text = (named.code, f"{named.message} (line {error['line']})") if named else ("ATT901", message)
+        crash = (codes.FORWARD_CRASH, message)
+        code, text = (named.code, f"{named.message} (line {error['line']})") if named else crash
         evidence = [f"bound with {crashes[0]['label']}", f"raised at line {error['line']}"]
         finding = _finding(code, text, target, result, evidence)
         return TargetResult(target, "failed", message, [check], device), [finding]

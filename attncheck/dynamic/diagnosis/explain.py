@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
+from attncheck.dynamic import codes
 from attncheck.dynamic.diagnosis.diagnose import Diagnosis, diagnose
 from attncheck.dynamic.probes.base import JudgeView
 from attncheck.dynamic.reference.mha import Causal, Projections, RopeHook
@@ -29,7 +30,7 @@ from attncheck.dynamic.reference.rope import RopeSpec, rope_hook
 FUNCTION_KNOBS = frozenset({"inputs", "split", "merge", "output"})
 """Knobs a bare attention function on (b, h, s, dh) cannot turn: it has no projections or head split."""
 
-FALLBACK = "ATT903"
+FALLBACK = codes.REFERENCE_MISMATCH
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from attncheck.dynamic import codes
 from attncheck.dynamic.binding.bind import Binding, MaskConvention
 from attncheck.dynamic.binding.weights import Assignment, assignments, layers_from
 from attncheck.dynamic.diagnosis import explain
@@ -297,7 +298,7 @@ class Judge:
             found.append(Verdict(*structure.nan_rows(self.output("plain"))))
         named = any(v.code and v.code.startswith(structure.MISTAKE_PREFIXES) for v in found)
         for i, verdict in enumerate(found):
-            if verdict.code == "ATT903":
+            if verdict.code == codes.REFERENCE_MISMATCH:
                 if named:
                     found[i] = Verdict(verdict.check)
                 else:
@@ -330,7 +331,7 @@ class Judge:
             return Verdict(Check("output-shape", "passed", detail))
         return Verdict(
             Check("output-shape", "failed", detail),
-            "ATT902",
+            codes.OUTPUT_SHAPE,
             f"output shape {got} differs from the expected {self.expected_shape()}",
         )
 
@@ -386,7 +387,7 @@ class Judge:
             return Verdict(Check("reference", "failed", f"{detail}; {found.detail}"), found.code, found.message)
         return Verdict(
             Check("reference", "failed", detail),
-            "ATT903",
+            codes.REFERENCE_MISMATCH,
             f"output differs from the reference by {worst:.3g} (tolerance {self.tol:g}) on {worst_kind}",
         )
 
@@ -400,7 +401,7 @@ class Judge:
             error = self.facts["experiments"][f"mask/{combos[0]}"]["error"]
             yield Verdict(
                 Check("reference-masked", "failed", f"every mask convention raised: {error['message']}"),
-                "ATT901",
+                codes.FORWARD_CRASH,
                 f"forward raises when given a mask: {error['type']}: {error['message']}",
             )
             return
@@ -428,7 +429,7 @@ class Judge:
                 explained = leak.code == "ATT301" or not self.fit_ok()
                 yield Verdict(
                     Check("reference-masked", "failed", text),
-                    None if explained else "ATT903",
+                    None if explained else codes.REFERENCE_MISMATCH,
                     f"output differs from the reference with a key-padding mask: {text}",
                 )
         yield self.convention_check(matches, documented)
@@ -491,7 +492,7 @@ class Judge:
         if change <= self.tol:
             return Verdict(Check(name, "passed", detail))
         reference_ok = self.fit is not None and self.fit.error <= self.tol
-        code = "ATT301" if reference_ok else "ATT903"
+        code = "ATT301" if reference_ok else codes.REFERENCE_MISMATCH
         return Verdict(
             Check(name, "failed", detail),
             code,
@@ -530,7 +531,7 @@ class Judge:
             "batch-independence",
             change,
             f"perturbing batch element 1 moves element 0 by {change:.3g}",
-            "ATT904",
+            codes.BATCH_LEAK,
             f"batch elements leak into each other: changing element 1 moves element 0 by {change:.3g}",
         )
 
@@ -545,7 +546,7 @@ class Judge:
             "query-independence",
             change,
             f"perturbing query {QUERY_PROBE} moves the other queries' outputs by {change:.3g}",
-            "ATT905",
+            codes.QUERY_LEAK,
             f"queries leak into each other: changing query {QUERY_PROBE} moves the other outputs by {change:.3g}",
         )
 
@@ -579,7 +580,7 @@ class Judge:
             return Verdict(Check(name, "passed", detail))
         return Verdict(
             Check(name, "failed", detail),
-            "ATT905",
+            codes.QUERY_LEAK,
             f"token positions leak into each other: permuting the input does not permute the output "
             f"(error {change:.3g}, tolerance {self.tol:g})",
         )
@@ -601,7 +602,7 @@ class Judge:
             "causal",
             change,
             detail,
-            "ATT906",
+            codes.FUTURE_LEAK,
             f"future tokens leak: changing tokens >= {FUTURE_FROM} moves outputs 0..{FUTURE_FROM - 1} by {change:.3g}",
         )
 
@@ -630,7 +631,7 @@ class Judge:
             )
         return Verdict(
             Check("weights-sum", "failed", detail),
-            "ATT903",
+            codes.REFERENCE_MISMATCH,
             f"attention weight rows do not sum to 1 ({float(rows.min()):.3g}..{float(rows.max()):.3g})",
         )
 
@@ -646,7 +647,7 @@ class Judge:
             return Verdict(Check("gradients", "passed", f"every parameter gets a gradient ({detail})"))
         return Verdict(
             Check("gradients", "failed", detail),
-            "ATT907",
+            codes.UNUSED_PARAMETER,
             f"parameter(s) {', '.join(unused)} get no gradient from the output",
         )
 
@@ -660,7 +661,7 @@ class Judge:
             return Verdict(Check("eval-deterministic", "passed", detail))
         return Verdict(
             Check("eval-deterministic", "failed", detail),
-            "ATT908",
+            codes.EVAL_NONDETERMINISM,
             f"output differs by {change:.3g} between two eval-mode calls (dropout or randomness active in eval mode)",
         )
 

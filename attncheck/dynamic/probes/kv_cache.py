@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from attncheck.dynamic import codes
 from attncheck.dynamic.binding.bind import Binding, cache_param
 from attncheck.dynamic.probes.base import Fit, FunctionProbe, JudgeView, Outcome, Planner, as_list
 from attncheck.dynamic.reference.mha import split_heads
@@ -139,7 +140,7 @@ class _Cache:
                 return Check(NAME, "failed", f"{detail}; {mistake.what}"), mistake.code, message
         return (
             Check(NAME, "failed", detail),
-            "ATT903",
+            codes.REFERENCE_MISMATCH,
             f"{tokens} differs from the same rows of the full forward by {error:.3g} (tolerance {tol:g}): "
             "the cache path computes attention differently from the prompt path, and neither tiled KV heads "
             "nor a misaligned or missing causal mask explains it",
@@ -195,7 +196,7 @@ _TOP_LEFT = _Mistake(
     Knobs(causal="other_alignment"),
 )
 _NO_CAUSAL = _Mistake(
-    "ATT906",
+    codes.FUTURE_LEAK,
     "the cached run equals the reference with no causal mask",
     "with a KV cache the causal mask is not applied: each of the {new} new tokens decoded together sees the "
     "later ones, which the prompt path hides. Fix: apply the causal mask on the cache path too, aligned "
@@ -205,5 +206,10 @@ _NO_CAUSAL = _Mistake(
 
 
 PROBE = FunctionProbe(
-    NAME, ("ATT305", "ATT401", "ATT903", "ATT906"), 30, wanted, plan, lambda view: as_list(verdict(view))
+    NAME,
+    ("ATT305", "ATT401", codes.REFERENCE_MISMATCH, codes.FUTURE_LEAK),
+    30,
+    wanted,
+    plan,
+    lambda view: as_list(verdict(view)),
 )

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 import torch
 
+from attncheck.dynamic import codes
 from attncheck.dynamic.diagnosis import explain
 from attncheck.dynamic.probes.base import FunctionProbe, JudgeView, Outcome, Planner, every_target
 from attncheck.dynamic.reference import lowprec
@@ -78,7 +79,7 @@ def _judge_dtype(judge: JudgeView, dtype_name: str, dtype: torch.dtype, runs: li
                 return Check(name, "failed", text), overflow.code, overflow.message
             return (
                 Check(name, "failed", f"{base} raised {text}"),
-                "ATT909",
+                codes.LOW_PRECISION,
                 f"the forward pass fails in {dtype_name} ({base} input): {text}. Attention must run in the "
                 "dtype of the model. Fix: keep every tensor and constant in the input's dtype.",
             )
@@ -127,5 +128,5 @@ def _naive(judge: JudgeView, base: str, keep: torch.Tensor | None, dtype: torch.
 
 
 PROBE = FunctionProbe(
-    "low-precision", ("ATT302", "ATT909"), 10, every_target, plan, lambda view: list(verdicts(view))
+    "low-precision", ("ATT302", codes.LOW_PRECISION), 10, every_target, plan, lambda view: list(verdicts(view))
 )

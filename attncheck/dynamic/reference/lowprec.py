@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from attncheck.dynamic import codes
 from attncheck.dynamic.reference.mha import Linear, Projections, RopeHook, mha
 from attncheck.dynamic.reference.mutants import Case, Setting
 
@@ -134,7 +135,7 @@ def judge(
     naive_error = _max_error(naive, reference, rows)
     return Verdict(
         False,
-        "ATT909",
+        codes.LOW_PRECISION,
         error,
         allowed,
         f"in {_name(dtype)} the output is {error:.3g} from the float64 reference, where a naive "

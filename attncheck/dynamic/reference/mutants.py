@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 import torch
 
+from attncheck.dynamic import codes
 from attncheck.dynamic.reference.mha import Causal, Linear, Projections, causal_keep, merge_heads, split_heads
 from attncheck.dynamic.reference.rope import RopeSpec, apply_rope
 
@@ -655,7 +656,7 @@ MUTANTS: tuple[Mutant, ...] = (
         causal="other_alignment",
     ),
     _mutant(
-        "ATT906",
+        codes.FUTURE_LEAK,
         "causal-mask-missing",
         "applies no causal mask",
         "a causal model must not let a token see later tokens.",

@@ -9,7 +9,8 @@ from attncheck.dynamic.probes.registry import all_probes
 
 
 def test_the_registry_finds_the_probe_modules_in_their_order():
-    assert [probe.name for probe in all_probes()] == ["low-precision", "gqa-grouping", "kv-cache", "rope-relative-shift"]
+    names = [probe.name for probe in all_probes()]
+    assert names == ["low-precision", "gqa-grouping", "kv-cache", "rope-relative-shift"]
 
 
 def test_every_declared_code_is_in_the_catalogue():

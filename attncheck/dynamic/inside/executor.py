@@ -6,7 +6,7 @@ constructs and forwards, runs every planned experiment (catching each
 failure separately), and yields facts plus float64 tensors for the parent to
 judge. One reply per target, so a crash in one target keeps the others.
 
-Request layout (built by ``probes.plan``)::
+Request layout (built by ``probes.judge.plan``; each experiment is ``harness.protocol.Experiment``)::
 
     {"seed": 0, "device": "auto", "targets": [{
         "id": "0", "name": "Attention", "is_class": True,
@@ -33,6 +33,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from attncheck.dynamic.binding.bind import all_sizes, size_for
+from attncheck.dynamic.harness.protocol import Experiment
 from attncheck.dynamic.inside import kv_cache, kv_perturb
 
 Tensors = dict[str, torch.Tensor]
@@ -129,25 +130,25 @@ class _Target:
     def _count_dropout(self, *_: Any) -> None:
         self.dropout_calls += 1
 
-    def call(self, instance: Any, experiment: dict, extra: dict[str, Any] | None = None) -> Any:
+    def call(self, instance: Any, experiment: Experiment, extra: dict[str, Any] | None = None) -> Any:
         plan = self.unit["forward"]
-        dtype = LOW_PRECISION.get(experiment.get("dtype", ""))
-        args = [_lowered(self.tensors[experiment["inputs"][role]], dtype) for _, role in plan["roles"]]
+        dtype = LOW_PRECISION.get(experiment.dtype or "")
+        args = [_lowered(self.tensors[experiment.inputs[role]], dtype) for _, role in plan["roles"]]
         kwargs = dict(plan["extra"])
-        kwargs.update({k: _lowered(self.tensors[v], dtype) for k, v in experiment.get("keywords", {}).items()})
-        kwargs.update(experiment.get("constants", {}))  # plain JSON values: an integer position offset
-        mask = experiment.get("mask")
+        kwargs.update({k: _lowered(self.tensors[v], dtype) for k, v in experiment.keywords.items()})
+        kwargs.update(experiment.constants)  # plain JSON values: an integer position offset
+        mask = experiment.mask
         if plan["mask_name"] and (mask is not None or plan["mask_required"]):
             kwargs[plan["mask_name"]] = _lowered(self.tensors[mask], dtype) if mask is not None else None
         kwargs.update(extra or {})
         return instance(*args, **kwargs)
 
-    def kv_cache(self, instance: nn.Module, experiment: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    def kv_cache(self, instance: nn.Module, experiment: Experiment) -> tuple[torch.Tensor, torch.Tensor]:
         """The (k, v) cache of the experiment's prefix, cut from a run of the module on it (``kv_cache``)."""
-        spec = experiment["kv_cache"]
+        spec = experiment.kv_cache or {}
         prefix = self.tensors[spec["prefix"]]
         with kv_cache.capture(instance, prefix, _is_projection) as seen:
-            self.call(instance, {"inputs": {"x": spec["prefix"]}})
+            self.call(instance, Experiment(f"{experiment.name}/prefix", {"x": spec["prefix"]}))
         return kv_cache.cut(seen, spec["d_model"], spec["head_dim"])
 
 
@@ -193,7 +194,7 @@ def _run_target(
     }
     out: Tensors = {}
     target = _Target(module, unit, tensors, device, seed)
-    experiments = unit["experiments"]
+    experiments = [Experiment.from_request(e) for e in unit["experiments"]]
     if unit.get("independent"):  # variants of one call (e.g. cos/sin layouts): each may fail alone
         for experiment in experiments:
             _run_experiment(target, experiment, facts, out)
@@ -217,7 +218,7 @@ def _run_target(
     return facts, out
 
 
-def _choose_binding(target: _Target, first: dict, facts: dict, out: Tensors) -> bool:
+def _choose_binding(target: _Target, first: Experiment, facts: dict, out: Tensors) -> bool:
     """Try each candidate on the first experiment; keep the first that constructs and forwards."""
     candidates = target.unit["candidates"] if target.unit["is_class"] else [None]
     for candidate in candidates:
@@ -233,31 +234,31 @@ def _choose_binding(target: _Target, first: dict, facts: dict, out: Tensors) -> 
             facts["binding"] = label
             return True
         facts["attempts"].append(
-            {"label": label, "stage": "forward", "error": facts["experiments"][first["name"]]["error"]}
+            {"label": label, "stage": "forward", "error": facts["experiments"][first.name]["error"]}
         )
     facts["binding"] = None
     return False
 
 
-def _run_experiment(target: _Target, experiment: dict, facts: dict, out: Tensors) -> bool:
-    name = experiment["name"]
-    cotangent = experiment.get("cotangent")
+def _run_experiment(target: _Target, experiment: Experiment, facts: dict, out: Tensors) -> bool:
+    name = experiment.name
+    cotangent = experiment.cotangent
     recorder = None
     perturbing: list[Any] = []
     try:
-        instance = target.instance(experiment.get("instance", "exact"))
-        if experiment.get("record"):
-            recorder = _Recorder(instance, target.tensors, experiment["inputs"])
-        if experiment.get("perturb_kv") and isinstance(instance, nn.Module):
-            perturbing = kv_perturb.install(instance, experiment["perturb_kv"], _is_projection)
+        instance = target.instance(experiment.instance)
+        if experiment.record:
+            recorder = _Recorder(instance, target.tensors, experiment.inputs)
+        if experiment.perturb_kv and isinstance(instance, nn.Module):
+            perturbing = kv_perturb.install(instance, experiment.perturb_kv, _is_projection)
         if isinstance(instance, nn.Module):
-            instance.train(experiment.get("mode") == "train")
+            instance.train(experiment.mode == "train")
             instance.zero_grad(set_to_none=True)
         with torch.set_grad_enabled(cotangent is not None):
             extra = {}
-            if experiment.get("kv_cache") and isinstance(instance, nn.Module):
+            if experiment.kv_cache and isinstance(instance, nn.Module):
                 cache = target.kv_cache(instance, experiment)
-                extra[experiment["kv_cache"]["param"]] = cache
+                extra[experiment.kv_cache["param"]] = cache
                 out[f"{name}/cache_k"], out[f"{name}/cache_v"] = (t.to("cpu", torch.float64).clone() for t in cache)
             result = target.call(instance, experiment, extra)
             output, weights = _split_output(result, target, experiment)
@@ -280,7 +281,7 @@ def _run_experiment(target: _Target, experiment: dict, facts: dict, out: Tensors
             facts["softmax"] = recorder.softmax
     facts["experiments"][name] = {"ok": True, "shape": list(output.shape), "weights": weights is not None}
     out[f"{name}/out"] = output.detach().to("cpu", torch.float64)
-    if experiment.get("all_outputs"):  # a rotary function's second tensor (its rotated k)
+    if experiment.all_outputs:  # a rotary function's second tensor (its rotated k)
         for index, item in enumerate(_tensors(result)[1:], 1):
             out[f"{name}/out{index}"] = item.detach().to("cpu", torch.float64)
     if weights is not None:
@@ -290,12 +291,12 @@ def _run_experiment(target: _Target, experiment: dict, facts: dict, out: Tensors
     return True
 
 
-def _split_output(result: Any, target: _Target, experiment: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _split_output(result: Any, target: _Target, experiment: Experiment) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The output tensor and, when returned alongside, the attention weights."""
     items = _items(result)
     if not items or not isinstance(items[0], torch.Tensor):
         raise TypeError(f"forward returned {type(result).__name__}, not a tensor or a tuple starting with one")
-    roles = dict(experiment["inputs"])
+    roles = dict(experiment.inputs)
     query = target.tensors[roles.get("query", roles.get("x"))]
     key = target.tensors[roles.get("key", roles.get("kv", roles.get("x")))]
     q_len, k_len = query.shape[-2], key.shape[-2]

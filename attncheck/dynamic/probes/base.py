@@ -17,6 +17,7 @@ import torch
 
 from attncheck.dynamic.binding.bind import Binding
 from attncheck.dynamic.binding.weights import Assignment
+from attncheck.dynamic.harness.protocol import Experiment
 from attncheck.dynamic.reference import mha as reference
 from attncheck.dynamic.reference.rope import RopeSpec
 from attncheck.findings import Check
@@ -73,7 +74,7 @@ class JudgeView(Protocol):
     plan: Plan
     facts: dict[str, Any]
     out: dict[str, torch.Tensor]
-    experiments: dict[str, dict[str, Any]]
+    experiments: dict[str, Experiment]
 
     def is_causal(self) -> tuple[bool, str]: ...
     def ran(self, name: str) -> bool: ...

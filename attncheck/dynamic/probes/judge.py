@@ -22,6 +22,7 @@ from attncheck.dynamic import codes
 from attncheck.dynamic.binding.bind import Binding, MaskConvention
 from attncheck.dynamic.binding.weights import Assignment, assignments, layers_from
 from attncheck.dynamic.diagnosis import explain
+from attncheck.dynamic.harness.protocol import Experiment
 from attncheck.dynamic.probes import structure
 from attncheck.dynamic.probes.base import Fit, Plan
 from attncheck.dynamic.probes.registry import all_probes
@@ -91,7 +92,7 @@ class _Planner:
         self.rng = np.random.default_rng(seed)
         self.tensors: dict[str, np.ndarray] = {}
         self.keep: dict[str, np.ndarray] = {}
-        self.experiments: list[dict[str, Any]] = []
+        self.experiments: list[Experiment] = []
         self.roles = [role for _, role in binding.forward.roles] if binding.forward else []
         # what the probes' plans read (base.Planner), set by ``plan`` before they run
         self.plain: dict[str, str] = {}
@@ -122,7 +123,7 @@ class _Planner:
         return copy
 
     def add(self, name: str, inputs: dict[str, str], mask: str | None = None, **options: Any) -> None:
-        self.experiments.append({"name": name, "inputs": inputs, "mask": mask, **options})
+        self.experiments.append(Experiment(name, inputs, mask, **options))
 
     def inputs(self, query: str, key: str, value: str) -> dict[str, str]:
         by_role = {"x": query, "query": query, "key": key, "value": value, "kv": key}
@@ -181,7 +182,7 @@ def plan(binding: Binding, index: int, seed: int) -> Plan:
         "is_class": is_class,
         "candidates": [c.to_request() for c in binding.candidates],
         "forward": binding.forward.to_request() if binding.forward else None,
-        "experiments": planner.experiments,
+        "experiments": [experiment.to_request() for experiment in planner.experiments],
     }
     return Plan(binding, unit, planner.tensors, planner.keep)
 
@@ -232,7 +233,7 @@ class Judge:
         self.binding = plan.binding
         self.style = plan.style
         self.inputs = {name: torch.from_numpy(value) for name, value in plan.tensors.items()}
-        self.experiments = {e["name"]: e for e in plan.unit["experiments"]}
+        self.experiments = {e["name"]: Experiment.from_request(e) for e in plan.unit["experiments"]}
         self.tol = tolerance(torch.float64, 0.0)
         self.fit: Fit | None = None
         self.found_codes: list[str | None] = []  # codes of the checks judged so far (base.JudgeView)
@@ -248,7 +249,7 @@ class Judge:
         return out.transpose(1, 2) if self.style == "function" and out.ndim == 4 else out
 
     def role_inputs(self, name: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        roles = self.experiments[name]["inputs"]
+        roles = self.experiments[name].inputs
         query = self.inputs[roles.get("query", roles.get("x"))]
         key = self.inputs[roles.get("key", roles.get("kv", roles.get("x")))]
         value = self.inputs[roles.get("value", roles.get("kv", roles.get("x")))]

@@ -27,6 +27,7 @@ import torch
 
 from attncheck.dynamic.binding.bind import Binding
 from attncheck.dynamic.diagnosis import crashes
+from attncheck.dynamic.harness.protocol import Experiment
 from attncheck.dynamic.reference.rope import Fingerprint, basis_inputs, fingerprint, inv_freq, relative_shift_error
 from attncheck.findings import Check, Target
 
@@ -152,9 +153,7 @@ def plan(target: Target, index: int) -> RopePlan:
                         else:
                             inputs[role] = by_kind[_kind(param)][0]
                     keywords = {position_param: f"{prefix}/positions"} if use_positions else {}
-                    experiments.append(
-                        {"name": name, "inputs": inputs, "mask": None, "keywords": keywords, "all_outputs": True}
-                    )
+                    experiments.append(Experiment(name, inputs, keywords=keywords, all_outputs=True).to_request())
                     variants[name] = {"table": table, "layout": layout}
     unit = {
         "name": target.name,

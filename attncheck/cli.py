@@ -190,6 +190,10 @@ def _console(stream: TextIO):
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the command line and turn every failure into an exit code."""
+    from attncheck.report.ascii_fallback import protect
+
+    for stream in (sys.stdout, sys.stderr):
+        protect(stream)
     try:
         code = cli.main(args=argv, prog_name="attncheck", standalone_mode=False)
     except click.ClickException as error:

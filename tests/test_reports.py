@@ -14,6 +14,7 @@ from xml.etree import ElementTree
 
 import jsonschema
 import pytest
+import xmlschema
 
 from attncheck.findings import Check, Edit, Finding, Severity, Span, Target, TargetResult
 from attncheck.fixes import apply_edits, fix_source
@@ -200,3 +201,54 @@ def test_fix_source_reports_which_findings_were_fixed():
     assert fixed.fixed == (fixable,)
     assert "-x = torch.sqrt(64)" in fixed.diff() and "+x = math.sqrt(64)" in fixed.diff()
     assert fix_source(source, [finding(line=1)]) is None
+
+
+@pytest.fixture
+def target_error(outcome) -> Outcome:
+    """The outcome with its file error gone and a target whose dynamic check ended in an error instead:
+    the run fails (exit 1) with no finding at all for it."""
+    crashed = TargetResult(target("Crashy", path="clean.py"), "error", "timed out after 20 s")
+    return Outcome(findings=[], targets=[*outcome.targets, crashed], errors=[], paths=outcome.paths)
+
+
+def test_sarif_says_a_target_error_failed_the_run(target_error):
+    document = json.loads(render("sarif", target_error))
+    jsonschema.validate(document, json.loads((DATA / "sarif-schema-2.1.0.json").read_text()))
+    invocation = document["runs"][0]["invocations"][0]
+    assert invocation["executionSuccessful"] is False
+    [notification] = invocation["toolExecutionNotifications"]
+    assert notification["level"] == "error"
+    assert notification["message"]["text"] == "Crashy (class, line 3): dynamic check error: timed out after 20 s"
+    assert notification["locations"][0]["physicalLocation"] == {
+        "artifactLocation": {"uri": "clean.py"}, "region": {"startLine": 3}}
+
+
+def test_sarif_execution_is_successful_only_without_errors(outcome):
+    passing = Outcome(findings=outcome.findings, targets=outcome.targets[1:], paths=outcome.paths)
+    assert json.loads(render("sarif", passing))["runs"][0]["invocations"][0]["executionSuccessful"] is True
+    assert json.loads(render("sarif", outcome))["runs"][0]["invocations"][0]["executionSuccessful"] is False
+
+
+def test_junit_says_a_target_error_and_is_valid(target_error, outcome):
+    schema = xmlschema.XMLSchema(DATA / "junit-10.xsd")
+    for each in (target_error, outcome):
+        schema.validate(render("junit", each).split("\n", 1)[1])
+    root = ElementTree.fromstring(render("junit", target_error).split("\n", 1)[1])
+    suite = root.find("testsuite")
+    assert suite.get("errors") == "1"
+    case = next(c for c in suite.findall("testcase") if c.get("name") == "clean.py")
+    error = case.find("error")
+    assert error.get("type") == "target-error"
+    assert error.get("message") == "Crashy (class, line 3): dynamic check error: timed out after 20 s"
+
+
+def test_junit_schema_catches_a_broken_report(outcome):
+    broken = render("junit", outcome).split("\n", 1)[1].replace('<testsuite name="attncheck"', "<testsuite")
+    with pytest.raises(xmlschema.XMLSchemaValidationError):
+        xmlschema.XMLSchema(DATA / "junit-10.xsd").validate(broken)
+
+
+def test_github_says_a_target_error(target_error):
+    lines = render("github", target_error).splitlines()
+    assert lines[0] == ("::error file=clean.py,line=3,title=attncheck::"
+                        "Crashy (class, line 3): dynamic check error: timed out after 20 s")

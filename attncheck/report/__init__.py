@@ -35,6 +35,17 @@ def location(finding: Finding) -> str:
     return f"{finding.path}:{cell}{span.line}:{span.column}"
 
 
+def target_errors(outcome: Outcome) -> list[TargetResult]:
+    """The targets whose dynamic check ended in an error: each fails the run, so every format says so."""
+    return [result for result in outcome.targets if result.status == "error"]
+
+
+def target_error_message(result: TargetResult) -> str:
+    """``Attn (class, line 3): dynamic check error: <reason>``."""
+    target = result.target
+    return f"{target.name} ({target_kind(result)}, line {target.line}): dynamic check error: {result.reason}"
+
+
 def target_kind(result: TargetResult) -> str:
     return "class" if result.target.is_class else "function"
 

@@ -7,6 +7,7 @@ from typing import TextIO
 from attncheck.catalogue import CODES
 from attncheck.findings import Finding, Severity
 from attncheck.pipeline import Outcome
+from attncheck.report import target_error_message, target_errors
 
 COMMAND = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
 
@@ -39,5 +40,8 @@ def write(outcome: Outcome, stream: TextIO, *, color: bool = False) -> None:
     for error in outcome.errors:
         command = "error" if error.level == "error" else "notice"
         stream.write(f"::{command} file={_property(error.path)},title=attncheck::{_data(error.message)}\n")
+    for result in target_errors(outcome):
+        where = f"file={_property(result.target.path)},line={result.target.line}"
+        stream.write(f"::error {where},title=attncheck::{_data(target_error_message(result))}\n")
     for finding in outcome.findings:
         stream.write(annotation(finding) + "\n")

@@ -16,6 +16,7 @@ from attncheck import __version__
 from attncheck.catalogue import CODES, doc
 from attncheck.findings import Finding, Severity
 from attncheck.pipeline import Outcome
+from attncheck.report import target_error_message, target_errors
 from attncheck.sources import STDIN
 
 SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
@@ -32,16 +33,28 @@ def document(outcome: Outcome) -> dict[str, Any]:
             "rules": [_rule(code) for code in CODES],
         }},
         "results": [_result(f) for f in outcome.findings if f.code in _RULE_INDEX],
-        "invocations": [{
-            "executionSuccessful": True,
-            "toolExecutionNotifications": [
-                {"level": "error" if e.level == "error" else "note", "message": {"text": e.message},
-                 "locations": [{"physicalLocation": {"artifactLocation": {"uri": uri(e.path)}}}]}
-                for e in outcome.errors
-            ],
-        }],
+        "invocations": [_invocation(outcome)],
     }
     return {"$schema": SCHEMA, "version": "2.1.0", "runs": [run]}
+
+
+def _invocation(outcome: Outcome) -> dict[str, Any]:
+    """Files that could not be checked and targets whose dynamic check ended in an error: each makes the
+    exit code 1 without a result, so each is an error notification and the execution is not successful."""
+    notifications = [
+        {"level": "error" if e.level == "error" else "note", "message": {"text": e.message},
+         "locations": [{"physicalLocation": {"artifactLocation": {"uri": uri(e.path)}}}]}
+        for e in outcome.errors
+    ]
+    failed = target_errors(outcome)
+    notifications += [
+        {"level": "error", "message": {"text": target_error_message(r)},
+         "locations": [{"physicalLocation": {"artifactLocation": {"uri": uri(r.target.path)},
+                                             "region": {"startLine": r.target.line}}}]}
+        for r in failed
+    ]
+    successful = not failed and not any(e.level == "error" for e in outcome.errors)
+    return {"executionSuccessful": successful, "toolExecutionNotifications": notifications}
 
 
 def write(outcome: Outcome, stream: TextIO, *, color: bool = False) -> None:

@@ -17,7 +17,7 @@ from typing import TextIO
 import click
 
 from attncheck import __version__
-from attncheck.config import DEVICES, ConfigError, Settings, find_config, load, with_overrides
+from attncheck.config import DEVICES, ConfigError
 from attncheck.sources import STDIN, FileError, Source, from_bytes
 
 EXIT_CLEAN, EXIT_PROBLEMS, EXIT_ERROR = 0, 1, 2
@@ -72,16 +72,18 @@ def cli() -> None:
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the report here.")
 @click.option("--stdin-filename", metavar="NAME", help="The name to show for '-' (standard input).")
+@click.option("--force-exclude", is_flag=True,
+              help="Apply exclude to files named on the command line too (what a pre-commit hook wants).")
 @click.option("--no-cache", is_flag=True,
               help="Lint every file again instead of reusing the static results of unchanged files "
                    "(kept in ATTNCHECK_CACHE_DIR, else $XDG_CACHE_HOME/attncheck or ~/.cache/attncheck).")
 def check(paths: tuple[str, ...], static_only: bool, output_format: str, select: tuple[str, ...],
           ignore: tuple[str, ...], exit_zero: bool, config_file: Path | None, timeout: float | None,
           device: str | None, jobs: int | None, fix: bool, diff: bool, no_color: bool,
-          output: Path | None, stdin_filename: str | None, no_cache: bool) -> None:
+          output: Path | None, stdin_filename: str | None, force_exclude: bool, no_cache: bool) -> None:
     """Check files, directories, notebooks, or '-' (standard input)."""
     from attncheck import pipeline
-    from attncheck.discovery import Excluder, discover
+    from attncheck.projects import Projects, plan
 
     if not paths:
         raise UsageProblem("no paths given: try `attncheck model.py` or `attncheck --help`")
@@ -90,16 +92,20 @@ def check(paths: tuple[str, ...], static_only: bool, output_format: str, select:
     missing = [p for p in paths if p != STDIN and not os.path.exists(p)]
     if missing:
         raise UsageProblem(f"no such file or directory: {missing[0]}")
-    settings = _settings(paths, config_file, select, ignore, timeout, device)
+    if config_file is not None and not config_file.is_file():
+        raise UsageProblem(f"--config: no such file: {config_file}")
     jobs = jobs or os.cpu_count() or 1
-    excluder = Excluder(settings.exclude, settings.root)
-    items: list[pipeline.Item] = []
-    for path in paths:
-        if path == STDIN:
-            items.append(_stdin(stdin_filename or STDIN))
-        else:
-            items.extend(discover([path], excluder))
-    outcome, results = pipeline.run(items, settings, static_only=static_only, jobs=jobs, use_cache=not no_cache)
+    try:
+        projects = Projects(config_file, {"select": select, "ignore": ignore, "timeout": timeout, "device": device})
+        groups = plan(list(paths), projects, force_exclude=force_exclude,
+                      stdin=lambda: _stdin(stdin_filename or STDIN),
+                      stdin_path=Path(stdin_filename) if stdin_filename else Path.cwd(), warn=_warn)
+    except ConfigError as error:
+        raise UsageProblem(str(error)) from error
+    outcome, results = pipeline.combine([
+        pipeline.run(group.items, group.settings, static_only=static_only, jobs=jobs, use_cache=not no_cache)
+        for group in groups
+    ]) if groups else (pipeline.Outcome(), [])
 
     if diff or fix:
         from attncheck.fixes import apply_fixes
@@ -117,16 +123,8 @@ def check(paths: tuple[str, ...], static_only: bool, output_format: str, select:
     sys.exit(EXIT_PROBLEMS if failed else EXIT_CLEAN)
 
 
-def _settings(paths: tuple[str, ...], config_file: Path | None, select: tuple[str, ...],
-              ignore: tuple[str, ...], timeout: float | None, device: str | None) -> Settings:
-    try:
-        if config_file is not None and not config_file.is_file():
-            raise ConfigError(f"--config: no such file: {config_file}")
-        first = next((Path(p) for p in paths if p != STDIN), Path.cwd())
-        settings = load(config_file or find_config(first))
-        return with_overrides(settings, select=select, ignore=ignore, timeout=timeout, device=device)
-    except ConfigError as error:
-        raise UsageProblem(str(error)) from error
+def _warn(message: str) -> None:
+    click.echo(f"attncheck: {message}", err=True)
 
 
 def _stdin(name: str) -> Source | FileError:

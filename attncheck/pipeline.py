@@ -341,6 +341,22 @@ def _run_dynamic(
     return list(found), list(targets)
 
 
+def combine(parts: Sequence[tuple[Outcome, list[FileResult]]]) -> tuple[Outcome, list[FileResult]]:
+    """One outcome of runs over files checked under different settings (``attncheck.projects``)."""
+    if len(parts) == 1:
+        return parts[0]
+    outcome, results = Outcome(), []
+    for part, part_results in parts:
+        outcome.findings += part.findings
+        outcome.targets += part.targets
+        outcome.errors += part.errors
+        outcome.paths += part.paths
+        outcome.sources.update(part.sources)
+        results += part_results
+    outcome.findings.sort(key=_order)
+    return outcome, results
+
+
 def _order(finding: Finding) -> tuple:
     span = finding.span
     return (finding.path, span.cell or 0, span.line, span.column, finding.code)

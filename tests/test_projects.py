@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
 from tests.test_cli import BUG, invoke
 
-CONFIG_PER_PROJECT = Path(__file__).parent.parent / "fixtures" / "projects" / "config-per-project"
+SEED = Path(__file__).parent.parent / "fixtures" / "seeds" / "seed003_review.py"  # mistakes of ATT1, ATT2, ATT3
 
 
 def codes_by_path(result) -> dict[str, list[str]]:
@@ -22,7 +21,11 @@ def codes_by_path(result) -> dict[str, list[str]]:
 
 @pytest.fixture
 def two_projects(tmp_path: Path) -> Path:
-    shutil.copytree(CONFIG_PER_PROJECT, tmp_path, dirs_exist_ok=True)
+    """The user's ``repros/config-per-project``: one model, two projects whose settings differ."""
+    for name, setting in (("projA", 'ignore = ["ATT1", "ATT2"]'), ("projB", 'select = ["ATT1"]')):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "m.py").write_text(SEED.read_text())
+        (tmp_path / name / "pyproject.toml").write_text(f"[tool.attncheck]\n{setting}\n")
     return tmp_path
 
 

@@ -54,7 +54,12 @@ def cli() -> None:
 @click.option("--static-only", is_flag=True,
               help="Only read the code; never import or run it (no torch needed).")
 @click.option("--format", "output_format", type=click.Choice(["text", "json", "sarif", "github", "junit"]),
-              default="text", show_default=True, help="Output format.")
+              help="Output format [default: text].")
+@click.option("--output-format", "style", type=click.Choice(["full", "concise", "json", "sarif", "github", "junit"]),
+              help="As ruff's: full (the text report), concise (one line per finding) or a machine format.")
+@click.option("--show-checks", is_flag=True,
+              help="List every dynamic check of every target (on a terminal, the full report does).")
+@click.option("--statistics", is_flag=True, help="Show how many findings of each code instead of the findings.")
 @click.option("--select", multiple=True, metavar="CODES",
               help="Only these codes or prefixes (comma-separated).")
 @click.option("--ignore", multiple=True, metavar="CODES",
@@ -77,7 +82,8 @@ def cli() -> None:
 @click.option("--no-cache", is_flag=True,
               help="Lint every file again instead of reusing the static results of unchanged files "
                    "(kept in ATTNCHECK_CACHE_DIR, else $XDG_CACHE_HOME/attncheck or ~/.cache/attncheck).")
-def check(paths: tuple[str, ...], static_only: bool, output_format: str, select: tuple[str, ...],
+def check(paths: tuple[str, ...], static_only: bool, output_format: str | None, style: str | None,
+          show_checks: bool, statistics: bool, select: tuple[str, ...],
           ignore: tuple[str, ...], exit_zero: bool, config_file: Path | None, timeout: float | None,
           device: str | None, jobs: int | None, fix: bool, diff: bool, no_color: bool,
           output: Path | None, stdin_filename: str | None, force_exclude: bool, no_cache: bool) -> None:
@@ -94,6 +100,7 @@ def check(paths: tuple[str, ...], static_only: bool, output_format: str, select:
         raise UsageProblem(f"no such file or directory: {missing[0]}")
     if config_file is not None and not config_file.is_file():
         raise UsageProblem(f"--config: no such file: {config_file}")
+    report = _report_name(output_format, style, statistics)
     jobs = jobs or os.cpu_count() or 1
     try:
         projects = Projects(config_file, {"select": select, "ignore": ignore, "timeout": timeout, "device": device})
@@ -118,9 +125,23 @@ def check(paths: tuple[str, ...], static_only: bool, output_format: str, select:
 
     with _open(output) as stream:
         color = output is None and not no_color and not os.environ.get("NO_COLOR") and stream.isatty()
-        writer(output_format)(outcome, stream, color=color)
+        options = {"show_checks": show_checks} if report == "text" else {}
+        writer(report)(outcome, stream, color=color, **options)
     failed = pipeline.has_problems(outcome) and not exit_zero
     sys.exit(EXIT_PROBLEMS if failed else EXIT_CLEAN)
+
+
+def _report_name(output_format: str | None, style: str | None, statistics: bool) -> str:
+    """The report module to write with, from ``--format``, ``--output-format`` and ``--statistics``."""
+    from_style = {"full": "text"}.get(style or "", style)
+    if output_format and from_style and output_format != from_style:
+        raise UsageProblem(f"--format {output_format} and --output-format {style} disagree: give one of them")
+    name = output_format or from_style or "text"
+    if statistics:
+        if name not in ("text", "concise"):
+            raise UsageProblem(f"--statistics is a human report: it does not go with the {name} format")
+        return "statistics"
+    return name
 
 
 def _warn(message: str) -> None:

@@ -29,6 +29,7 @@ from attncheck.merge import merge
 from attncheck.sources import FileError, Source, from_bytes, read_path
 from attncheck.static import deadline
 from attncheck.static.result import FileResult
+from attncheck.suppressions import unknown_codes
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor
@@ -291,6 +292,9 @@ def _run(items: list[Item], settings: Settings, static_only: bool, jobs: int, wa
             continue
         result.findings = _kept(result.findings, result.source.path, settings)
         results.append(result)
+        for line, code in unknown_codes(result.source.text):
+            warn(f"{result.source.path}:{line}: warning: unknown code {code!r} in a suppression comment "
+                 "(it hides nothing; see `attncheck rules`)")
     dynamic: list[Finding] = []
     if static_only:
         outcome.targets = _skipped(results, STATIC_ONLY_REASON)

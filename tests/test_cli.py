@@ -273,3 +273,23 @@ def test_readme_lists_every_code():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     for info in CODES.values():
         assert f"| {info.code} | {info.name} |" in readme
+
+
+def test_output_format_statistics_and_their_conflicts(project):
+    concise = invoke("--output-format", "concise", "model.py", cwd=project)
+    assert concise.stdout.splitlines()[0].startswith("model.py:4:") and "ATT204 torch.sqrt(64)" in concise.stdout
+    as_json = invoke("--output-format", "json", "model.py", cwd=project)
+    assert findings(as_json) == [("ATT204", "model.py", 4)]
+    statistics = invoke("--statistics", "model.py", cwd=project)
+    assert statistics.stdout.splitlines()[0] == "1  ATT204  [*] sqrt-of-number"
+    clash = invoke("--format", "json", "--output-format", "concise", "model.py", cwd=project)
+    assert clash.exit_code == 2 and "disagree" in clash.stderr
+    machine = invoke("--format", "sarif", "--statistics", "model.py", cwd=project)
+    assert machine.exit_code == 2 and "--statistics is a human report" in machine.stderr
+
+
+def test_select_by_rule_name_and_empty_select(project):
+    by_name = invoke("--format", "json", "--select", "sqrt-of-number", "model.py", cwd=project)
+    assert findings(by_name) == [("ATT204", "model.py", 4)]
+    empty = invoke("--select", "", "model.py", cwd=project)
+    assert empty.exit_code == 2 and "no code given" in empty.stderr

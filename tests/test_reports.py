@@ -16,6 +16,7 @@ import jsonschema
 import pytest
 import xmlschema
 
+from attncheck.catalogue import CODES
 from attncheck.findings import Check, Edit, Finding, Severity, Span, Target, TargetResult
 from attncheck.fixes import apply_edits, fix_source
 from attncheck.merge import PASSED_REASON, merge
@@ -154,10 +155,53 @@ def test_text_report_has_locations_frames_hints_tables_and_summary(outcome):
     assert " > 5 |         return q @ k / torch.sqrt(64)" in text
     assert "  hint: use math.sqrt(64)" in text
     assert "nb.ipynb:cell 3:2:24: ATT204 [error]" in text
-    assert "max error 0.4 > 1e-5" in text and "batch-independence" in text
+    assert "    reference: failed: max error 0.4 > 1e-5" in text
+    assert "batch-independence" not in text  # to a pipe, a passing check says nothing without --show-checks
     assert text.rstrip().endswith("Found 3 problems (3 errors) in 4 files, 1 info; "
                                   "1 file could not be checked; 2 targets: 1 passed, 1 failed")
     assert "\x1b[" not in text
+
+
+def test_text_to_a_pipe_lists_checks_only_when_asked_without_cut_or_padding(outcome):
+    long = "x" * 150
+    outcome.targets[1].checks.append(Check("causality", "passed", long))
+    quiet = render("text", outcome)
+    assert "Other" not in quiet and long not in quiet  # a passing target says nothing
+    stream = io.StringIO()
+    writer("text")(outcome, stream, color=False, show_checks=True)
+    every = stream.getvalue()
+    assert "    batch-independence: passed" in every
+    assert f"    causality: passed: {long}" in every  # no 80-column cut
+    assert [line for line in every.splitlines() if line != line.rstrip()] == []
+
+
+def test_text_on_a_terminal_keeps_the_check_tables(outcome):
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    stream = Terminal()
+    writer("text")(outcome, stream, color=False)
+    assert "batch-independence" in stream.getvalue() and "Other" in stream.getvalue()
+
+
+def test_concise_is_one_line_per_finding_error_and_failing_target(outcome):
+    lines = render("concise", outcome).splitlines()
+    assert lines[0] == "bad.py: error: syntax error at line 1"
+    assert "model.py:5:24: ATT204 torch.sqrt(64) on a number" in lines
+    assert "nb.ipynb:cell 3:2:24: ATT204 torch.sqrt(64) on a number" in lines
+    assert "model.py:3: Attn: failed: 2 checks failed" in lines
+    assert lines[-1].startswith("Found 3 problems")
+    assert len(lines) == 1 + len(outcome.findings) + 1 + 1
+
+
+def test_statistics_count_each_code(outcome):
+    outcome.findings[0].fix = (Edit(0, 1, "x"),)
+    lines = render("statistics", outcome).splitlines()
+    code = outcome.findings[0].code
+    count = sum(f.code == code for f in outcome.findings)
+    assert f"{count}  {code}  [*] {CODES[code].name}" in lines
+    assert lines[-1].startswith("Found 3 problems")
 
 
 def test_text_colour_only_when_asked(outcome):

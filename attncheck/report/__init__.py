@@ -15,6 +15,7 @@ from attncheck.findings import Finding, Severity, TargetResult
 from attncheck.pipeline import Outcome
 
 FORMATS = ("text", "json", "sarif", "github", "junit")
+VIEWS = ("concise", "statistics")  # other human reports: ``--output-format concise``, ``--statistics``
 
 
 class Writer(Protocol):
@@ -23,7 +24,7 @@ class Writer(Protocol):
 
 def writer(name: str) -> Writer:
     """The ``write`` function of a format (imported on demand)."""
-    if name not in FORMATS:
+    if name not in FORMATS + VIEWS:
         raise ValueError(f"unknown format {name!r}")
     return importlib.import_module(f"attncheck.report.{name}_format").write
 

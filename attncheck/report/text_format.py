@@ -1,5 +1,10 @@
-"""The human report: one block per finding with a code frame and a hint,
-a compact table of dynamic checks per target, and a one-line summary.
+"""The human report (``--output-format full``): one block per finding with a code frame
+and a hint, the dynamic checks of the targets, and a one-line summary.
+
+On a terminal every target with checks gets a compact table of them. To a pipe or a
+file the report is for reading back and grepping: a passing target says nothing, a
+failing one lists its failing checks one per line in full, with no column cut and no
+padding; ``--show-checks`` lists every check of every target there too.
 
 Colour comes from rich and only on a terminal (``--no-color`` and ``NO_COLOR``
 turn it off); without colour the text is plain and stable enough to grep.
@@ -35,20 +40,40 @@ def console_for(stream: TextIO, *, color: bool) -> Console:
     )
 
 
-def write(outcome: Outcome, stream: TextIO, *, color: bool = False) -> None:
+def write(outcome: Outcome, stream: TextIO, *, color: bool = False, show_checks: bool = False) -> None:
     console = console_for(stream, color=color)
+    file_errors(console, outcome)
+    for finding in outcome.findings:
+        _finding(console, finding, outcome.sources.get(finding.path))
+    tables = _isatty(stream)
+    shown = [r for r in outcome.targets if _shown(r, every_check=tables or show_checks)]
+    for result in shown:
+        _target(console, result, table=tables, every_check=show_checks or tables)
+    if outcome.findings or outcome.errors or shown:
+        console.print()
+    console.print(summary_line(outcome))
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def file_errors(console: Console, outcome: Outcome) -> None:
+    """``path: error: message`` for each file that could not be checked."""
     for error in outcome.errors:
         label = "error" if error.level == "error" else "note"
         style = "bold red" if label == "error" else "cyan"
         console.print(Text.assemble((error.path, "bold"), ": ", (label, style), f": {error.message}"))
-    for finding in outcome.findings:
-        _finding(console, finding, outcome.sources.get(finding.path))
-    shown = [r for r in outcome.targets if r.checks or r.status == "error" or _skipped_dynamically(r)]
-    for result in shown:
-        _target(console, result)
-    if outcome.findings or outcome.errors or shown:
-        console.print()
-    console.print(summary_line(outcome))
+
+
+def _shown(result: TargetResult, *, every_check: bool) -> bool:
+    """Whether a target gets its lines: one that did not pass always; a passing one only with its checks."""
+    if result.status in ("failed", "error") or _skipped_dynamically(result):
+        return True
+    return every_check and bool(result.checks)
 
 
 def _finding(console: Console, finding: Finding, source: Source | None) -> None:
@@ -90,17 +115,17 @@ def frame(source: Source, finding: Finding) -> list[str]:
     out = []
     for number, label in shown:
         marker = " >" if number == at else "  "
-        out.append(f"{marker} {label:>{width}} | {lines[number - 1]}")
+        out.append(f"{marker} {label:>{width}} | {lines[number - 1]}".rstrip())
     column = max(finding.span.column, 1)
     out.append(f"   {' ' * width} | {' ' * (column - 1)}^")
     return out
 
 
-def _target(console: Console, result: TargetResult) -> None:
-    """``path:line: Name: failed (cpu, bubblewrap)`` and one row per check.
+def _target(console: Console, result: TargetResult, *, table: bool, every_check: bool) -> None:
+    """``path:line: Name: failed (cpu, bubblewrap)`` and its checks: a table on a terminal, else lines.
 
-    Failed checks show their whole detail (folded); the others keep to one line, cut with an
-    ellipsis, so the table stays compact at 80 columns.
+    In the table, failed checks show their whole detail (folded); the others keep to one line,
+    cut with an ellipsis, so the table stays compact at 80 columns.
     """
     target = result.target
     status = (result.status, _STATUS_STYLE.get(result.status, ""))
@@ -114,17 +139,24 @@ def _target(console: Console, result: TargetResult) -> None:
             f": {result.reason}" if result.reason else "",
         )
     )
-    if not result.checks:
+    checks = [c for c in result.checks if every_check or c.status in ("failed", "error")]
+    if not checks:
         return
-    table = Table(box=None, show_header=False, pad_edge=False, padding=(0, 2, 0, 0))
-    table.add_column("check", no_wrap=True)
-    table.add_column("status", no_wrap=True)
-    table.add_column("detail", overflow="fold")
-    for check in result.checks:
+    if not table:
+        for check in checks:
+            detail = f": {check.detail}" if check.detail else ""
+            console.print(Text.assemble(f"    {check.name}: ", (check.status, _STATUS_STYLE.get(check.status, "")),
+                                        detail))
+        return
+    rows = Table(box=None, show_header=False, pad_edge=False, padding=(0, 2, 0, 0))
+    rows.add_column("check", no_wrap=True)
+    rows.add_column("status", no_wrap=True)
+    rows.add_column("detail", overflow="fold")
+    for check in checks:
         wrap = check.status in ("failed", "error")
         detail = Text(check.detail, no_wrap=not wrap, overflow="fold" if wrap else "ellipsis")
-        table.add_row(check.name, Text(check.status, style=_STATUS_STYLE.get(check.status, "")), detail)
-    console.print(table)
+        rows.add_row(check.name, Text(check.status, style=_STATUS_STYLE.get(check.status, "")), detail)
+    console.print(rows)
 
 
 def summary_line(outcome: Outcome) -> str:

@@ -8,7 +8,6 @@ comments, and translating positions into the user's coordinates.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import cache as memoized
 from functools import cached_property
@@ -26,13 +25,7 @@ from attncheck.static.regions import Reduced, attention_regions
 from attncheck.static.result import FileResult
 from attncheck.static.rule import Rule, visitor_methods
 from attncheck.static.targets import find_targets
-
-# Suppression comments: ``attncheck: ignore``, ``attncheck: ignore[ATT201, ATT3]``,
-# and flake8-style ``noqa`` followed by a colon and ATT codes.
-_SUPPRESSION = re.compile(
-    r"#\s*(?:attncheck:\s*ignore(?:\[(?P<codes>[^\]]*)\])?|noqa:\s*(?P<noqa>ATT\d+(?:\s*,\s*ATT\d+)*))",
-    re.IGNORECASE,
-)
+from attncheck.suppressions import SUPPRESSION as _SUPPRESSION
 
 T = TypeVar("T")
 

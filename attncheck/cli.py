@@ -89,6 +89,7 @@ def check(paths: tuple[str, ...], static_only: bool, output_format: str | None, 
           output: Path | None, stdin_filename: str | None, force_exclude: bool, no_cache: bool) -> None:
     """Check files, directories, notebooks, or '-' (standard input)."""
     from attncheck import pipeline
+    from attncheck.progress import Progress
     from attncheck.projects import Projects, plan
 
     if not paths:
@@ -109,10 +110,12 @@ def check(paths: tuple[str, ...], static_only: bool, output_format: str | None, 
                       stdin_path=Path(stdin_filename) if stdin_filename else Path.cwd(), warn=_warn)
     except ConfigError as error:
         raise UsageProblem(str(error)) from error
-    outcome, results = pipeline.combine([
-        pipeline.run(group.items, group.settings, static_only=static_only, jobs=jobs, use_cache=not no_cache)
-        for group in groups
-    ]) if groups else (pipeline.Outcome(), [])
+    with Progress() as progress:
+        outcome, results = pipeline.combine([
+            pipeline.run(group.items, group.settings, static_only=static_only, jobs=jobs, use_cache=not no_cache,
+                         progress=progress.update)
+            for group in groups
+        ]) if groups else (pipeline.Outcome(), [])
 
     if diff or fix:
         from attncheck.fixes import apply_fixes

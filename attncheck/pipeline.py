@@ -250,12 +250,14 @@ def run(
     jobs: int,
     warn: Callable[[str], None] = _stderr,
     use_cache: bool = False,
+    progress: Callable[[str], None] = lambda message: None,
 ) -> tuple[Outcome, list[FileResult]]:
-    """The whole pass. Returns the outcome and the static results (for fixes)."""
+    """The whole pass. Returns the outcome and the static results (for fixes). ``progress`` hears
+    what the run is doing (``attncheck.progress`` shows it on a terminal)."""
     items = list(items)
     launch = None if static_only else _prestart(items, settings, jobs)
     try:
-        return _run(items, settings, static_only, jobs, warn, use_cache)
+        return _run(items, settings, static_only, jobs, warn, use_cache, progress)
     finally:
         if launch is not None:
             launch.cancel_waiting()
@@ -280,13 +282,14 @@ def _prestart(items: list[Item], settings: Settings, jobs: int) -> ModuleType | 
 
 
 def _run(items: list[Item], settings: Settings, static_only: bool, jobs: int, warn: Callable[[str], None],
-         use_cache: bool) -> tuple[Outcome, list[FileResult]]:
+         use_cache: bool, progress: Callable[[str], None]) -> tuple[Outcome, list[FileResult]]:
     codes = enabled_codes(settings)
     outcome = Outcome()
     results: list[FileResult] = []
     cache = open_cache(codes) if use_cache else None
-    for result in lint_all(items, codes, jobs, cache):
+    for done, result in enumerate(lint_all(items, codes, jobs, cache), start=1):
         outcome.paths.append(result.path if isinstance(result, FileError) else result.source.path)
+        progress(f"linted {done}/{len(items)} files: {outcome.paths[-1]}")
         if isinstance(result, FileError):
             outcome.errors.append(result)
             continue
@@ -299,6 +302,8 @@ def _run(items: list[Item], settings: Settings, static_only: bool, jobs: int, wa
     if static_only:
         outcome.targets = _skipped(results, STATIC_ONLY_REASON)
     elif results:
+        targets = sum(len(r.targets) for r in results)
+        progress(f"dynamic checks of {targets} targets (each up to {settings.timeout:g} s)")
         dynamic, outcome.targets = _run_dynamic(results, settings, jobs, warn)
         dynamic = [f for f in dynamic if settings.enabled(f.code)]
         dynamic = _kept(dynamic, None, settings)

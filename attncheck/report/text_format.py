@@ -20,6 +20,7 @@ from rich.text import Text
 
 from attncheck.findings import Finding, Severity, TargetResult
 from attncheck.pipeline import STATIC_ONLY_REASON, Outcome
+from attncheck.progress import is_terminal
 from attncheck.report import location, summary
 from attncheck.sources import Source
 
@@ -45,20 +46,13 @@ def write(outcome: Outcome, stream: TextIO, *, color: bool = False, show_checks:
     file_errors(console, outcome)
     for finding in outcome.findings:
         _finding(console, finding, outcome.sources.get(finding.path))
-    tables = _isatty(stream)
+    tables = is_terminal(stream)
     shown = [r for r in outcome.targets if _shown(r, every_check=tables or show_checks)]
     for result in shown:
         _target(console, result, table=tables, every_check=show_checks or tables)
     if outcome.findings or outcome.errors or shown:
         console.print()
     console.print(summary_line(outcome))
-
-
-def _isatty(stream: TextIO) -> bool:
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):
-        return False
 
 
 def file_errors(console: Console, outcome: Outcome) -> None:

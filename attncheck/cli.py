@@ -18,6 +18,7 @@ import click
 
 from attncheck import __version__
 from attncheck.config import DEVICES, ConfigError
+from attncheck.findings import Severity
 from attncheck.sources import STDIN, FileError, Source, from_bytes
 
 EXIT_CLEAN, EXIT_PROBLEMS, EXIT_ERROR = 0, 1, 2
@@ -110,19 +111,25 @@ def check(paths: tuple[str, ...], static_only: bool, output_format: str | None, 
                       stdin_path=Path(stdin_filename) if stdin_filename else Path.cwd(), warn=_warn)
     except ConfigError as error:
         raise UsageProblem(str(error)) from error
-    with Progress() as progress:
-        outcome, results = pipeline.combine([
-            pipeline.run(group.items, group.settings, static_only=static_only, jobs=jobs, use_cache=not no_cache,
-                         progress=progress.update)
-            for group in groups
-        ]) if groups else (pipeline.Outcome(), [])
+    def run_all() -> tuple[pipeline.Outcome, list]:
+        with Progress() as progress:
+            return pipeline.combine([
+                pipeline.run(group.items, group.settings, static_only=static_only, jobs=jobs,
+                             use_cache=not no_cache, progress=progress.update)
+                for group in groups
+            ]) if groups else (pipeline.Outcome(), [])
 
+    outcome, results = run_all()
     if diff or fix:
         from attncheck.fixes import apply_fixes
 
-        changed = apply_fixes(outcome, results, write=fix)
+        fixed = apply_fixes(outcome, results, write=fix)
         if diff:
-            sys.exit(EXIT_PROBLEMS if changed else EXIT_CLEAN)
+            sys.exit(EXIT_PROBLEMS if fixed else EXIT_CLEAN)
+        if fixed:
+            outcome, _ = run_all()  # what was written, checked again: fresh positions, the dynamic verdict
+            remaining = sum(f.severity >= Severity.WARNING for f in outcome.findings)
+            _warn(f"{fixed} fixed, {remaining} remaining")
 
     from attncheck.report import writer
 

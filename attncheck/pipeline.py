@@ -25,6 +25,7 @@ from attncheck.cache import Cache, default_dir
 from attncheck.config import Settings
 from attncheck.discovery import Candidate
 from attncheck.findings import Finding, Severity, Target, TargetResult
+from attncheck.fix_conflicts import withhold
 from attncheck.merge import merge
 from attncheck.sources import FileError, Source, from_bytes, read_path
 from attncheck.static import deadline
@@ -308,7 +309,7 @@ def _run(items: list[Item], settings: Settings, static_only: bool, jobs: int, wa
         dynamic = [f for f in dynamic if settings.enabled(f.code)]
         dynamic = _kept(dynamic, None, settings)
     static = [f for result in results for f in result.findings]
-    outcome.findings = sorted(merge(static, dynamic, outcome.targets), key=_order)
+    outcome.findings = withhold(sorted(merge(static, dynamic, outcome.targets), key=_order))
     paths = {f.path for f in outcome.findings}
     outcome.sources = {r.source.path: r.source for r in results if r.source.path in paths}
     return outcome, results

@@ -237,7 +237,7 @@ def test_diff_shows_fixes_and_fix_writes_them(project, monkeypatch):
     fixed = invoke("--fix", "model.py", cwd=project)
     assert fixed.exit_code == 0
     assert (project / "model.py").read_text() == BUG.replace("torch.sqrt(64)", "8.0")
-    assert "Fixed 1 problem(s)." in fixed.stderr
+    assert "1 fixed, 0 remaining" in fixed.stderr
 
 
 def test_many_files_run_quickly_in_parallel(tmp_path):

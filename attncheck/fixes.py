@@ -102,8 +102,13 @@ def apply_fixes(outcome: Outcome, results: Iterable[FileResult], *, write: bool)
         if fixed is None:
             continue
         if not write:
-            sys.stdout.write(fixed.diff())
             count += len(fixed.fixed)
+            if result.source.is_notebook:  # a diff of the joined cells would not apply to the .ipynb
+                places = ", ".join(f"cell {f.span.cell} line {f.span.line} ({f.code})" for f in fixed.fixed)
+                print(f"{result.source.path}: no diff for a notebook (it would not apply to the .ipynb JSON); "
+                      f"fixes available at {places}", file=sys.stderr)
+                continue
+            sys.stdout.write(fixed.diff())
             continue
         reason = unfixable_reason(result.source)
         if reason:

@@ -27,7 +27,7 @@ from attncheck.discovery import Candidate
 from attncheck.findings import Finding, Severity, Target, TargetResult
 from attncheck.fix_conflicts import withhold
 from attncheck.merge import merge
-from attncheck.sources import FileError, Source, from_bytes, read_path
+from attncheck.sources import FileError, Source, from_bytes, read_path, syntax_error
 from attncheck.static import deadline
 from attncheck.static.result import FileResult
 from attncheck.suppressions import unknown_codes
@@ -117,7 +117,11 @@ def lint_source(source: Source, codes: tuple[str, ...]) -> Answer:
 
 def _as_result(source: Source, findings: list[Finding], targets: list[Target], error: str | None
                ) -> FileResult | FileError:
-    return FileError(source.path, error) if error is not None else FileResult(source, findings, targets)
+    if error is None:
+        return FileResult(source, findings, targets)
+    if error.startswith("syntax error"):
+        return syntax_error(source, error)
+    return FileError(source.path, error)
 
 
 def _in_order(function: Callable, items: list, codes: tuple[str, ...], jobs: int,

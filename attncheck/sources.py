@@ -12,6 +12,7 @@ reports it and goes on.
 
 from __future__ import annotations
 
+import ast
 import io
 import json
 import re
@@ -74,6 +75,21 @@ class FileError:
     path: str
     message: str
     level: Literal["error", "note"] = "error"
+    span: Span | None = None  # where, when the problem has a place (a syntax error)
+
+
+def syntax_error(source: Source, fallback: str) -> FileError:
+    """A file that does not parse, reported where Python puts the error and in its words
+    (``'(' was never closed``), so ``path:line:col`` matches what ``python file.py`` says.
+    ``fallback`` is the parser's own message, for text Python compiles after all."""
+    try:
+        compile(source.text, source.path, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+    except SyntaxError as error:
+        span = source.locate(error.lineno or 1, max(error.offset or 1, 1))
+        return FileError(source.path, f"syntax error: {error.msg}", span=span)
+    except (ValueError, RecursionError, MemoryError):
+        pass
+    return FileError(source.path, fallback)
 
 
 def read_path(path: Path, shown: str | None = None) -> Source | FileError:

@@ -204,7 +204,8 @@ def test_bad_files_are_each_reported_and_the_run_goes_on(tmp_path):
     assert result.exit_code == 1
     document = json.loads(result.stdout)
     errors = {e["path"]: (e["level"], e["message"]) for e in document["errors"]}
-    assert errors["syntax.py"][1].startswith("syntax error at line 1")
+    assert errors["syntax.py"][1] == "syntax error: invalid syntax"  # at 1:12, where Python puts it
+    assert [(e["line"], e["column"]) for e in document["errors"] if e["path"] == "syntax.py"] == [(1, 12)]
     assert errors["latin.py"][1] == "not valid UTF-8: byte 0xe9 at offset 5"
     assert errors["empty.py"] == ("note", "empty file: nothing to check")
     assert "NUL" in errors["binary.py"][1] and "not JSON" in errors["bad.ipynb"][1]

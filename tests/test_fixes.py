@@ -370,11 +370,13 @@ def test_fix_writes_every_fix_and_the_file_relints_clean(tmp_path):
     assert again.exit_code == 0 and again.stdout == ""
 
 
-def test_fixes_are_shown_but_never_written_into_notebooks(tmp_path):
+def test_fixes_are_named_but_never_diffed_or_written_into_notebooks(tmp_path):
     notebook = write_notebook(tmp_path / "attention.ipynb")
     original = notebook.read_bytes()
     diff = invoke("--diff", "attention.ipynb", cwd=tmp_path)
-    assert "+scores = scores / math.sqrt(64)" in diff.stdout
+    assert diff.stdout == ""  # a diff of the joined cells would not apply to the .ipynb (issue 19)
+    assert "no diff for a notebook" in diff.stderr and "(ATT204)" in diff.stderr
+    assert diff.exit_code == 1
     fixed = invoke("--fix", "attention.ipynb", cwd=tmp_path)
     assert "fixes are not written into notebooks" in fixed.stderr
     assert notebook.read_bytes() == original

@@ -85,7 +85,8 @@ def test_json_report_matches_its_schema_and_contract(outcome):
     assert {f["source"] for f in document["findings"]} == {"static", "dynamic", "both"}
     assert document["targets"][0]["checks"][0] == {"name": "reference", "status": "failed",
                                                    "detail": "max error 0.4 > 1e-5"}
-    assert document["errors"] == [{"path": "bad.py", "message": "syntax error at line 1", "level": "error"}]
+    assert document["errors"] == [{"path": "bad.py", "message": "syntax error at line 1", "level": "error",
+                                   "line": None, "column": None, "cell": None}]
     assert document["summary"]["targets"] == {"total": 2, "passed": 1, "failed": 1, "skipped": 0, "error": 0}
     notebook = next(f for f in document["findings"] if f["path"] == "nb.ipynb")
     assert (notebook["cell"], notebook["line"]) == (3, 2)

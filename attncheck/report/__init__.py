@@ -11,7 +11,7 @@ import importlib
 from collections import Counter
 from typing import Any, Protocol, TextIO
 
-from attncheck.findings import Finding, Severity, TargetResult
+from attncheck.findings import Finding, Severity, Span, TargetResult
 from attncheck.pipeline import Outcome
 
 FORMATS = ("text", "json", "sarif", "github", "junit")
@@ -31,9 +31,35 @@ def writer(name: str) -> Writer:
 
 def location(finding: Finding) -> str:
     """``path:line:col``, or ``path:cell N:line:col`` for notebooks."""
-    span = finding.span
+    return place(finding.path, finding.span)
+
+
+def place(path: str, span: Span | None) -> str:
+    """``path:line:col`` (``path:cell N:line:col``), or the bare path when there is no span."""
+    if span is None:
+        return path
     cell = f"cell {span.cell}:" if span.cell is not None else ""
-    return f"{finding.path}:{cell}{span.line}:{span.column}"
+    return f"{path}:{cell}{span.line}:{span.column}"
+
+
+def in_file(path: str, span: Span | None) -> tuple[int, int, int | None] | None:
+    """(line, column, character offset or None) of a span in the file as stored: a notebook's cell
+    line is found in its ``.ipynb`` JSON text (``notebook_positions``); None when it has no place."""
+    if span is None:
+        return None
+    if span.cell is None:
+        return span.line, span.column, None
+    from attncheck.report.notebook_positions import place as json_place
+
+    found = json_place(path, span)
+    return (found.line, found.column, found.offset) if found else None
+
+
+def cell_prefix(span: Span | None) -> str:
+    """``cell 3, line 2, column 5: `` for a notebook span (a viewer of the JSON would not say), else ``""``."""
+    if span is None or span.cell is None:
+        return ""
+    return f"cell {span.cell}, line {span.line}, column {span.column}: "
 
 
 def target_errors(outcome: Outcome) -> list[TargetResult]:

@@ -13,7 +13,7 @@ from xml.etree import ElementTree
 
 from attncheck.findings import Finding, Severity
 from attncheck.pipeline import Outcome
-from attncheck.report import location, target_error_message, target_errors
+from attncheck.report import location, place, target_error_message, target_errors
 
 
 def write(outcome: Outcome, stream: TextIO, *, color: bool = False) -> None:
@@ -25,7 +25,8 @@ def write(outcome: Outcome, stream: TextIO, *, color: bool = False) -> None:
     unreadable = {error.path for error in outcome.errors if error.level == "error"}
     for error in outcome.errors:
         if error.level == "error":
-            errors[error.path].append(error.message)
+            errors[error.path].append(f"{place(error.path, error.span)}: {error.message}" if error.span
+                                      else error.message)
     for result in target_errors(outcome):
         errors[result.target.path].append(target_error_message(result))
     suite = ElementTree.Element("testsuite", {

@@ -21,7 +21,7 @@ from rich.text import Text
 from attncheck.findings import Finding, Severity, TargetResult
 from attncheck.pipeline import STATIC_ONLY_REASON, Outcome
 from attncheck.progress import is_terminal
-from attncheck.report import location, summary
+from attncheck.report import location, place, summary
 from attncheck.sources import Source
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
@@ -60,7 +60,8 @@ def file_errors(console: Console, outcome: Outcome) -> None:
     for error in outcome.errors:
         label = "error" if error.level == "error" else "note"
         style = "bold red" if label == "error" else "cyan"
-        console.print(Text.assemble((error.path, "bold"), ": ", (label, style), f": {error.message}"))
+        console.print(Text.assemble((place(error.path, error.span), "bold"), ": ", (label, style),
+                                    f": {error.message}"))
 
 
 def _shown(result: TargetResult, *, every_check: bool) -> bool:

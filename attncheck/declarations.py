@@ -20,14 +20,19 @@ def validate(targets: Mapping[str, Mapping[str, Any]], path: Path) -> None:
     """Raise ConfigError for the first declaration key or value the dynamic check could not use,
     or for a declaration whose class or function is defined nowhere under the configuration's folder."""
     for name, declaration in targets.items():
-        for key, value in declaration.items():
-            problem = _problem(key, value, declaration)
-            if problem:
-                raise ConfigError(f"{path}: [tool.attncheck.targets.{name}] {problem}")
+        check_declaration(name, declaration, str(path))
     missing = _undefined(set(targets), path.parent)
     if missing:
         raise ConfigError(f"{path}: [tool.attncheck.targets.{missing[0]}] declares a class or function that is "
                           f"not defined in any Python file under {path.parent} (renamed, or a typo?)")
+
+
+def check_declaration(name: str, declaration: Mapping[str, Any], where: str) -> None:
+    """Raise ConfigError for the first key or value of one declaration the dynamic check could not use."""
+    for key, value in declaration.items():
+        problem = _problem(key, value, declaration)
+        if problem:
+            raise ConfigError(f"{where}: [tool.attncheck.targets.{name}] {problem}")
 
 
 def _problem(key: str, value: Any, declaration: Mapping[str, Any]) -> str | None:

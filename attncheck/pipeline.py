@@ -256,13 +256,15 @@ def run(
     warn: Callable[[str], None] = _stderr,
     use_cache: bool = False,
     progress: Callable[[str], None] = lambda message: None,
+    only: str | None = None,
 ) -> tuple[Outcome, list[FileResult]]:
     """The whole pass. Returns the outcome and the static results (for fixes). ``progress`` hears
-    what the run is doing (``attncheck.progress`` shows it on a terminal)."""
+    what the run is doing (``attncheck.progress`` shows it on a terminal); ``only`` keeps the
+    targets of that name and the findings in them (``attncheck.assert_attention``)."""
     items = list(items)
     launch = None if static_only else _prestart(items, settings, jobs)
     try:
-        return _run(items, settings, static_only, jobs, warn, use_cache, progress)
+        return _run(items, settings, static_only, jobs, warn, use_cache, progress, only)
     finally:
         if launch is not None:
             launch.cancel_waiting()
@@ -287,7 +289,8 @@ def _prestart(items: list[Item], settings: Settings, jobs: int) -> ModuleType | 
 
 
 def _run(items: list[Item], settings: Settings, static_only: bool, jobs: int, warn: Callable[[str], None],
-         use_cache: bool, progress: Callable[[str], None]) -> tuple[Outcome, list[FileResult]]:
+         use_cache: bool, progress: Callable[[str], None], only: str | None = None
+         ) -> tuple[Outcome, list[FileResult]]:
     codes = enabled_codes(settings)
     outcome = Outcome()
     results: list[FileResult] = []
@@ -299,6 +302,9 @@ def _run(items: list[Item], settings: Settings, static_only: bool, jobs: int, wa
             outcome.errors.append(result)
             continue
         result.findings = _kept(result.findings, result.source.path, settings)
+        if only is not None:
+            result.targets = [t for t in result.targets if t.name == only]
+            result.findings = [f for f in result.findings if f.target == only]
         results.append(result)
         for line, code in unknown_codes(result.source.text):
             warn(f"{result.source.path}:{line}: warning: unknown code {code!r} in a suppression comment "

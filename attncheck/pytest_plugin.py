@@ -49,7 +49,7 @@ class AttncheckFile(pytest.File):
             yield AttncheckItem.from_parent(self, name=result.target.name, target=result.target.name)
 
 
-class AttncheckFailure(Exception):
+class AttncheckFindingsError(Exception):
     """The findings of one target, as its failure text."""
 
 
@@ -63,15 +63,15 @@ class AttncheckItem(pytest.Item):
 
     def runtest(self) -> None:
         if self.target is None:
-            raise AttncheckFailure(f"{self.path}: {self.message}")
+            raise AttncheckFindingsError(f"{self.path}: {self.message}")
         from attncheck.api import check
 
         report = check([self.path], static_only=self.config.getoption("attncheck_static"), target=self.target)
         if not report.passed:
-            raise AttncheckFailure(report.describe())
+            raise AttncheckFindingsError(report.describe())
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
-        if isinstance(excinfo.value, AttncheckFailure):
+        if isinstance(excinfo.value, AttncheckFindingsError):
             return str(excinfo.value)
         return str(super().repr_failure(excinfo))
 

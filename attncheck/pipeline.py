@@ -27,7 +27,8 @@ from attncheck.discovery import Candidate
 from attncheck.findings import Finding, Severity, Target, TargetResult
 from attncheck.fix_conflicts import withhold
 from attncheck.merge import merge
-from attncheck.sources import FileError, Source, from_bytes, read_path, syntax_error
+from attncheck.prefilter import could_have_findings
+from attncheck.sources import FileError, Source, from_bytes, python_syntax_error, read_path, syntax_error
 from attncheck.static import deadline
 from attncheck.static.result import FileResult
 from attncheck.suppressions import unknown_codes
@@ -101,7 +102,12 @@ class Miss(NamedTuple):
 
 
 def lint_source(source: Source, codes: tuple[str, ...]) -> Answer:
-    """Lint text already read; the answer leaves the text out, so a worker sends back little."""
+    """Lint text already read; the answer leaves the text out, so a worker sends back little.
+    A text no rule could run on and no target be found in is only compiled, for its syntax errors,
+    with Python's own parser (``attncheck.prefilter``: no libcst, no rules)."""
+    if not could_have_findings(source.text):
+        error = python_syntax_error(source)
+        return [], [], error.message if error else None
     from attncheck.static.engine import lint
 
     limit = deadline.STATIC_TIME_LIMIT_S

@@ -82,6 +82,11 @@ def syntax_error(source: Source, fallback: str) -> FileError:
     """A file that does not parse, reported where Python puts the error and in its words
     (``'(' was never closed``), so ``path:line:col`` matches what ``python file.py`` says.
     ``fallback`` is the parser's own message, for text Python compiles after all."""
+    return python_syntax_error(source) or FileError(source.path, fallback)
+
+
+def python_syntax_error(source: Source) -> FileError | None:
+    """Python's own syntax error of a text (its C parser: no libcst), or None when it compiles."""
     try:
         compile(source.text, source.path, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
     except SyntaxError as error:
@@ -89,7 +94,7 @@ def syntax_error(source: Source, fallback: str) -> FileError:
         return FileError(source.path, f"syntax error: {error.msg}", span=span)
     except (ValueError, RecursionError, MemoryError):
         pass
-    return FileError(source.path, fallback)
+    return None
 
 
 def read_path(path: Path, shown: str | None = None) -> Source | FileError:

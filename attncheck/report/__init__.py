@@ -13,6 +13,7 @@ from typing import Any, Protocol, TextIO
 
 from attncheck.findings import Finding, Severity, Span, TargetResult
 from attncheck.pipeline import Outcome
+from attncheck.sources import FileError
 
 FORMATS = ("text", "json", "sarif", "github", "junit")
 VIEWS = ("concise", "statistics")  # other human reports: ``--output-format concise``, ``--statistics``
@@ -94,3 +95,40 @@ def summary(outcome: Outcome) -> dict[str, Any]:
             **{status: statuses[status] for status in ("passed", "failed", "skipped", "error")},
         },
     }
+
+
+def summary_line(outcome: Outcome) -> str:
+    """The last line of the human reports:
+    ``Found 7 problems (6 errors, 1 warning) in 1 file; 2 targets: 1 passed, 1 failed``."""
+    counts = summary(outcome)
+    files = _plural(counts["files"], "file")
+    if counts["problems"]:
+        kinds = [
+            _plural(counts[key], word) for key, word in (("errors", "error"), ("warnings", "warning")) if counts[key]
+        ]
+        line = f"Found {_plural(counts['problems'], 'problem')} ({', '.join(kinds)}) in {files}"
+    else:
+        line = f"No problems found in {files}"
+    if counts["infos"]:
+        line += f", {_plural(counts['infos'], 'info')}"
+    if counts["file_errors"]:
+        line += f"; {_plural(counts['file_errors'], 'file')} could not be checked"
+    targets = counts["targets"]
+    if targets["total"]:
+        parts = [f"{targets[s]} {s}" for s in ("passed", "failed", "error", "skipped") if targets[s]]
+        line += f"; {_plural(targets['total'], 'target')}: {', '.join(parts)}"
+    return line
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def error_label(error: FileError) -> str:
+    return "error" if error.level == "error" else "note"
+
+
+def plain_file_errors(outcome: Outcome, stream: TextIO) -> None:
+    """``path:line:col: error: message`` lines, without colour (the concise reports)."""
+    for error in outcome.errors:
+        stream.write(f"{place(error.path, error.span)}: {error_label(error)}: {error.message}\n")

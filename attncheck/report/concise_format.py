@@ -9,18 +9,17 @@ from __future__ import annotations
 from typing import TextIO
 
 from attncheck.pipeline import Outcome
-from attncheck.report import location
-from attncheck.report.text_format import console_for, file_errors, summary_line
+from attncheck.report import location, plain_file_errors, summary_line
 
 
 def write(outcome: Outcome, stream: TextIO, *, color: bool = False) -> None:
-    console = console_for(stream, color=color)
-    file_errors(console, outcome)
+    """Plain lines, never coloured: this is the pre-commit hook's output, so it stays free of rich."""
+    plain_file_errors(outcome, stream)
     for finding in outcome.findings:
-        console.print(f"{location(finding)}: {finding.code} {finding.message}", markup=False)
+        stream.write(f"{location(finding)}: {finding.code} {finding.message}\n")
     for result in outcome.targets:
         if result.status in ("failed", "error"):
             target = result.target
             reason = f": {result.reason}" if result.reason else ""
-            console.print(f"{target.path}:{target.line}: {target.name}: {result.status}{reason}", markup=False)
-    console.print(summary_line(outcome), markup=False)
+            stream.write(f"{target.path}:{target.line}: {target.name}: {result.status}{reason}\n")
+    stream.write(summary_line(outcome) + "\n")

@@ -10,17 +10,16 @@ from typing import TextIO
 
 from attncheck.catalogue import CODES
 from attncheck.pipeline import Outcome
-from attncheck.report.text_format import console_for, file_errors, summary_line
+from attncheck.report import plain_file_errors, summary_line
 
 
 def write(outcome: Outcome, stream: TextIO, *, color: bool = False) -> None:
-    console = console_for(stream, color=color)
-    file_errors(console, outcome)
+    plain_file_errors(outcome, stream)
     counts = Counter(f.code for f in outcome.findings)
     fixable = {f.code for f in outcome.findings if f.fix}
     width = len(str(max(counts.values(), default=0)))
     for code, count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
         info = CODES.get(code)
         mark = "[*] " if code in fixable else ""
-        console.print(f"{count:>{width}}  {code}  {mark}{info.name if info else code}", markup=False)
-    console.print(summary_line(outcome), markup=False)
+        stream.write(f"{count:>{width}}  {code}  {mark}{info.name if info else code}\n")
+    stream.write(summary_line(outcome) + "\n")

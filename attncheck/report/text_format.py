@@ -21,7 +21,7 @@ from rich.text import Text
 from attncheck.findings import Finding, Severity, TargetResult
 from attncheck.pipeline import STATIC_ONLY_REASON, Outcome
 from attncheck.progress import is_terminal
-from attncheck.report import location, place, summary
+from attncheck.report import error_label, location, place, summary_line
 from attncheck.sources import Source
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
@@ -58,9 +58,8 @@ def write(outcome: Outcome, stream: TextIO, *, color: bool = False, show_checks:
 def file_errors(console: Console, outcome: Outcome) -> None:
     """``path: error: message`` for each file that could not be checked."""
     for error in outcome.errors:
-        label = "error" if error.level == "error" else "note"
-        style = "bold red" if label == "error" else "cyan"
-        console.print(Text.assemble((place(error.path, error.span), "bold"), ": ", (label, style),
+        style = "bold red" if error.level == "error" else "cyan"
+        console.print(Text.assemble((place(error.path, error.span), "bold"), ": ", (error_label(error), style),
                                     f": {error.message}"))
 
 
@@ -152,29 +151,3 @@ def _target(console: Console, result: TargetResult, *, table: bool, every_check:
         detail = Text(check.detail, no_wrap=not wrap, overflow="fold" if wrap else "ellipsis")
         rows.add_row(check.name, Text(check.status, style=_STATUS_STYLE.get(check.status, "")), detail)
     console.print(rows)
-
-
-def summary_line(outcome: Outcome) -> str:
-    """``Found 7 problems (6 errors, 1 warning) in 1 file; 2 targets: 1 passed, 1 failed``."""
-    counts = summary(outcome)
-    files = _plural(counts["files"], "file")
-    if counts["problems"]:
-        kinds = [
-            _plural(counts[key], word) for key, word in (("errors", "error"), ("warnings", "warning")) if counts[key]
-        ]
-        line = f"Found {_plural(counts['problems'], 'problem')} ({', '.join(kinds)}) in {files}"
-    else:
-        line = f"No problems found in {files}"
-    if counts["infos"]:
-        line += f", {_plural(counts['infos'], 'info')}"
-    if counts["file_errors"]:
-        line += f"; {_plural(counts['file_errors'], 'file')} could not be checked"
-    targets = counts["targets"]
-    if targets["total"]:
-        parts = [f"{targets[s]} {s}" for s in ("passed", "failed", "error", "skipped") if targets[s]]
-        line += f"; {_plural(targets['total'], 'target')}: {', '.join(parts)}"
-    return line
-
-
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}" if count == 1 else f"{count} {word}s"

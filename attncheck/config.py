@@ -21,10 +21,6 @@ from attncheck.discovery import gitignore_spec
 if TYPE_CHECKING:
     import pathspec
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 DEVICES = ("cpu", "cuda", "auto")
 KEYS = ("select", "ignore", "per-file-ignores", "exclude", "timeout", "device", "targets")
@@ -145,6 +141,11 @@ def find_config(start: Path) -> Path | None:
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
+    """A TOML file's table. The parser is imported here: a run with no configuration never needs it."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
     try:
         with path.open("rb") as handle:
             return tomllib.load(handle)

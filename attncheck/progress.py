@@ -48,9 +48,9 @@ class Progress:
     def update(self, message: str) -> None:
         """Say what the run is doing now (cheap when nothing is shown)."""
         self.message = f"attncheck: {message}"
-        status = self._status
-        if status is not None:
-            status.update(self.message)
+        with self._lock:  # else the line could start with the message before this one, and keep it
+            if self._status is not None:
+                self._status.update(self.message)
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  traceback: TracebackType | None) -> None:

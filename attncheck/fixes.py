@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from attncheck.findings import Edit, Finding
+from attncheck.line_table import split_lines
 from attncheck.pipeline import Outcome
 from attncheck.sources import STDIN, Source
 from attncheck.static.engine import FileResult
@@ -27,8 +28,8 @@ class FixedFile:
     fixed: tuple[Finding, ...]
 
     def diff(self) -> str:
-        before = self.source.text.splitlines(keepends=True)
-        after = self.text.splitlines(keepends=True)
+        before = split_lines(self.source.text, keepends=True)
+        after = split_lines(self.text, keepends=True)
         name = self.source.path
         return "".join(difflib.unified_diff(before, after, f"a/{name}", f"b/{name}"))
 

@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from attncheck.findings import Finding, Severity, TargetResult
+from attncheck.line_table import split_lines
 from attncheck.pipeline import STATIC_ONLY_REASON, Outcome
 from attncheck.report import location, summary
 from attncheck.sources import Source
@@ -78,7 +79,7 @@ def _skipped_dynamically(result: TargetResult) -> bool:
 
 def frame(source: Source, finding: Finding) -> list[str]:
     """The finding's line with CONTEXT lines above, numbered as the user numbers them."""
-    lines = source.text.splitlines()
+    lines = split_lines(source.text)
     at = source.file_line(finding.span)
     if not 1 <= at <= len(lines):
         return []

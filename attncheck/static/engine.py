@@ -18,10 +18,11 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from attncheck.findings import Edit, Finding, Severity, Span
+from attncheck.line_table import line_starts, split_lines
 from attncheck.sources import Source
 from attncheck.static import fast_tree, walk
 from attncheck.static.facts import ClassFacts, FileFacts, FunctionFacts
-from attncheck.static.layout import Layout, line_starts
+from attncheck.static.layout import Layout
 from attncheck.static.regions import Reduced, attention_regions
 from attncheck.static.result import FileResult
 from attncheck.static.rule import Rule, visitor_methods
@@ -269,7 +270,7 @@ def _lint_module(
 def _unsuppressed(findings: Sequence[Finding], source: Source) -> list[Finding]:
     if not findings:
         return []  # most files: no need to read their comments
-    lines = source.text.splitlines()
+    lines = split_lines(source.text)
     suppressed: dict[int, set[str] | None] = {}
     for number, text in enumerate(lines, start=1):
         if "#" not in text:

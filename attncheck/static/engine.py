@@ -11,16 +11,16 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import cache as memoized
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Any, TypeVar
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from attncheck.findings import Edit, Finding, Severity, Span
+from attncheck.findings import Edit, Finding, Severity, Span, Target
 from attncheck.line_table import line_starts, split_lines
 from attncheck.sources import Source
-from attncheck.static import fast_tree, walk
+from attncheck.static import deadline, fast_tree, walk
 from attncheck.static.facts import ClassFacts, FileFacts, FunctionFacts
 from attncheck.static.layout import Layout
 from attncheck.static.regions import Reduced, attention_regions
@@ -237,6 +237,24 @@ def lint(source: Source, rules: Sequence[type[Rule]]) -> FileResult:
         return _lint_module(source, rules, module, reduced, lambda: module.positions)
     except _NOT_FAST:
         pass
+    if not deadline.can_isolate():
+        return _lint_exact(source, rules, reduced)
+    findings, targets, error = deadline.isolated(partial(_exact_answer, source, rules, reduced),
+                                                 deadline.STATIC_TIME_LIMIT_S)
+    return FileResult(source, findings, targets, error)
+
+
+def _exact_answer(source: Source, rules: Sequence[type[Rule]], reduced: Reduced | None
+                  ) -> tuple[list[Finding], list[Target], str | None]:
+    """``_lint_exact``'s answer, less the text the parent process already holds."""
+    result = _lint_exact(source, rules, reduced)
+    return result.findings, result.targets, result.error
+
+
+def _lint_exact(source: Source, rules: Sequence[type[Rule]], reduced: Reduced | None) -> FileResult:
+    """The lint of a file on libcst's own tree: the parse is native code that some inputs keep
+    busy for minutes (nested ``match`` patterns, long operator chains), so ``lint`` runs this
+    in a child process it can kill (``deadline.isolated``)."""
     parsed = _parse_exact(source, reduced)
     if isinstance(parsed, str):
         return FileResult(source, error=parsed)

@@ -40,3 +40,20 @@ def split_lines(text: str, keepends: bool = False) -> list[str]:
         return text.splitlines(keepends)
     lines = _LINE.findall(text)
     return lines if keepends else [_BREAK.sub("", line) for line in lines]
+
+
+def newline_of(text: str) -> str:
+    """The line break ``text`` uses (its first), ``\\n`` when it has none: what an inserted line ends with."""
+    found = _BREAK.search(text)
+    return found.group() if found else "\n"
+
+
+def line_start(text: str, offset: int) -> int:
+    """Where the line holding ``offset`` starts."""
+    return max(text.rfind("\n", 0, offset), text.rfind("\r", 0, offset)) + 1
+
+
+def next_line(text: str, offset: int) -> int | None:
+    """Where the line after the one holding ``offset`` starts; None on the last line."""
+    found = _BREAK.search(text, offset)
+    return found.end() if found else None

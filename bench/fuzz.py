@@ -9,7 +9,9 @@ linted by the installed attncheck in a subprocess (``--worker``), with a time li
 file, and each outcome is classified:
 
 - ``internal``: an exception escaped, or a file's error says ``internal error``/``crashed``;
-- ``hang``: the file's analysis was stopped at the time limit, or the worker was killed;
+- ``hang``: the worker had to be killed (the run itself would have blocked);
+- ``stopped``: the file's analysis was stopped at ``--per-file`` seconds: a clean one-line
+  error for that file (what a hang becomes), counted apart as a slow input;
 - ``position``: a finding's line or column lies outside the file;
 - ``fix``: ``--fix``'s text does not parse (where the input did) or changes bytes outside
   the span of its edits.
@@ -173,7 +175,7 @@ def worker(folder: Path, per_file_s: float) -> None:
             result = pipeline.lint_one(Candidate(path, str(path), explicit=True), codes)
             if isinstance(result, FileError):
                 if deadline.is_gave_up(result.message):
-                    problems.append("hang")
+                    problems.append("stopped: at the per-file time limit")
                 elif "internal error" in result.message or "crashed" in result.message:
                     problems.append("internal: " + result.message)
             else:

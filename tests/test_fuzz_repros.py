@@ -99,7 +99,7 @@ def _lines_of(path: Path) -> list[str]:
     return split_lines(path.read_bytes().decode("utf-8"))
 
 
-@pytest.mark.parametrize("name", [p.name for p in FILES if p.name.startswith(("oob_", "wrong_line_",
+@pytest.mark.parametrize("name", [p.name for p in FILES if p.name.startswith(("oob_", "fix_", "wrong_line_",
                                                                                "indexerror_"))])
 def test_positions_lie_on_the_reported_code_and_fixes_stay_in_their_span(name: str) -> None:
     path = FUZZ / name

@@ -94,3 +94,10 @@ def test_whole_number_is_finite_and_integral(value: float | None, whole: int | N
 )
 def test_extreme_literals_are_linted(text: str) -> None:
     lint_text(text)
+
+
+def test_an_infinite_softmax_dim_is_no_dim() -> None:
+    """``number`` can be ``inf`` (``1e999``, a literal of 400 digits): the softmax rule reads its
+    axis through ``whole_number``, as the other analyses do."""
+    lint_text("def f(s):\n    return s.softmax(1e999)\n")
+    lint_text("def f(s):\n    return s.softmax(-1" + "0" * 400 + ")\n")

@@ -6,6 +6,7 @@ import libcst as cst
 
 from attncheck.findings import Edit, Severity
 from attncheck.static import edits, semantics
+from attncheck.static.facts import whole_number
 from attncheck.static.rule import Invalid, Rule
 from attncheck.static.semantics import Pipeline, Softmax, number
 
@@ -90,8 +91,9 @@ class SoftmaxDim(Rule):
             return
         if not softmax.has_dim:
             self._missing_dim(softmax, pipeline)
-        elif dim is not None and number(dim) is not None and not _einsum_key_axis(pipeline, int(number(dim) or 0)):
-            self._wrong_dim(softmax, pipeline, int(number(dim) or 0))
+        elif dim is not None and (axis := whole_number(number(dim))) is not None \
+                and not _einsum_key_axis(pipeline, axis):
+            self._wrong_dim(softmax, pipeline, axis)
 
     def _missing_dim(self, softmax: Softmax, pipeline: Pipeline) -> None:
         rank = pipeline.rank

@@ -111,7 +111,9 @@ def _characters(text: str, rng: random.Random) -> str:
     return text[:at] + rng.choice(["", "(", ")", ":", "\n", " ", "((", "))", "\r", "\x0c", "0x1"]) + text[at + 1:]
 
 
-MUTATIONS: list[Callable[[str, random.Random], str]] = [_respell, _line_breaks, _deepen, _lines, _characters]
+# The mutations that keep a text shallow enough to lint in milliseconds (the suite's property test).
+SHALLOW_MUTATIONS: list[Callable[[str, random.Random], str]] = [_respell, _line_breaks, _lines, _characters]
+MUTATIONS = [*SHALLOW_MUTATIONS, _deepen]
 
 
 def generated(rng: random.Random) -> Iterator[str]:
@@ -161,35 +163,42 @@ def worker(folder: Path, per_file_s: float) -> None:
     from attncheck import pipeline
     from attncheck.config import Settings
     from attncheck.discovery import Candidate
-    from attncheck.fixes import fix_source
-    from attncheck.line_table import split_lines
-    from attncheck.sources import FileError
     from attncheck.static import deadline
 
     deadline.STATIC_TIME_LIMIT_S = per_file_s
     codes = pipeline.enabled_codes(Settings())
     for path in sorted(folder.iterdir()):
         print(json.dumps({"start": path.name}), flush=True)
-        problems: list[str] = []
         try:
-            result = pipeline.lint_one(Candidate(path, str(path), explicit=True), codes)
-            if isinstance(result, FileError):
-                if deadline.is_gave_up(result.message):
-                    problems.append("stopped: at the per-file time limit")
-                elif "internal error" in result.message or "crashed" in result.message:
-                    problems.append("internal: " + result.message)
-            else:
-                lines = split_lines(result.source.text)
-                for finding in result.findings:
-                    at = result.source.file_line(finding.span)
-                    if not (1 <= at <= len(lines) and 1 <= finding.span.column <= len(lines[at - 1]) + 1):
-                        problems.append(f"position: {finding.code} at {at}:{finding.span.column}")
-                fixed = fix_source(result.source, result.findings)
-                if fixed is not None:
-                    problems += _damage(result.source.text, fixed)
+            found = problems(pipeline.lint_one(Candidate(path, str(path), explicit=True), codes))
         except Exception as error:
-            problems.append(f"internal: {type(error).__name__}: {error}"[:300])
-        print(json.dumps({"done": path.name, "problems": problems}), flush=True)
+            found = [f"internal: {type(error).__name__}: {error}"[:300]]
+        print(json.dumps({"done": path.name, "problems": found}), flush=True)
+
+
+def problems(result) -> list[str]:
+    """What is wrong with one file's result (a FileResult or FileError): the fuzzer's verdict."""
+    from attncheck.fixes import fix_source
+    from attncheck.line_table import split_lines
+    from attncheck.sources import FileError
+    from attncheck.static import deadline
+
+    if isinstance(result, FileError):
+        if deadline.is_gave_up(result.message):
+            return ["stopped: at the per-file time limit"]
+        if "internal error" in result.message or "crashed" in result.message:
+            return ["internal: " + result.message]
+        return []
+    found = []
+    lines = split_lines(result.source.text)
+    for finding in result.findings:
+        at = result.source.file_line(finding.span)
+        if not (1 <= at <= len(lines) and 1 <= finding.span.column <= len(lines[at - 1]) + 1):
+            found.append(f"position: {finding.code} at {at}:{finding.span.column}")
+    fixed = fix_source(result.source, result.findings)
+    if fixed is not None and fixed.fixed:
+        found += _damage(result.source.text, fixed)
+    return found
 
 
 def _damage(before: str, fixed) -> list[str]:

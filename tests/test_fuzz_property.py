@@ -19,8 +19,8 @@ _CODES = pipeline.enabled_codes(Settings())
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None)
-@given(seed=st.sampled_from(_SEEDS), mutations=st.lists(st.sampled_from(fuzz.SHALLOW_MUTATIONS), min_size=1, max_size=3),
-       salt=st.integers(0, 1 << 30))
+@given(seed=st.sampled_from(_SEEDS), salt=st.integers(0, 1 << 30),
+       mutations=st.lists(st.sampled_from(fuzz.SHALLOW_MUTATIONS), min_size=1, max_size=3))
 def test_lint_survives_mutated_examples(seed: str, mutations: list, salt: int) -> None:
     rng = random.Random(salt)
     text = seed

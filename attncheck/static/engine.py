@@ -9,7 +9,9 @@ comments, and translating positions into the user's coordinates.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import suppress
 from functools import cache as memoized
 from functools import cached_property, partial
 from typing import Any, TypeVar
@@ -207,12 +209,20 @@ def _parse_exact(source: Source, reduced: Reduced | None) -> tuple[cst.Module, R
     try:
         return cst.parse_module(source.text), None
     except cst.ParserSyntaxError as error:
-        span = source.locate(error.raw_line, error.raw_column + 1)
-        where = f"cell {span.cell}, line {span.line}" if span.cell else f"line {span.line}"
-        return f"syntax error at {where}: {error.message}"
+        return _syntax_error(source, error.raw_line, error.raw_column, error.message)
     except (RecursionError, MemoryError):
         return "file too deeply nested to parse"
 
+
+def _syntax_error(source: Source, line: int, column: int, message: str) -> str:
+    span = source.locate(line, column + 1)
+    where = f"cell {span.cell}, line {span.line}" if span.cell else f"line {span.line}"
+    return f"syntax error at {where}: {message}"
+
+
+# Limits of Python's own parser, which libcst's parser takes minutes to run into (nesting
+# hundreds deep): a file past one is reported with Python's words, at once.
+_PYTHON_LIMITS = frozenset({"too many nested parentheses", "too many statically nested blocks"})
 
 # Why the fast tree may give up on a file: what it does not model, a position it did not
 # record, and whatever makes ``ast.parse`` fail (libcst's parser then says it plainly).
@@ -233,21 +243,44 @@ def lint(source: Source, rules: Sequence[type[Rule]]) -> FileResult:
         return FileResult(source, error="empty file: nothing to check")
     reduced = attention_regions(source.text)
     try:
-        module = fast_tree.build(reduced.text if reduced is not None else source.text)
-        return _lint_module(source, rules, module, reduced, lambda: module.positions)
-    except _NOT_FAST:
-        pass
+        return _lint_fast(source, rules, reduced)
+    except _NOT_FAST as error:
+        if isinstance(error, SyntaxError) and error.msg in _PYTHON_LIMITS and error.lineno is not None:
+            line = reduced.original_line(error.lineno) if reduced is not None else error.lineno
+            rejected = f"{error.msg} (Python's own parser rejects the file)"
+            return FileResult(source, error=_syntax_error(source, line, 0, rejected))
+        deep = isinstance(error, RecursionError)
     if not deadline.can_isolate():
         return _lint_exact(source, rules, reduced)
-    findings, targets, error = deadline.isolated(partial(_exact_answer, source, rules, reduced),
+    findings, targets, error = deadline.isolated(partial(_isolated_answer, source, rules, reduced, deep),
                                                  deadline.STATIC_TIME_LIMIT_S)
     return FileResult(source, findings, targets, error)
 
 
-def _exact_answer(source: Source, rules: Sequence[type[Rule]], reduced: Reduced | None
-                  ) -> tuple[list[Finding], list[Target], str | None]:
-    """``_lint_exact``'s answer, less the text the parent process already holds."""
-    result = _lint_exact(source, rules, reduced)
+def _lint_fast(source: Source, rules: Sequence[type[Rule]], reduced: Reduced | None) -> FileResult:
+    module = fast_tree.build(reduced.text if reduced is not None else source.text)
+    return _lint_module(source, rules, module, reduced, lambda: module.positions)
+
+
+# The recursion limit of an isolated child linting a tree deeper than the default allows (a
+# sum of a thousand terms, a chain of a thousand calls): the conversion and the analyses
+# recurse once or a few times a level, and libcst's parser is far slower on such a tree.
+# A child whose stack this overflows dies alone, and the file's error says so.
+DEEP_RECURSION_LIMIT = 20_000
+
+
+def _isolated_answer(source: Source, rules: Sequence[type[Rule]], reduced: Reduced | None, deep: bool
+                     ) -> tuple[list[Finding], list[Target], str | None]:
+    """The lint of a file the fast tree gave up on, in an isolated child (``deadline.isolated``),
+    less the text the parent already holds: on the fast tree again with a deeper stack when it
+    gave up for depth, else (or when that fails too) on libcst's tree."""
+    result = None
+    if deep:
+        sys.setrecursionlimit(max(sys.getrecursionlimit(), DEEP_RECURSION_LIMIT))
+        with suppress(*_NOT_FAST):
+            result = _lint_fast(source, rules, reduced)
+    if result is None:
+        result = _lint_exact(source, rules, reduced)
     return result.findings, result.targets, result.error
 
 

@@ -325,9 +325,9 @@ def _byte_slice(line: str, start: int, end: int | None) -> str:
 
 def build(text: str) -> FastModule:
     """The libcst tree of ``text``, from ``ast.parse``; raises SyntaxError like it."""
+    tree = ast.parse(text)  # first: a file Python rejects is said so, whatever its line endings
     if "\r" in text or "\f" in text or "\v" in text:
         raise NotModelledError("line endings other than \\n")
-    tree = ast.parse(text)
     lines = text.splitlines(keepends=True)
     if len(lines) != text.count("\n") + (not text.endswith("\n") and bool(text)):
         raise NotModelledError("a line separator ast does not split on")

@@ -87,3 +87,15 @@ def test_nesting_past_pythons_parser_is_its_syntax_error_at_once() -> None:
     text = "def f(s):\n    x = " + "f(" * 600 + "s" + ")" * 600 + "\n    return x\x0c\n"
     _, _, error = pipeline.lint_source(Source("deep.py", text), pipeline.enabled_codes(Settings()))
     assert error == "syntax error at line 2: too many nested parentheses (Python's own parser rejects the file)"
+
+
+def test_a_syntax_error_libcst_is_slow_to_find_is_pythons(monkeypatch) -> None:
+    """Found by bench/fuzz.py: a 1,100-call chain with a syntax error after it kept libcst's
+    parser busy past the time limit; Python's parser had said what was wrong at once."""
+    from attncheck.static import engine
+
+    monkeypatch.setattr(engine, "SYNTAX_ERROR_BUDGET_S", 0.5)
+    text = "deep = s" + ".view(1)" * 1100 + " x\n"
+    _, _, error = pipeline.lint_source(Source("deep.py", text), pipeline.enabled_codes(Settings()))
+    assert error is not None and error.startswith("syntax error at line 1: ")
+    assert error.endswith("(Python's own parser rejects the file)")

@@ -245,16 +245,33 @@ def lint(source: Source, rules: Sequence[type[Rule]]) -> FileResult:
     try:
         return _lint_fast(source, rules, reduced)
     except _NOT_FAST as error:
-        if isinstance(error, SyntaxError) and error.msg in _PYTHON_LIMITS and error.lineno is not None:
-            line = reduced.original_line(error.lineno) if reduced is not None else error.lineno
-            rejected = f"{error.msg} (Python's own parser rejects the file)"
-            return FileResult(source, error=_syntax_error(source, line, 0, rejected))
         deep = isinstance(error, RecursionError)
+        rejected = error if isinstance(error, SyntaxError) and error.lineno is not None else None
+    if rejected is not None and rejected.msg in _PYTHON_LIMITS:
+        return FileResult(source, error=_rejected(source, reduced, rejected))
     if not deadline.can_isolate():
         return _lint_exact(source, rules, reduced)
-    findings, targets, error = deadline.isolated(partial(_isolated_answer, source, rules, reduced, deep),
-                                                 deadline.STATIC_TIME_LIMIT_S)
+    # libcst parses some files Python's parser rejects (a newer Python's syntax), so it is
+    # asked first; but where it is slow to answer, Python's own error is the answer.
+    budget = deadline.STATIC_TIME_LIMIT_S if rejected is None else min(deadline.STATIC_TIME_LIMIT_S,
+                                                                       SYNTAX_ERROR_BUDGET_S)
+    try:
+        findings, targets, error = deadline.isolated(partial(_isolated_answer, source, rules, reduced, deep), budget)
+    except deadline.TimeLimitError:
+        if rejected is None:
+            raise
+        return FileResult(source, error=_rejected(source, reduced, rejected))
     return FileResult(source, findings, targets, error)
+
+
+# How long libcst may take on a file Python's parser rejected before Python's error is reported.
+SYNTAX_ERROR_BUDGET_S = 10.0
+
+
+def _rejected(source: Source, reduced: Reduced | None, error: SyntaxError) -> str:
+    """The one-line error of a file Python's own parser rejects, in its words."""
+    line = reduced.original_line(error.lineno or 1) if reduced is not None else error.lineno or 1
+    return _syntax_error(source, line, 0, f"{error.msg} (Python's own parser rejects the file)")
 
 
 def _lint_fast(source: Source, rules: Sequence[type[Rule]], reduced: Reduced | None) -> FileResult:

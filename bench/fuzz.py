@@ -59,6 +59,8 @@ def seeds() -> list[str]:
 
 def _respell(text: str, rng: random.Random) -> str:
     def spell(match: re.Match[str]) -> str:
+        if len(match.group()) > 100:  # already made huge: int() would refuse it
+            return match.group()
         n = int(match.group())
         return rng.choice([hex(n), oct(n), bin(n), "_".join(str(n)), str(n) + "0" * rng.choice([20, 400, 4400])])
 

@@ -1,0 +1,139 @@
+"""Check one staged submission with attncheck's own passes, in a warm process.
+
+The static pass is ``pipeline.lint_all``; the dynamic pass is ``runner.run_dynamic`` with a
+child forked from this process (``forkchild``) instead of a new interpreter, so torch is
+imported once per worker, not once per submission. What comes back is an ``Outcome`` (the
+report every attncheck format reads), the target the grade is about, and the attention
+weights the HTML report draws.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from attncheck import pipeline
+from attncheck.config import DynamicOptions, Settings
+from attncheck.discovery import Candidate
+from attncheck.findings import Finding, TargetResult
+from attncheck.grade import submissions
+from attncheck.grade.assignment import AUTO, Assignment
+from attncheck.merge import merge
+from attncheck.sources import FileError
+from attncheck.static.result import FileResult
+
+Weights = list[list[float]]
+
+
+@dataclass
+class Checked:
+    """What the checker said about one submission."""
+
+    outcome: pipeline.Outcome
+    target: TargetResult | None = None
+    problem: str | None = None  # why nothing could be graded ("could not be read: ...")
+    weights: dict[str, Weights] = field(default_factory=dict)  # "student" (and "reference" when known)
+    isolation: str = ""
+    seconds: float = 0.0
+
+
+def warm_up() -> bool:
+    """Import torch and the child's code now, once per worker; False when torch is missing."""
+    try:
+        for name in ("attncheck.dynamic.child", "attncheck.dynamic.runner", "attncheck.grade.capture"):
+            importlib.import_module(name)
+    except ImportError:
+        return False
+    return True
+
+
+def check(staged: submissions.Staged, assignment: Assignment, seed: int, hidden: tuple[Path, ...],
+          dynamic: bool = True) -> Checked:
+    """Lint, run and judge one submission; nothing it does can raise past here."""
+    started = time.perf_counter()
+    settings = Settings(root=staged.folder, timeout=assignment.timeout, device="cpu")
+    codes = pipeline.enabled_codes(settings)
+    candidates = [Candidate(path, path.relative_to(staged.folder).as_posix(), True) for path in staged.files]
+    outcome = pipeline.Outcome()
+    results: list[FileResult] = []
+    for result in pipeline.lint_all(candidates, codes, jobs=1):
+        if isinstance(result, FileError):
+            outcome.errors.append(result)
+        else:
+            results.append(result)
+    checked = Checked(outcome)
+    static = [f for r in results for f in r.findings]
+    found: list[Finding] = []
+    if dynamic and any(r.targets for r in results):
+        found, outcome.targets, checked.isolation, checked.weights = _run_dynamic(results, assignment, seed, hidden,
+                                                                                staged.folder)
+    else:
+        outcome.targets = [TargetResult(t, "skipped", "no dynamic check") for r in results for t in r.targets]
+    outcome.findings = merge(static, found, outcome.targets)
+    outcome.sources = {r.source.path: r.source for r in results}
+    outcome.paths = [c.shown for c in candidates]
+    checked.target = choose(outcome.targets, assignment)
+    checked.problem = _problem(outcome, checked.target, assignment)
+    checked.seconds = time.perf_counter() - started
+    return checked
+
+
+def _run_dynamic(results: list[FileResult], assignment: Assignment, seed: int, hidden: tuple[Path, ...],
+                 own: Path) -> tuple[list[Finding], list[TargetResult], str, dict[str, Weights]]:
+    from attncheck.dynamic import runner
+    from attncheck.dynamic.launch import limits_for
+    from attncheck.grade import capture
+    from attncheck.grade.forkchild import Jail, run_forked
+
+    declaration = assignment.declaration()
+    names = [t.name for r in results for t in r.targets]
+    wanted = names if assignment.target == AUTO else [assignment.target]
+    options = DynamicOptions(timeout=assignment.timeout, device="cpu", jobs=1,
+                             targets={name: declaration for name in wanted} if declaration else {})
+    jail = Jail(hidden)
+    seen: dict[str, Any] = {"isolation": "", "weights": {}}
+
+    def child(path: Path, request: dict, tensors: dict) -> Any:
+        module = path if path.is_absolute() else own / path  # sources are named relative to the submission
+        outcome = run_forked(jail, own, module, {**request, "entry": capture.ENTRY}, tensors,
+                             limits_for(options, len(request.get("targets", []))))
+        seen["isolation"] = outcome.isolation
+        units = {str(u["id"]): u["name"] for u in request.get("targets", [])}
+        for reply in outcome.replies:
+            weights = reply.tensors.get(capture.WEIGHTS)
+            if weights is not None and str(reply.facts.get("unit")) in units:
+                seen["weights"][units[str(reply.facts["unit"])]] = weights.tolist()
+        return outcome
+
+    runner.SEED = seed  # the runner plans and judges with its module's seed: this run's, drawn afresh
+    found, targets = runner.run_dynamic(results, options, child)
+    return list(found), list(targets), seen["isolation"], seen["weights"]
+
+
+def choose(targets: list[TargetResult], assignment: Assignment) -> TargetResult | None:
+    """The target the grade is about: the one the assignment names, else the attention target
+    attncheck ran furthest (a class before a helper function, then the most checks run)."""
+    if assignment.target != AUTO:
+        return next((t for t in targets if t.target.name == assignment.target), None)
+    if not targets:
+        return None
+
+    def rank(result: TargetResult) -> tuple:
+        ran = sum(c.status in ("passed", "failed") for c in result.checks)
+        return (result.status in ("passed", "failed"), result.target.is_class, ran)
+
+    return max(targets, key=rank)
+
+
+def _problem(outcome: pipeline.Outcome, target: TargetResult | None, assignment: Assignment) -> str | None:
+    if target is not None:
+        return None
+    errors = [e for e in outcome.errors if e.level == "error"]
+    if errors:
+        return f"could not be read: {errors[0].path}: {errors[0].message}"
+    if assignment.target != AUTO:
+        return f"no class or function named {assignment.target} was found"
+    return "no attention class or function was found"

@@ -19,6 +19,7 @@ from attncheck.dynamic import executor
 
 ENTRY = "attncheck.grade.capture:run"
 WEIGHTS = "grade/weights"
+HEADS = "grade/heads"  # how many heads the captured softmax had (its dimension before the query axis)
 _SOFTMAX = {torch.softmax, torch.nn.functional.softmax, torch.Tensor.softmax, torch.special.softmax}
 
 
@@ -28,11 +29,13 @@ class _FirstSoftmax(TorchFunctionMode):
     def __init__(self) -> None:
         super().__init__()
         self.weights: torch.Tensor | None = None
+        self.heads = 1
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         result = func(*args, **(kwargs or {}))
         if self.weights is None and func in _SOFTMAX and isinstance(result, torch.Tensor) and result.ndim >= 2:
             first = result.detach()
+            self.heads = first.shape[-3] if first.ndim >= 4 else 1
             while first.ndim > 2:
                 first = first[0]
             self.weights = first.to("cpu", torch.float64).clone()
@@ -46,5 +49,6 @@ def run(module: types.ModuleType, request: dict, tensors: dict[str, torch.Tensor
         for facts, out in executor.run(module, request, tensors):
             if capture.weights is not None:
                 out[WEIGHTS] = capture.weights
+                out[HEADS] = torch.tensor([capture.heads], dtype=torch.float64)
             capture.weights = None
             yield facts, out

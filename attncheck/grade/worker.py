@@ -35,7 +35,7 @@ class Checked:
     outcome: pipeline.Outcome
     target: TargetResult | None = None
     problem: str | None = None  # why nothing could be graded ("could not be read: ...")
-    weights: dict[str, Weights] = field(default_factory=dict)  # "student" (and "reference" when known)
+    weights: dict[str, dict[str, Weights]] = field(default_factory=dict)  # target -> "student", "reference"
     isolation: str = ""
     seconds: float = 0.0
 
@@ -82,11 +82,12 @@ def check(staged: submissions.Staged, assignment: Assignment, seed: int, hidden:
 
 
 def _run_dynamic(results: list[FileResult], assignment: Assignment, seed: int, hidden: tuple[Path, ...],
-                 own: Path) -> tuple[list[Finding], list[TargetResult], str, dict[str, Weights]]:
+                 own: Path) -> tuple[list[Finding], list[TargetResult], str, dict[str, dict[str, Weights]]]:
     from attncheck.dynamic import runner
     from attncheck.dynamic.launch import limits_for
     from attncheck.grade import capture
     from attncheck.grade.forkchild import Jail, run_forked
+    from attncheck.grade.reference_view import reference_weights
 
     declaration = assignment.declaration()
     names = [t.name for r in results for t in r.targets]
@@ -101,11 +102,18 @@ def _run_dynamic(results: list[FileResult], assignment: Assignment, seed: int, h
         outcome = run_forked(jail, own, module, {**request, "entry": capture.ENTRY}, tensors,
                              limits_for(options, len(request.get("targets", []))))
         seen["isolation"] = outcome.isolation
-        units = {str(u["id"]): u["name"] for u in request.get("targets", [])}
+        units = {str(u["id"]): u for u in request.get("targets", [])}
         for reply in outcome.replies:
+            unit = units.get(str(reply.facts.get("unit")))
             weights = reply.tensors.get(capture.WEIGHTS)
-            if weights is not None and str(reply.facts.get("unit")) in units:
-                seen["weights"][units[str(reply.facts["unit"])]] = weights.tolist()
+            if unit is None or weights is None:
+                continue
+            heads = int(reply.tensors[capture.HEADS][0]) if capture.HEADS in reply.tensors else 1
+            shown = {"student": weights.tolist()}
+            reference = reference_weights(unit, reply.facts, reply.tensors, tensors, heads)
+            if reference is not None:
+                shown["reference"] = reference
+            seen["weights"][unit["name"]] = shown
         return outcome
 
     runner.SEED = seed  # the runner plans and judges with its module's seed: this run's, drawn afresh

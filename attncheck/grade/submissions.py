@@ -156,8 +156,8 @@ def _safe_member_name(member: zipfile.ZipInfo) -> PurePosixPath | None:
     name = PurePosixPath(member.filename.replace("\\", "/"))
     if name.is_absolute() or ".." in name.parts or ":" in member.filename:
         raise UnreadableError(f"the zip holds an unsafe name: {member.filename!r}")
-    mode = member.external_attr >> 16
-    if mode and not stat.S_ISREG(mode):
+    kind = stat.S_IFMT(member.external_attr >> 16)  # 0 when the zip was written without Unix modes
+    if kind and kind != stat.S_IFREG:
         raise UnreadableError(f"the zip holds a link or a special file: {member.filename!r}")
     if any(part in SKIPPED_NAMES or part.startswith("._") for part in name.parts):
         return None

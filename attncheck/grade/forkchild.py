@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import faulthandler
 import functools
 import os
 import shutil
@@ -106,6 +107,7 @@ def _child(jail: Jail, own: Path, run_dir: Path, workdir: Path, limits: Limits, 
     code = 0
     try:
         os.setsid()
+        faulthandler.disable()  # a parent's handler (pytest's) would write a crash to the parent's stderr
         _redirect_output(run_dir)
         sandbox._preexec(limits, None if namespaces else sandbox._nproc_limit())()
         if namespaces:
@@ -134,6 +136,9 @@ def _redirect_output(run_dir: Path) -> None:
     stdin = os.open(os.devnull, os.O_RDONLY)
     os.dup2(stdin, 0)
     os.close(stdin)
+    # The parent's sys.stdout may not be file descriptor 1 (a test runner's capture): write to the files.
+    sys.stdout = open(1, "w", encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
 
 
 def _enter_namespaces(hidden: tuple[Path, ...], own: Path, run_dir: Path) -> None:

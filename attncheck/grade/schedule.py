@@ -51,10 +51,10 @@ def run(plan: Plan, progress: Progress | None = None) -> list[Grade]:
     book = Gradebook(plan.out)
     try:
         stored = {} if plan.rerun else {
-            s.digest: found for s in plan.submissions
+            _key(s): found for s in plan.submissions
             if (found := book.get(s.digest, plan.assignment.digest, s.student)) is not None
         }
-        todo = [s for s in plan.submissions if s.digest not in stored]
+        todo = [s for s in plan.submissions if _key(s) not in stored]
         run_id = book.start_run(plan.assignment.digest, plan.seed, len(plan.submissions), len(todo))
         grades = dict(stored)
         for grade in stored.values():
@@ -62,13 +62,18 @@ def run(plan: Plan, progress: Progress | None = None) -> list[Grade]:
                 progress(grade)
         for grade in _graded(plan, todo):
             book.put(grade, plan.assignment.digest)
-            grades[grade.digest] = grade
+            grades[(grade.student, grade.digest)] = grade
             if progress is not None:
                 progress(grade)
         book.finish_run(run_id)
     finally:
         book.close()
-    return [grades[s.digest] for s in plan.submissions]
+    return [grades[_key(s)] for s in plan.submissions]
+
+
+def _key(submission: Submission) -> tuple[str, str]:
+    """Two students may hand in the same bytes: a grade is theirs by name and content."""
+    return submission.student, submission.digest
 
 
 def _graded(plan: Plan, todo: list[Submission]) -> Iterator[Grade]:

@@ -1,8 +1,8 @@
 """``report.html``: one self-contained file (no CDN, no network) a grader opens in a browser.
 
-A sortable table (click a header), a heatmap of submissions x rubric groups, the score
-distribution, and per student their module's attention weights beside the reference's for one
-input, all drawn as inline SVG; the only script sorts the table.
+A sortable table (click a header; ``report.html#sort=score`` opens it sorted), a heatmap of
+submissions x rubric groups, the score distribution, and per student their module's attention
+weights beside the reference's for one input, all drawn as inline SVG; the only script sorts.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ document.querySelectorAll('table.grades th').forEach((th, col) => th.addEventLis
   rows.sort((a, b) => (key(a) > key(b) ? 1 : key(a) < key(b) ? -1 : 0) * (down ? 1 : -1));
   rows.forEach(r => body.appendChild(r));
 }));
+const wanted = new URLSearchParams(location.hash.slice(1)).get('sort');  // report.html#sort=score
+document.querySelectorAll('table.grades th').forEach(th => { if (th.textContent === wanted) th.click(); });
 """
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }

@@ -105,11 +105,8 @@ def score(base: Grade, checked: Any, assignment: Assignment, staged: submissions
     cells = staged.cells.get(Path(chosen.target.path).name, ())
     base.mistakes = [_mistake(f, cells, assignment.rubric) for f in findings]
     base.weights = checked.weights.get(chosen.target.name, {})
-    if chosen.status == "error":
-        base.status, base.problem = NOT_RUN, chosen.reason
-    else:
-        base.status = GRADED
-        base.problem = chosen.reason if chosen.status == "skipped" else ""
+    base.status = NOT_RUN if chosen.status in ("error", "skipped") else GRADED
+    base.problem = chosen.reason if base.status == NOT_RUN else ""
     return base
 
 

@@ -8,8 +8,9 @@ the student did not build what was asked. Static findings cost points from their
 per code; the default costs come from the catalogue's severities, and the two codes a correct
 module may fairly keep (ATT302 a fill value that overflows float16, ATT303 no guard for a
 fully masked row) cost nothing by default. A submission whose code could not be read, or
-whose target could not be run, earns 0 for every dynamic group; so does one whose forward pass
-raises (nothing past the first call can be checked).
+whose target could not be run (an import error, a hang, no way to call it, no torch to run it)
+earns 0 for every dynamic group; so does one whose forward pass raises (nothing past the first
+call can be checked).
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ def score_groups(rubric: Rubric, result: TargetResult | None) -> list[GroupScore
     scores = []
     crashed = result is not None and any(c.name == "forward" and c.status == "failed" for c in result.checks)
     for group, points in rubric.points.items():
-        if result is None or result.status == "error" or (crashed and group != "shape"):
+        if result is None or result.status in ("error", "skipped") or (crashed and group != "shape"):
             scores.append(GroupScore(group, 0.0, points, "not run"))
             continue
         checks = tuple((c.name, c.status, c.detail) for c in result.checks if group_of(c.name) == group)

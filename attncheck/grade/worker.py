@@ -26,6 +26,7 @@ from attncheck.sources import FileError
 from attncheck.static.result import FileResult
 
 Weights = list[list[float]]
+NO_TORCH = f"not run: the dynamic checks need torch ({pipeline.INSTALL_HINT})"
 
 
 @dataclass
@@ -71,7 +72,7 @@ def check(staged: submissions.Staged, assignment: Assignment, seed: int, hidden:
         found, outcome.targets, checked.isolation, checked.weights = _run_dynamic(results, assignment, seed, hidden,
                                                                                 staged.folder)
     else:
-        outcome.targets = [TargetResult(t, "skipped", "no dynamic check") for r in results for t in r.targets]
+        outcome.targets = [TargetResult(t, "skipped", NO_TORCH) for r in results for t in r.targets]
     outcome.findings = merge(static, found, outcome.targets)
     outcome.sources = {r.source.path: r.source for r in results}
     outcome.paths = [c.shown for c in candidates]

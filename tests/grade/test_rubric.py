@@ -102,3 +102,8 @@ def test_a_bad_assignment_says_what_is_wrong_in_one_line(tmp_path, text, says):
     with pytest.raises(assignment.AssignmentError, match=says) as raised:
         assignment.load(path)
     assert str(raised.value).startswith(str(path)) and "\n" not in str(raised.value)
+
+
+def test_a_target_that_could_not_be_run_earns_nothing_for_the_dynamic_groups():
+    skipped = rubric.score_groups(rubric.Rubric(), _result(status="skipped"))
+    assert all(s.score == 0 and s.status == "not run" for s in skipped)

@@ -6,7 +6,10 @@ sizes and a mistake varied per student: a third of them buggy), then measures si
 - ``attncheck grade DIR --jobs J --rerun``: wall time for all N (torch imported once per worker);
 - the naive loop: ``attncheck FILE`` for each of the first M submissions, one process each.
 
-Prints submissions per minute for both and the ratio. Usage::
+Prints submissions per minute for both (wall clock) and the ratio, and the CPU seconds each
+spends per submission (this process's children, every worker and jailed child included), which
+the other users of a shared machine do not change: 2 cores / CPU per submission is the rate
+the machine gives when it is not shared. Usage::
 
     .venv/bin/python bench/grade.py [--submissions 120] [--naive 8] [--jobs 2]
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import resource
 import subprocess
 import sys
 import tempfile
@@ -87,15 +91,15 @@ def main() -> None:
         folder = Path(scratch) / "class"
         generate(folder, args.submissions)
         env = {**os.environ, "ATTNCHECK_CACHE_DIR": str(Path(scratch) / "cache")}
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), _children_cpu()
         subprocess.run([*attncheck, "grade", str(folder), "--out", str(Path(scratch) / "out"), "--jobs",
                         str(args.jobs), "--rerun", "--seed", "1"], check=True, env=env, stdout=subprocess.DEVNULL)
-        graded = time.perf_counter() - started
-        started = time.perf_counter()
+        graded, graded_cpu = time.perf_counter() - started, _children_cpu() - cpu
+        started, cpu = time.perf_counter(), _children_cpu()
         for student in sorted(folder.iterdir())[: args.naive]:
             subprocess.run([*attncheck, "--no-cache", "--jobs", "1", str(student / "attention.py")], env=env,
                            stdout=subprocess.DEVNULL, check=False)
-        naive = (time.perf_counter() - started) / args.naive
+        naive, naive_cpu = (time.perf_counter() - started) / args.naive, (_children_cpu() - cpu) / args.naive
     grade_rate = args.submissions / graded * 60
     naive_rate = 60 / naive
     print(f"attncheck grade --jobs {args.jobs}: {args.submissions} submissions in {graded:.1f} s = "
@@ -103,6 +107,15 @@ def main() -> None:
     print(f"naive loop (attncheck FILE, one process each, {args.naive} runs): {naive:.2f} s each = "
           f"{naive_rate:.1f} per minute")
     print(f"ratio: {grade_rate / naive_rate:.1f}x")
+    per_submission = graded_cpu / args.submissions
+    print(f"CPU per submission: grade {per_submission:.3f} s (start-up included), naive {naive_cpu:.3f} s; "
+          f"on 2 unshared cores: grade {120 / per_submission:.0f} per minute, naive {120 / naive_cpu:.1f} "
+          f"per minute, {naive_cpu / per_submission:.1f}x")
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 if __name__ == "__main__":

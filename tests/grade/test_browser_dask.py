@@ -3,15 +3,11 @@ when Chromium or dask is not installed (CI passes without them)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from attncheck.grade import assignment, outputs, schedule, submissions
 from attncheck.grade.record import GRADED, Grade, Mistake
 from bench import render_grade_report
-
-CLASS = Path(__file__).resolve().parents[2] / "fixtures" / "grading" / "class"
 
 
 def _grade(student: str, score: float) -> Grade:
@@ -41,15 +37,16 @@ def test_the_report_renders_and_sorts_in_a_headless_browser(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.sandbox
-def test_grading_on_a_dask_local_cluster_gives_the_local_grades(tmp_path):
+def test_grading_on_a_dask_local_cluster_gives_the_local_grades(tmp_path, grading_class):
     distributed = pytest.importorskip("distributed")
     pytest.importorskip("torch")
-    found = [s for s in submissions.find(CLASS) if s.student in ("s01", "s05", "s11")]
+    found = [s for s in submissions.find(grading_class) if s.student in ("s01", "s05", "s11")]
     task = assignment.Assignment()
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
-        plan = schedule.Plan(found, task, tmp_path / "dask", (CLASS,), seed=5, dask_scheduler=cluster.scheduler_address)
+        address = cluster.scheduler_address
+        plan = schedule.Plan(found, task, tmp_path / "dask", (grading_class,), seed=5, dask_scheduler=address)
         remote = schedule.run(plan)
-    local = schedule.run(schedule.Plan(found, task, tmp_path / "local", (CLASS,), seed=5))
+    local = schedule.run(schedule.Plan(found, task, tmp_path / "local", (grading_class,), seed=5))
     assert [(g.student, g.status, g.score) for g in remote] == [(g.student, g.status, g.score) for g in local]
     assert remote[0].score == remote[0].maximum and remote[1].score < remote[1].maximum
     assert remote[0].isolation.startswith("forked jail")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-from pathlib import Path
 
 import pytest
 
@@ -14,7 +13,6 @@ from attncheck.grade.record import GRADED, UNREADABLE
 pytest.importorskip("torch")
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
-CLASS = Path(__file__).resolve().parents[2] / "fixtures" / "grading" / "class"
 CORRECT = ("s01", "s02", "s03", "s04", "s09")
 MISTAKES = {"s05": {"ATT201"}, "s06": {"ATT202"}, "s07": {"ATT301", "ATT906"}, "s08": {"ATT104"},
             "s10": {"ATT101", "ATT102", "ATT201", "ATT204", "ATT301"}}
@@ -48,10 +46,10 @@ GRADESCOPE_SCHEMA = {
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory):
+def graded(tmp_path_factory, grading_class):
     out = tmp_path_factory.mktemp("grade-out")
     task = assignment.load(None)
-    plan = schedule.Plan(submissions.find(CLASS), task, out, (CLASS, out), seed=1234)
+    plan = schedule.Plan(submissions.find(grading_class), task, out, (grading_class, out), seed=1234)
     grades = schedule.run(plan)
     outputs.write_all(out, grades, task, plan.seed)
     return out, {g.student: g for g in grades}, task

@@ -85,9 +85,8 @@ def _print_table(grades, seconds: float, out: Path) -> None:
     for column in ("student", "score", "status", "mistakes"):
         table.add_column(column)
     for grade in grades:
-        codes = " ".join(dict.fromkeys(m.code for m in grade.mistakes if m.severity != "info"))
         table.add_row(grade.student, f"{grade.score:g}/{grade.maximum:g}", grade.status,
-                      codes or (grade.problem[:80] if grade.problem else ""))
+                      grade.codes() or (grade.problem[:80] if grade.problem else ""))
     console = Console(highlight=False, soft_wrap=True)
     console.print(table)
     console.print(f"{len(grades)} submissions in {seconds:.1f} s; gradebook, feedback, Gradescope results and "

@@ -21,6 +21,5 @@ def write(path: Path, grades: Sequence[Grade], groups: Sequence[str]) -> None:
         out.writerow(columns(groups))
         for grade in grades:
             earned = {g["group"]: g["score"] for g in grade.groups}
-            codes = " ".join(dict.fromkeys(m.code for m in grade.mistakes if m.severity != "info"))
             out.writerow([grade.student, f"{grade.score:g}", f"{grade.maximum:g}", grade.status, grade.target,
-                          codes, grade.problem, *(f"{earned.get(g, 0):g}" for g in groups)])
+                          grade.codes(), grade.problem, *(f"{earned.get(g, 0):g}" for g in groups)])

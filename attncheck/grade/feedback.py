@@ -50,13 +50,18 @@ def feedback(grade: Grade, assignment_name: str) -> str:
         lines += [f"Note: {grade.problem}", ""]
     if grade.target:
         lines += [f"Graded: `{grade.target}` in `{grade.file}`.", ""]
-    mistakes = [m for m in grade.mistakes if m.severity != "info"]
+    mistakes = [m for m in grade.mistakes if m.counts]
     if mistakes:
         lines += ["## What to fix", ""]
         for mistake in mistakes:
             lines += _mistake(mistake)
     elif grade.status == GRADED:
         lines += ["No mistakes found.", ""]
+    advice = [m for m in grade.mistakes if not m.counts and m.severity != "info"]
+    if advice:
+        lines += ["## Advice (no points lost)", ""]
+        for mistake in advice:
+            lines += _mistake(mistake)
     lines += ["## Checks", "", "| part | points | result |", "|---|---|---|"]
     for group in grade.groups:
         words = GROUP_WORDS.get(group["group"], group["group"])

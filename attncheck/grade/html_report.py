@@ -52,8 +52,7 @@ def _table(grades: Sequence[Grade], groups: Sequence[str]) -> str:
         cells = [f'<td><a href="#{escape(grade.student)}">{escape(grade.student)}</a></td>',
                  f"<td>{grade.score:g}</td>", f"<td>{grade.maximum:g}</td>", f"<td>{escape(grade.status)}</td>"]
         cells += [f"<td>{earned.get(g, 0):g}</td>" for g in groups]
-        codes = " ".join(dict.fromkeys(m.code for m in grade.mistakes if m.severity != "info"))
-        cells.append(f"<td>{escape(codes)}</td>")
+        cells.append(f"<td>{escape(grade.codes())}</td>")
         rows.append(f"<tr>{''.join(cells)}</tr>")
     return f'<table class="grades" id="grades"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
 

@@ -36,6 +36,11 @@ class Mistake:
     source: str
     costs: float
 
+    @property
+    def counts(self) -> bool:
+        """A mistake that costs points (or fails a check), not advice a correct module may keep."""
+        return self.severity != "info" and (self.source == "dynamic" or self.costs > 0)
+
 
 @dataclass
 class Grade:
@@ -55,6 +60,10 @@ class Grade:
     isolation: str = ""
     seconds: float = 0.0
     seed: int = 0
+
+    def codes(self) -> str:
+        """The codes of the mistakes that count, once each, in order: the gradebook's column."""
+        return " ".join(dict.fromkeys(m.code for m in self.mistakes if m.counts))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -98,7 +107,7 @@ def score(base: Grade, checked: Any, assignment: Assignment, staged: submissions
         base.groups = _zero_groups(assignment)
         return base
     base.target, base.file = chosen.target.name, chosen.target.path
-    findings = [f for f in checked.outcome.findings if f.target in (None, chosen.target.name)]
+    findings = [f for f in checked.outcome.findings if _about(f, chosen.target.name)]
     groups = [*rubric.score_groups(assignment.rubric, chosen), rubric.score_static(assignment.rubric, findings)]
     base.groups = [asdict(g) for g in groups]
     base.score = round(sum(g.score for g in groups), 2)
@@ -108,6 +117,12 @@ def score(base: Grade, checked: Any, assignment: Assignment, staged: submissions
     base.status = NOT_RUN if chosen.status in ("error", "skipped") else GRADED
     base.problem = chosen.reason if base.status == NOT_RUN else ""
     return base
+
+
+def _about(finding: Any, target: str) -> bool:
+    """The graded target's findings, and what the code review found anywhere in the submission (a
+    helper function's wrong scale is the student's mistake too); not another target's dynamic ones."""
+    return finding.target in (None, target) or finding.source in ("static", "both")
 
 
 def _mistake(finding: Any, cells: tuple[tuple[int, int], ...], grading: rubric.Rubric) -> Mistake:

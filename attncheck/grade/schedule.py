@@ -1,10 +1,11 @@
 """Hand the submissions to warm workers and store each grade as it arrives.
 
-``jobs`` worker processes are started once (spawned, each importing torch once); each grades
-one submission at a time (``record.grade_one``: stage, fork a jailed child, score). With one
-job the grading happens in this process. With ``dask_scheduler`` the submissions go to an
-existing Dask distributed cluster instead: each of its workers runs the same ``grade_one``
-(so the same jail), and the gradebook stays here with the client. Grades already in the
+Up to ``jobs`` worker processes are started once (spawned, each importing torch once); each
+grades one submission at a time (``record.grade_one``: stage, fork a jailed child, score). With
+one job, or a class too small to repay a worker's start, the grading happens in this process.
+With ``dask_scheduler`` the submissions go to an existing Dask distributed cluster instead: each
+of its workers runs the same ``grade_one`` (so the same jail), and the gradebook stays here with
+the client. Grades already in the
 gradebook for the same content and assignment are reused unless ``rerun``.
 """
 
@@ -25,6 +26,9 @@ from attncheck.grade.record import Grade, grade_one
 from attncheck.grade.submissions import Submission
 
 Progress = Callable[[Grade], None]
+# A worker's start (a Python, import torch) costs about what grading this many submissions does
+# (measured: 2-8 s against 0.2-0.5 s each): a small class is graded in this process, warm once.
+SUBMISSIONS_PER_WORKER = 16
 
 
 @dataclass(frozen=True)
@@ -84,13 +88,14 @@ def _graded(plan: Plan, todo: list[Submission]) -> Iterator[Grade]:
         return
     with tempfile.TemporaryDirectory(prefix="attncheck-grade-") as staging:
         hidden = (*plan.hidden, Path(staging))
-        if plan.jobs <= 1 or len(todo) == 1:
+        workers = min(plan.jobs, max(1, len(todo) // SUBMISSIONS_PER_WORKER))
+        if workers == 1:
             dynamic = worker.warm_up()
             for submission in todo:
                 yield grade_one(submission, plan.assignment, plan.seed, hidden, Path(staging), dynamic)
             return
         context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(plan.jobs, mp_context=context, initializer=worker.warm_up) as pool:
+        with ProcessPoolExecutor(workers, mp_context=context, initializer=worker.warm_up) as pool:
             futures = [
                 pool.submit(grade_one, s, plan.assignment, plan.seed, hidden, Path(staging), _has_torch())
                 for s in todo

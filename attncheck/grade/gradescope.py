@@ -24,7 +24,6 @@ def results(grade: Grade, assignment_name: str) -> dict[str, Any]:
                            group["checks"])
         tests.append({
             "name": GROUP_WORDS.get(group["group"], group["group"]),
-            "number": group["group"],
             "score": group["score"],
             "max_score": group["maximum"],
             "status": "passed" if group["score"] >= group["maximum"] else "failed",

@@ -34,7 +34,7 @@ GRADESCOPE_SCHEMA = {
             "required": ["score", "max_score", "name", "output", "visibility"],
             "properties": {
                 "score": {"type": "number", "minimum": 0}, "max_score": {"type": "number", "minimum": 0},
-                "name": {"type": "string"}, "number": {"type": "string"}, "output": {"type": "string"},
+                "name": {"type": "string"}, "output": {"type": "string"},
                 "status": {"enum": ["passed", "failed"]},
                 "visibility": {"enum": ["hidden", "after_due_date", "after_published", "visible"]},
             },

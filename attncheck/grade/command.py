@@ -35,12 +35,18 @@ def grade(submissions: Path, assignment_file: Path | None, out: Path, rerun: boo
     try:
         task = assignment.load(assignment_file)
     except assignment.AssignmentError as error:
-        raise click.UsageError(str(error)) from error
-    found = find(submissions.resolve())
-    if not found:
-        raise click.UsageError(f"no submissions in {submissions}")
+        raise click.ClickException(str(error)) from error
     out = out.resolve()
     root = submissions.resolve()
+    found = find(root, skip=(out,))
+    if not found:
+        raise click.ClickException(f"no submissions in {submissions}")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / ".attncheck-write-test").touch()
+        (out / ".attncheck-write-test").unlink()
+    except OSError as error:
+        raise click.ClickException(f"--out: cannot write {out}: {error.strerror or error}") from error
     hidden = (root if root.is_dir() else root.parent, out)
     plan = schedule.Plan(found, task, out, hidden, schedule.draw_seed() if seed is None else seed, jobs, rerun,
                          dask_scheduler)

@@ -51,11 +51,14 @@ class Staged:
     cells: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)  # staged name -> (line, cell)
 
 
-def find(root: Path) -> list[Submission]:
-    """The submissions under ``root``: one per entry of a folder, or the one file given."""
+def find(root: Path, skip: tuple[Path, ...] = ()) -> list[Submission]:
+    """The submissions under ``root``: one per entry of a folder (``skip``: the output folder, when
+    it is inside), or the one file given."""
     if root.is_file():
         return [Submission(_student_name(root), root, content_hash(root))]
-    entries = sorted(p for p in root.iterdir() if not p.name.startswith(".") and p.name not in SKIPPED_NAMES)
+    skipped = {p.resolve() for p in skip}
+    entries = sorted(p for p in root.iterdir()
+                     if not p.name.startswith(".") and p.name not in SKIPPED_NAMES and p.resolve() not in skipped)
     return [Submission(_student_name(p), p, content_hash(p)) for p in entries]
 
 

@@ -27,8 +27,12 @@ def test_a_missing_folder_or_a_bad_assignment_is_one_line_and_exit_2(tmp_path, c
     assert code == 2 and "assignment.variant must be one of" in err and "Traceback" not in err
     empty = tmp_path / "empty"
     empty.mkdir()
-    code, _, err = _run(["grade", str(empty), "--out", str(tmp_path / "o")], capsys)
-    assert code == 2 and "no submissions in" in err
+    code, _, err = _run(["grade", str(empty), "--out", str(empty / "grades")], capsys)
+    assert code == 2 and "no submissions in" in err  # the output folder inside is not a student
+    blocked = tmp_path / "file"
+    blocked.write_text("x")
+    code, _, err = _run(["grade", str(CLASS / "s01"), "--out", str(blocked / "out")], capsys)
+    assert code == 2 and err.startswith("Error: --out: cannot write") and "Traceback" not in err
 
 
 @pytest.mark.sandbox

@@ -85,41 +85,60 @@ def check(staged: submissions.Staged, assignment: Assignment, seed: int, hidden:
 def _run_dynamic(results: list[FileResult], assignment: Assignment, seed: int, hidden: tuple[Path, ...],
                  own: Path) -> tuple[list[Finding], list[TargetResult], str, dict[str, dict[str, Weights]]]:
     from attncheck.dynamic import runner
-    from attncheck.dynamic.launch import limits_for
-    from attncheck.grade import capture
-    from attncheck.grade.forkchild import Jail, run_forked
-    from attncheck.grade.reference_view import reference_weights
 
     declaration = assignment.declaration()
     names = [t.name for r in results for t in r.targets]
     wanted = names if assignment.target == AUTO else [assignment.target]
     options = DynamicOptions(timeout=assignment.timeout, device="cpu", jobs=1,
                              targets={name: declaration for name in wanted} if declaration else {})
-    jail = Jail(hidden)
-    seen: dict[str, Any] = {"isolation": "", "weights": {}}
-
-    def child(path: Path, request: dict, tensors: dict) -> Any:
-        module = path if path.is_absolute() else own / path  # sources are named relative to the submission
-        outcome = run_forked(jail, own, module, {**request, "entry": capture.ENTRY}, tensors,
-                             limits_for(options, len(request.get("targets", []))))
-        seen["isolation"] = outcome.isolation
-        units = {str(u["id"]): u for u in request.get("targets", [])}
-        for reply in outcome.replies:
-            unit = units.get(str(reply.facts.get("unit")))
-            weights = reply.tensors.get(capture.WEIGHTS)
-            if unit is None or weights is None:
-                continue
-            heads = int(reply.tensors[capture.HEADS][0]) if capture.HEADS in reply.tensors else 1
-            shown = {"student": weights.tolist()}
-            reference = reference_weights(unit, reply.facts, reply.tensors, tensors, heads)
-            if reference is not None:
-                shown["reference"] = reference
-            seen["weights"][unit["name"]] = shown
-        return outcome
-
+    child = _GradingChild(hidden, own, options)
     runner.SEED = seed  # the runner plans and judges with its module's seed: this run's, drawn afresh
     found, targets = runner.run_dynamic(results, options, child)
-    return list(found), list(targets), seen["isolation"], seen["weights"]
+    return list(found), list(targets), child.isolation, child.weights
+
+
+class _GradingChild:
+    """The runner's child: a jailed fork of this process per call, running the capturing entry;
+    keeps how it was jailed and the attention weights each target showed."""
+
+    def __init__(self, hidden: tuple[Path, ...], own: Path, options: DynamicOptions) -> None:
+        from attncheck.grade.forkchild import Jail
+
+        self.jail, self.own, self.options = Jail(hidden), own, options
+        self.isolation = ""
+        self.weights: dict[str, dict[str, Weights]] = {}
+
+    def __call__(self, path: Path, request: dict, tensors: dict) -> Any:
+        from attncheck.dynamic.launch import limits_for
+        from attncheck.grade import capture
+        from attncheck.grade.forkchild import run_forked
+
+        module = path if path.is_absolute() else self.own / path  # sources are named relative to the submission
+        limits = limits_for(self.options, len(request.get("targets", [])))
+        outcome = run_forked(self.jail, self.own, module, {**request, "entry": capture.ENTRY}, tensors, limits)
+        self.isolation = outcome.isolation
+        self.weights.update(_weights(outcome.replies, request, tensors))
+        return outcome
+
+
+def _weights(replies: list[Any], request: dict, tensors: dict) -> dict[str, dict[str, Weights]]:
+    """Per target: the student's first attention weights and, where the layout allows, the reference's."""
+    from attncheck.grade import capture
+    from attncheck.grade.reference_view import reference_weights
+
+    units = {str(u["id"]): u for u in request.get("targets", [])}
+    shown: dict[str, dict[str, Weights]] = {}
+    for reply in replies:
+        unit = units.get(str(reply.facts.get("unit")))
+        weights = reply.tensors.get(capture.WEIGHTS)
+        if unit is None or weights is None:
+            continue
+        heads = int(reply.tensors[capture.HEADS][0]) if capture.HEADS in reply.tensors else 1
+        shown[unit["name"]] = {"student": weights.tolist()}
+        reference = reference_weights(unit, reply.facts, reply.tensors, tensors, heads)
+        if reference is not None:
+            shown[unit["name"]]["reference"] = reference
+    return shown
 
 
 def choose(targets: list[TargetResult], assignment: Assignment) -> TargetResult | None:

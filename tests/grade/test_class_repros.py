@@ -131,3 +131,15 @@ def test_the_html_report_is_one_self_contained_page(graded):
     assert 'id="heatmap"' in page and 'id="distribution"' in page
     assert page.count('class="attention"') >= 2 * 5  # student and reference weights, side by side
     assert "http://" not in page and "https://" not in page and "<link" not in page
+
+
+def test_the_attention_weights_shown_match_the_reference_for_a_correct_module_only(graded):
+    _, grades, _ = graded
+
+    def gap(student: str) -> float:
+        shown = grades[student].weights
+        return max(abs(a - b) for row, ref in zip(shown["student"], shown["reference"], strict=True)
+                   for a, b in zip(row, ref, strict=True))
+
+    assert gap("s01") < 1e-9 and gap("s09") < 1e-9
+    assert gap("s05") > 1e-3 and gap("s06") > 1e-3

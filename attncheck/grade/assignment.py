@@ -70,6 +70,13 @@ class Assignment:
     rubric: Rubric = field(default_factory=Rubric)
     digest: str = "default"
 
+    def asked_for(self) -> str:
+        """The variant in words, for the feedback and the report."""
+        words = {"mha": "multi-head attention", "causal": "causal (masked) multi-head attention",
+                 "cross": "cross-attention", "gqa": f"grouped-query attention with {self.kv_heads} K/V heads",
+                 "rope": f"attention with rotary embeddings ({self.rope} convention)"}
+        return words[self.variant]
+
     def declaration(self) -> dict[str, Any]:
         """The ``[tool.attncheck.targets.NAME]`` declaration for the graded target."""
         declared = dict(self.call)

@@ -12,6 +12,7 @@ import re
 from functools import cache
 
 from attncheck.catalogue import doc
+from attncheck.grade.assignment import Assignment
 from attncheck.grade.record import GRADED, Grade, Mistake
 
 WHY = "## Why is this bad?"
@@ -39,9 +40,9 @@ def why(code: str) -> str:
     return re.sub(r"\s+", " ", section).strip()
 
 
-def feedback(grade: Grade, assignment_name: str) -> str:
+def feedback(grade: Grade, task: Assignment) -> str:
     """The Markdown a student reads."""
-    lines = [f"# {assignment_name}: feedback for {grade.student}", ""]
+    lines = [f"# {task.name}: feedback for {grade.student}", "", f"Asked for: {task.asked_for()}.", ""]
     lines.append(f"**Score: {grade.score:g} / {grade.maximum:g}**")
     lines.append("")
     if grade.status != GRADED:

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from attncheck.grade.assignment import Assignment
 from attncheck.grade.feedback import GROUP_WORDS, feedback
 from attncheck.grade.record import Grade
 
 VISIBILITY = "visible"
 
 
-def results(grade: Grade, assignment_name: str) -> dict[str, Any]:
+def results(grade: Grade, task: Assignment) -> dict[str, Any]:
     """The ``results.json`` document."""
     tests = []
     for group in grade.groups:
@@ -32,7 +33,7 @@ def results(grade: Grade, assignment_name: str) -> dict[str, Any]:
         })
     return {
         "score": grade.score,
-        "output": feedback(grade, assignment_name),
+        "output": feedback(grade, task),
         "output_format": "md",
         "visibility": VISIBILITY,
         "stdout_visibility": "hidden",

@@ -127,11 +127,12 @@ def _student(grade: Grade) -> str:
     return "".join(parts) + "</section>"
 
 
-def render(grades: Sequence[Grade], groups: Sequence[str], title: str, seed: int) -> str:
+def render(grades: Sequence[Grade], groups: Sequence[str], title: str, asked_for: str, seed: int) -> str:
     """The whole page."""
     body = [
         f"<h1>{escape(title)}</h1>",
-        f"<p>{len(grades)} submissions; inputs drawn with seed {seed} (reproduce with --seed {seed}).</p>",
+        f"<p>Asked for: {escape(asked_for)}. {len(grades)} submissions; inputs drawn with seed {seed} "
+        f"(reproduce with --seed {seed}).</p>",
         "<h2>Grades</h2>", _table(grades, groups),
         "<h2>Submissions x checks</h2>", _heatmap(grades, groups),
         "<h2>Score distribution</h2>", _distribution(grades),

@@ -24,12 +24,12 @@ def write_all(out: Path, grades: Sequence[Grade], assignment: Assignment, seed: 
     (out / FEEDBACK).mkdir(exist_ok=True)
     for grade in grades:
         (out / FEEDBACK / f"{_file_name(grade.student)}.md").write_text(
-            feedback.feedback(grade, assignment.name), encoding="utf-8")
+            feedback.feedback(grade, assignment), encoding="utf-8")
         folder = out / GRADESCOPE / _file_name(grade.student)
         folder.mkdir(parents=True, exist_ok=True)
-        document = gradescope.results(grade, assignment.name)
+        document = gradescope.results(grade, assignment)
         (folder / RESULTS).write_text(json.dumps(document, indent=1), encoding="utf-8")
-    page = html_report.render(grades, groups, f"attncheck grade: {assignment.name}", seed)
+    page = html_report.render(grades, groups, f"attncheck grade: {assignment.name}", assignment.asked_for(), seed)
     (out / HTML).write_text(page, encoding="utf-8")
 
 

@@ -107,3 +107,10 @@ def test_a_bad_assignment_says_what_is_wrong_in_one_line(tmp_path, text, says):
 def test_a_target_that_could_not_be_run_earns_nothing_for_the_dynamic_groups():
     skipped = rubric.score_groups(rubric.Rubric(), _result(status="skipped"))
     assert all(s.score == 0 and s.status == "not run" for s in skipped)
+
+
+def test_the_variant_asked_for_is_said_in_words(tmp_path):
+    path = tmp_path / "a.toml"
+    path.write_text('[assignment]\nvariant = "gqa"\nkv_heads = 2\n')
+    assert assignment.load(path).asked_for() == "grouped-query attention with 2 K/V heads"
+    assert assignment.Assignment().asked_for() == "multi-head attention"

@@ -1,9 +1,10 @@
-"""A jailed child forked from a warm parent: the dynamic sandbox without a Python start per submission.
+"""A jailed child forked from a warm process: the dynamic sandbox without a Python start per submission.
 
 ``attncheck.dynamic.sandbox`` starts a new interpreter for every file, which then imports torch
-(one to two seconds of CPU): for a class of 300 that is most of the run. Here the grading worker
-has imported torch and the child's code once; each submission gets ``os.fork()`` and, before any
-student code runs, the child jails itself:
+(one to two seconds of CPU): for a class of 300 that is most of the run. Here each grading worker
+has a zygote (``attncheck.grade.zygote``: a fresh interpreter that imported torch and the child's
+code once and never holds a student's data); each submission gets a child forked from it, and
+before any student code runs the child jails itself:
 
 - a new session, the sandbox's rlimits (address space, CPU, file size, no core), death with the
   parent, a scrubbed environment, stdout and stderr into capped files;
@@ -16,7 +17,7 @@ student code runs, the child jails itself:
 - then ``attncheck.dynamic.child.main``: the seccomp filter (no fork, signals to itself only, no
   ptrace), the user's import, the executor's experiments, replies through ``channel``.
 
-The parent watches it with the sandbox's own watch and judgement (time limit from ready, work dir
+The zygote watches it with the sandbox's own watch and judgement (time limit from ready, work dir
 cap, signals), so a hang, a crash, a memory bomb or an output flood ends as that submission's
 status. Where namespaces are refused (some containers), ``jail_available`` says so and the child
 runs with rlimits and seccomp only, as the sandbox's fallback does.
@@ -32,14 +33,14 @@ import os
 import shutil
 import sys
 import tempfile
-import time
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
 from attncheck.dynamic import channel, sandbox
 from attncheck.dynamic.sandbox import ChildOutcome, Limits
+from attncheck.grade.zygote import Zygote, ZygoteGoneError
 
 FORKED_JAIL = "forked jail (namespaces, seccomp, rlimits)"
 FORKED_RLIMITS = "forked, rlimits and seccomp only"
@@ -64,7 +65,7 @@ class Jail:
     limits: Limits = field(default_factory=Limits)
 
 
-class _Forked:
+class Forked:
     """What ``sandbox._watch`` needs of a process: its pid, and a place for its exit code."""
 
     def __init__(self, pid: int) -> None:
@@ -72,11 +73,22 @@ class _Forked:
         self.returncode: int | None = None
 
 
+_zygote: Zygote | None = None
+
+
+def start_zygote() -> Zygote:
+    """This process's zygote, started now (it imports torch while the worker does) or again."""
+    global _zygote
+    if _zygote is None or not _zygote.alive():
+        _zygote = Zygote()
+    return _zygote
+
+
 def run_forked(jail: Jail, own: Path, module_path: Path, request: dict, tensors: dict[str, np.ndarray],
                limits: Limits | None = None) -> ChildOutcome:
-    """Run ``request`` on ``module_path`` in a child forked from this process, jailed by ``jail``;
-    ``own`` is the submission's staged folder, the only one of the hidden places it may read."""
-    limits = limits or jail.limits
+    """Run ``request`` on ``module_path`` in a jailed child of the zygote; ``own`` is the
+    submission's staged folder, the only one of the hidden places it may read."""
+    limits = replace(limits or jail.limits, cpu_s=(limits or jail.limits).cpu_seconds)
     isolation = FORKED_JAIL if jail_available() else FORKED_RLIMITS
     run_dir = Path(tempfile.mkdtemp(prefix="attncheck-grade-run-"))
     workdir = run_dir / "work"
@@ -85,14 +97,13 @@ def run_forked(jail: Jail, own: Path, module_path: Path, request: dict, tensors:
         channel.write_request(workdir, {**request, "module_path": str(module_path)}, tensors)
         for name in ("stdout", "stderr"):
             (run_dir / name).touch(mode=0o600)
-        limits = replace(limits, cpu_s=limits.cpu_seconds)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        started = time.monotonic()
-        pid = os.fork()
-        if pid == 0:
-            _child(jail, own, run_dir, workdir, limits, isolation == FORKED_JAIL)
-        ending = sandbox._watch(_Forked(pid), workdir, limits, started)
+        order = {"own": str(own), "run_dir": str(run_dir), "workdir": str(workdir),
+                 "hidden": [str(p) for p in jail.hidden], "limits": asdict(limits),
+                 "namespaces": isolation == FORKED_JAIL}
+        try:
+            ending = sandbox._Ending(**start_zygote().fork(order))
+        except ZygoteGoneError as error:
+            return ChildOutcome("error", str(error), [], "", "", isolation)
         outcome = sandbox._outcome(run_dir, workdir, module_path, limits, isolation, ending)
         if ending.returncode == JAIL_FAILED_EXIT and JAIL_FAILED in outcome.stderr:
             reason = outcome.stderr[outcome.stderr.index(JAIL_FAILED):].splitlines()[0]
@@ -102,16 +113,17 @@ def run_forked(jail: Jail, own: Path, module_path: Path, request: dict, tensors:
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def _child(jail: Jail, own: Path, run_dir: Path, workdir: Path, limits: Limits, namespaces: bool) -> None:
-    """The forked side: jail, then the sandbox child's main; never returns."""
+def enter_jail(order: dict, limits: Limits) -> None:
+    """The forked side (in the zygote's child): jail, then the sandbox child's main; never returns."""
     code = 0
+    run_dir, workdir = Path(order["run_dir"]), Path(order["workdir"])
     try:
         os.setsid()
-        faulthandler.disable()  # a parent's handler (pytest's) would write a crash to the parent's stderr
+        faulthandler.disable()  # a parent's handler would write a crash to the parent's stderr
         _redirect_output(run_dir)
-        sandbox._preexec(limits, None if namespaces else sandbox._nproc_limit())()
-        if namespaces:
-            _enter_namespaces(jail.hidden, own, run_dir)
+        sandbox._preexec(limits, None if order["namespaces"] else sandbox._nproc_limit())()
+        if order["namespaces"]:
+            _enter_namespaces(tuple(Path(p) for p in order["hidden"]), Path(order["own"]), run_dir)
         os.environ.clear()
         os.environ.update(sandbox._environment(workdir))
         from attncheck.dynamic import child

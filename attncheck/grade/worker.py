@@ -42,9 +42,12 @@ class Checked:
 
 
 def warm_up() -> bool:
-    """Import torch and the child's code now, once per worker; False when torch is missing."""
+    """Import torch and the runner now, and start the zygote, once per worker; False without torch."""
     try:
-        for name in ("attncheck.dynamic.child", "attncheck.dynamic.runner", "attncheck.grade.capture"):
+        from attncheck.grade import forkchild
+
+        forkchild.start_zygote()  # a fresh process: it imports torch while this one does
+        for name in ("attncheck.dynamic.runner", "attncheck.grade.capture"):
             importlib.import_module(name)
     except ImportError:
         return False

@@ -56,6 +56,44 @@ def test_a_submission_that_reads_a_sibling_or_the_class_folder_gets_nothing(tmp_
     assert grades["alice"].score == grades["alice"].maximum
 
 
+MEMORY_SNOOP = textwrap.dedent("""
+    import gc
+    NEEDLE = "homework-3-" + "answer-"  # never the whole secret, so the search does not find itself
+    def scan():
+        found = [o for o in gc.get_objects() if isinstance(o, str) and NEEDLE in o
+                 and o.split(NEEDLE, 1)[1][:5] == "XYZ" + "ZY"]
+        with open("/proc/self/maps") as maps, open("/proc/self/mem", "rb", 0) as memory:
+            for region in (line.split() for line in maps):
+                start, end = (int(x, 16) for x in region[0].split("-"))
+                if "r" not in region[1] or end - start > 64 << 20 or region[-1].startswith("[v"):
+                    continue
+                try:
+                    memory.seek(start)
+                    data = memory.read(end - start)
+                except (OSError, ValueError, OverflowError):
+                    continue
+                at = data.find(NEEDLE.encode())
+                while at >= 0:
+                    if data[at + len(NEEDLE): at + len(NEEDLE) + 5] == b"XYZ" + b"ZY":
+                        found.append(start + at)
+                    at = data.find(NEEDLE.encode(), at + 1)
+        return found
+    if scan():
+        raise RuntimeError("LEAKED from an earlier student's memory")
+    """)
+
+
+def test_a_child_holds_no_memory_of_the_students_graded_before_it(tmp_path):
+    root = tmp_path / "class"
+    root.mkdir()
+    (root / "alice.py").write_text("# homework-3-answer-XYZZY: my notes\n" + CORRECT)
+    (root / "mallory.py").write_text(MEMORY_SNOOP + CORRECT)
+    grades = {g.student: g for g in schedule.run(_plan(root, tmp_path / "out"))}
+    assert grades["alice"].status == GRADED
+    assert grades["mallory"].status == GRADED, grades["mallory"].problem
+    assert grades["mallory"].score == grades["mallory"].maximum
+
+
 HOSTILE = {
     "hang": "import time\nwhile True:\n    time.sleep(0.01)\n",
     "crash": "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n",

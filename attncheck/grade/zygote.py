@@ -1,0 +1,105 @@
+"""The zygote: a pristine warm process that forks every jailed child, so no child inherits a
+byte of another student's data.
+
+A child forked straight from a grading worker would inherit that worker's memory, where earlier
+submissions' sources were read, linted and judged (freed memory is not cleared). The zygote is
+a fresh interpreter that imports torch and the child's code once and then only ever reads
+orders (paths and limits, one JSON line each) from its worker; it forks the jailed child
+(``forkchild.enter_jail``), watches it with the sandbox's own watch (time limit from ready,
+work-dir cap) and answers how it ended. The worker writes the request and reads the replies
+itself, in the run folder. The zygote dies with its worker.
+
+Run as ``python -m attncheck.grade.zygote ORDERS_FD ANSWERS_FD`` by ``Zygote``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from attncheck.dynamic import sandbox
+from attncheck.dynamic.sandbox import Limits
+
+_PR_SET_PDEATHSIG = 1
+
+
+class ZygoteGoneError(RuntimeError):
+    """The zygote ended (killed from outside): the order got no answer."""
+
+
+class Zygote:
+    """The worker's handle on its zygote: ``fork(order)`` returns how the child ended."""
+
+    def __init__(self) -> None:
+        orders_read, orders_write = os.pipe()
+        answers_read, answers_write = os.pipe()
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sandbox._python_paths())}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "attncheck.grade.zygote", str(orders_read), str(answers_write)],
+            pass_fds=(orders_read, answers_write), stdin=subprocess.DEVNULL, env=env,
+        )
+        os.close(orders_read)
+        os.close(answers_write)
+        self.orders = os.fdopen(orders_write, "w", encoding="utf-8")
+        self.answers = os.fdopen(answers_read, "r", encoding="utf-8")
+        self.lock = threading.Lock()
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def fork(self, order: dict[str, Any]) -> dict[str, Any]:
+        with self.lock:
+            try:
+                self.orders.write(json.dumps(order) + "\n")
+                self.orders.flush()
+                line = self.answers.readline()
+            except (BrokenPipeError, OSError) as error:
+                raise ZygoteGoneError(f"the grading zygote ended: {error}") from error
+            if not line:
+                raise ZygoteGoneError("the grading zygote ended")
+            return json.loads(line)
+
+    def close(self) -> None:
+        for stream in (self.orders, self.answers):
+            stream.close()
+        self.process.wait()
+
+
+def _serve(order: dict[str, Any], control: tuple[int, int]) -> dict[str, Any]:
+    """Fork the jailed child of one order and watch it to its end."""
+    from attncheck.grade import forkchild
+
+    limits = Limits(**order["limits"])
+    workdir = Path(order["workdir"])
+    started = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        for fd in control:  # the child must not write answers for the next student
+            os.close(fd)
+        forkchild.enter_jail(order, limits)
+    ending = sandbox._watch(forkchild.Forked(pid), workdir, limits, started)
+    return asdict(ending)
+
+
+def main(orders_fd: int, answers_fd: int) -> None:
+    ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker decides when to stop
+    for name in ("attncheck.dynamic.child", "attncheck.grade.capture", "attncheck.grade.forkchild"):
+        __import__(name)
+    with os.fdopen(orders_fd, "r", encoding="utf-8") as orders, os.fdopen(answers_fd, "w", encoding="utf-8") as out:
+        for line in orders:
+            out.write(json.dumps(_serve(json.loads(line), (orders_fd, answers_fd))) + "\n")
+            out.flush()
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), int(sys.argv[2]))

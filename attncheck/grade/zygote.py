@@ -7,14 +7,14 @@ a fresh interpreter that imports torch and the child's code once and then only e
 orders (paths and limits, one JSON line each) from its worker; it forks the jailed child
 (``forkchild.enter_jail``), watches it with the sandbox's own watch (time limit from ready,
 work-dir cap) and answers how it ended. The worker writes the request and reads the replies
-itself, in the run folder. The zygote dies with its worker.
+itself, in the run folder. The zygote ends when its worker does: the order pipe closes (a death
+signal would be tied to the thread that started it, not the worker).
 
 Run as ``python -m attncheck.grade.zygote ORDERS_FD ANSWERS_FD`` by ``Zygote``.
 """
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import signal
@@ -28,8 +28,6 @@ from typing import Any
 
 from attncheck.dynamic import sandbox
 from attncheck.dynamic.sandbox import Limits
-
-_PR_SET_PDEATHSIG = 1
 
 
 class ZygoteGoneError(RuntimeError):
@@ -91,7 +89,6 @@ def _serve(order: dict[str, Any], control: tuple[int, int]) -> dict[str, Any]:
 
 
 def main(orders_fd: int, answers_fd: int) -> None:
-    ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker decides when to stop
     for name in ("attncheck.dynamic.child", "attncheck.grade.capture", "attncheck.grade.forkchild"):
         __import__(name)

@@ -25,10 +25,12 @@ runs with rlimits and seccomp only, as the sandbox's fallback does.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import faulthandler
 import functools
+import multiprocessing.util
 import os
 import shutil
 import sys
@@ -77,10 +79,13 @@ _zygote: Zygote | None = None
 
 
 def start_zygote() -> Zygote:
-    """This process's zygote, started now (it imports torch while the worker does) or again."""
+    """This process's zygote, started now (it imports torch while the worker does) or again;
+    stopped and waited for when this process ends, a pool worker included."""
     global _zygote
     if _zygote is None or not _zygote.alive():
         _zygote = Zygote()
+        atexit.register(_zygote.close)
+        multiprocessing.util.Finalize(_zygote, _zygote.close, exitpriority=10)  # workers skip atexit
     return _zygote
 
 

@@ -15,6 +15,7 @@ Run as ``python -m attncheck.grade.zygote ORDERS_FD ANSWERS_FD`` by ``Zygote``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -67,8 +68,10 @@ class Zygote:
             return json.loads(line)
 
     def close(self) -> None:
+        """Close the order pipe (the zygote's loop ends) and wait for it; a second call does nothing."""
         for stream in (self.orders, self.answers):
-            stream.close()
+            with contextlib.suppress(OSError):
+                stream.close()
         self.process.wait()
 
 

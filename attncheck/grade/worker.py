@@ -1,8 +1,8 @@
 """Check one staged submission with attncheck's own passes, in a warm process.
 
 The static pass is ``pipeline.lint_all``; the dynamic pass is ``runner.run_dynamic`` with a
-child forked from this process (``forkchild``) instead of a new interpreter, so torch is
-imported once per worker, not once per submission. What comes back is an ``Outcome`` (the
+child forked from this worker's zygote (``attncheck.dynamic.harness.forked``) instead of a new
+interpreter, so torch is imported once per worker, not once per submission. What comes back is an ``Outcome`` (the
 report every attncheck format reads), the target the grade is about, and the attention
 weights the HTML report draws.
 """
@@ -44,10 +44,10 @@ class Checked:
 def warm_up() -> bool:
     """Import torch and the runner now, and start the zygote, once per worker; False without torch."""
     try:
-        from attncheck.grade import forkchild
+        from attncheck.dynamic.harness import forked
 
-        forkchild.start_zygote()  # a fresh process: it imports torch while this one does
-        for name in ("attncheck.dynamic.runner", "attncheck.grade.capture"):
+        forked.start_zygote()  # a fresh process: it imports torch while this one does
+        for name in ("attncheck.dynamic.runner", "attncheck.dynamic.inside.weights_capture"):
             importlib.import_module(name)
     except ImportError:
         return False
@@ -95,8 +95,7 @@ def _run_dynamic(results: list[FileResult], assignment: Assignment, seed: int, h
     options = DynamicOptions(timeout=assignment.timeout, device="cpu", jobs=1,
                              targets={name: declaration for name in wanted} if declaration else {})
     child = _GradingChild(hidden, own, options)
-    runner.SEED = seed  # the runner plans and judges with its module's seed: this run's, drawn afresh
-    found, targets = runner.run_dynamic(results, options, child)
+    found, targets = runner.run_dynamic(results, options, child, seed)
     return list(found), list(targets), child.isolation, child.weights
 
 
@@ -105,16 +104,16 @@ class _GradingChild:
     keeps how it was jailed and the attention weights each target showed."""
 
     def __init__(self, hidden: tuple[Path, ...], own: Path, options: DynamicOptions) -> None:
-        from attncheck.grade.forkchild import Jail
+        from attncheck.dynamic.harness.forked import Jail
 
         self.jail, self.own, self.options = Jail(hidden), own, options
         self.isolation = ""
         self.weights: dict[str, dict[str, Weights]] = {}
 
     def __call__(self, path: Path, request: dict, tensors: dict) -> Any:
-        from attncheck.dynamic.launch import limits_for
-        from attncheck.grade import capture
-        from attncheck.grade.forkchild import run_forked
+        from attncheck.dynamic.harness.forked import run_forked
+        from attncheck.dynamic.harness.prestarted import limits_for
+        from attncheck.dynamic.inside import weights_capture as capture
 
         module = path if path.is_absolute() else self.own / path  # sources are named relative to the submission
         limits = limits_for(self.options, len(request.get("targets", [])))
@@ -126,7 +125,7 @@ class _GradingChild:
 
 def _weights(replies: list[Any], request: dict, tensors: dict) -> dict[str, dict[str, Weights]]:
     """Per target: the student's first attention weights and, where the layout allows, the reference's."""
-    from attncheck.grade import capture
+    from attncheck.dynamic.inside import weights_capture as capture
     from attncheck.grade.reference_view import reference_weights
 
     units = {str(u["id"]): u for u in request.get("targets", [])}

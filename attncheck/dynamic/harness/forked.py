@@ -1,8 +1,8 @@
 """A jailed child forked from a warm process: the dynamic sandbox without a Python start per submission.
 
-``attncheck.dynamic.sandbox`` starts a new interpreter for every file, which then imports torch
+``sandbox`` starts a new interpreter for every file, which then imports torch
 (one to two seconds of CPU): for a class of 300 that is most of the run. Here each grading worker
-has a zygote (``attncheck.grade.zygote``: a fresh interpreter that imported torch and the child's
+has a zygote (``zygote``: a fresh interpreter that imported torch and the child's
 code once and never holds a student's data); each submission gets a child forked from it, and
 before any student code runs the child jails itself:
 
@@ -14,7 +14,7 @@ before any student code runs the child jails itself:
   and its own run folder, writable; no network;
 - every mount read-only but its run folder and a private /tmp; then every capability dropped
   (root keeps uid 0, whose Python may live in /root, but no privilege over a read-only tree);
-- then ``attncheck.dynamic.child.main``: the seccomp filter (no fork, signals to itself only, no
+- then ``attncheck.dynamic.inside.child.main``: the seccomp filter (no fork, signals to itself only, no
   ptrace), the user's import, the executor's experiments, replies through ``channel``.
 
 The zygote watches it with the sandbox's own watch and judgement (time limit from ready, work dir
@@ -40,9 +40,9 @@ from pathlib import Path
 
 import numpy as np
 
-from attncheck.dynamic import channel, sandbox
-from attncheck.dynamic.sandbox import ChildOutcome, Limits
-from attncheck.grade.zygote import Zygote, ZygoteGoneError
+from attncheck.dynamic.harness import channel, sandbox
+from attncheck.dynamic.harness.sandbox import ChildOutcome, Limits
+from attncheck.dynamic.harness.zygote import Zygote, ZygoteGoneError
 
 FORKED_JAIL = "forked jail (namespaces, seccomp, rlimits)"
 FORKED_RLIMITS = "forked, rlimits and seccomp only"
@@ -106,10 +106,10 @@ def run_forked(jail: Jail, own: Path, module_path: Path, request: dict, tensors:
                  "hidden": [str(p) for p in jail.hidden], "limits": asdict(limits),
                  "namespaces": isolation == FORKED_JAIL}
         try:
-            ending = sandbox._Ending(**start_zygote().fork(order))
+            ending = sandbox.Ending(**start_zygote().fork(order))
         except ZygoteGoneError as error:
             return ChildOutcome("error", str(error), [], "", "", isolation)
-        outcome = sandbox._outcome(run_dir, workdir, module_path, limits, isolation, ending)
+        outcome = sandbox.outcome(run_dir, workdir, module_path, limits, isolation, ending)
         if ending.returncode == JAIL_FAILED_EXIT and JAIL_FAILED in outcome.stderr:
             reason = outcome.stderr[outcome.stderr.index(JAIL_FAILED):].splitlines()[0]
             return replace(outcome, status="error", reason=reason)
@@ -126,12 +126,12 @@ def enter_jail(order: dict, limits: Limits) -> None:
         os.setsid()
         faulthandler.disable()  # a parent's handler would write a crash to the parent's stderr
         _redirect_output(run_dir)
-        sandbox._preexec(limits, None if order["namespaces"] else sandbox._nproc_limit())()
+        sandbox.preexec(limits, None if order["namespaces"] else sandbox.nproc_limit())()
         if order["namespaces"]:
             _enter_namespaces(tuple(Path(p) for p in order["hidden"]), Path(order["own"]), run_dir)
         os.environ.clear()
-        os.environ.update(sandbox._environment(workdir))
-        from attncheck.dynamic import child
+        os.environ.update(sandbox.environment(workdir))
+        from attncheck.dynamic.inside import child
 
         child.main(workdir)
     except BaseException as error:  # the jail failed: say so on stderr, never run user code unjailed

@@ -15,9 +15,9 @@ from collections.abc import Iterator
 import torch
 from torch.overrides import TorchFunctionMode
 
-from attncheck.dynamic import executor
+from attncheck.dynamic.inside import executor
 
-ENTRY = "attncheck.grade.capture:run"
+ENTRY = "attncheck.dynamic.inside.weights_capture:run"
 WEIGHTS = "grade/weights"
 HEADS = "grade/heads"  # how many heads the captured softmax had (its dimension before the query axis)
 _SOFTMAX = {torch.softmax, torch.nn.functional.softmax, torch.Tensor.softmax, torch.special.softmax}

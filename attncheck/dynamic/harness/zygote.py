@@ -5,17 +5,18 @@ A child forked straight from a grading worker would inherit that worker's memory
 submissions' sources were read, linted and judged (freed memory is not cleared). The zygote is
 a fresh interpreter that imports torch and the child's code once and then only ever reads
 orders (paths and limits, one JSON line each) from its worker; it forks the jailed child
-(``forkchild.enter_jail``), watches it with the sandbox's own watch (time limit from ready,
+(``forked.enter_jail``), watches it with the sandbox's own watch (time limit from ready,
 work-dir cap) and answers how it ended. The worker writes the request and reads the replies
 itself, in the run folder. The zygote ends when its worker does: the order pipe closes (a death
 signal would be tied to the thread that started it, not the worker).
 
-Run as ``python -m attncheck.grade.zygote ORDERS_FD ANSWERS_FD`` by ``Zygote``.
+Run as ``python -m attncheck.dynamic.harness.zygote ORDERS_FD ANSWERS_FD`` by ``Zygote``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import signal
@@ -27,8 +28,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from attncheck.dynamic import sandbox
-from attncheck.dynamic.sandbox import Limits
+from attncheck.dynamic.harness import sandbox
+from attncheck.dynamic.harness.sandbox import Limits
 
 
 class ZygoteGoneError(RuntimeError):
@@ -41,9 +42,9 @@ class Zygote:
     def __init__(self) -> None:
         orders_read, orders_write = os.pipe()
         answers_read, answers_write = os.pipe()
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sandbox._python_paths())}
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sandbox.python_paths())}
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "attncheck.grade.zygote", str(orders_read), str(answers_write)],
+            [sys.executable, "-m", "attncheck.dynamic.harness.zygote", str(orders_read), str(answers_write)],
             pass_fds=(orders_read, answers_write), stdin=subprocess.DEVNULL, env=env,
         )
         os.close(orders_read)
@@ -77,7 +78,7 @@ class Zygote:
 
 def _serve(order: dict[str, Any], control: tuple[int, int]) -> dict[str, Any]:
     """Fork the jailed child of one order and watch it to its end."""
-    from attncheck.grade import forkchild
+    from attncheck.dynamic.harness import forked
 
     limits = Limits(**order["limits"])
     workdir = Path(order["workdir"])
@@ -86,15 +87,15 @@ def _serve(order: dict[str, Any], control: tuple[int, int]) -> dict[str, Any]:
     if pid == 0:
         for fd in control:  # the child must not write answers for the next student
             os.close(fd)
-        forkchild.enter_jail(order, limits)
-    ending = sandbox._watch(forkchild.Forked(pid), workdir, limits, started)
+        forked.enter_jail(order, limits)
+    ending = sandbox.watch(forked.Forked(pid), workdir, limits, started)
     return asdict(ending)
 
 
 def main(orders_fd: int, answers_fd: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker decides when to stop
-    for name in ("attncheck.dynamic.child", "attncheck.grade.capture", "attncheck.grade.forkchild"):
-        __import__(name)
+    for name in ("inside.child", "inside.weights_capture", "harness.forked"):
+        importlib.import_module(f"attncheck.dynamic.{name}")
     with os.fdopen(orders_fd, "r", encoding="utf-8") as orders, os.fdopen(answers_fd, "w", encoding="utf-8") as out:
         for line in orders:
             out.write(json.dumps(_serve(json.loads(line), (orders_fd, answers_fd))) + "\n")

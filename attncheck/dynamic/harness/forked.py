@@ -1,10 +1,10 @@
-"""A jailed child forked from a warm process: the dynamic sandbox without a Python start per submission.
+"""A jailed child forked from a warm process: the sandbox without a Python start per submission.
 
-``sandbox`` starts a new interpreter for every file, which then imports torch
-(one to two seconds of CPU): for a class of 300 that is most of the run. Here each grading worker
-has a zygote (``zygote``: a fresh interpreter that imported torch and the child's
-code once and never holds a student's data); each submission gets a child forked from it, and
-before any student code runs the child jails itself:
+``sandbox`` starts a new interpreter for every file, which then imports torch (one to two
+seconds of CPU): for a class of 300 that is most of the run. Here each grading worker has a
+zygote (``zygote``: a fresh interpreter that imported torch and the child's code once and never
+holds a student's data); each submission gets a child forked from it, and before any student
+code runs the child jails itself:
 
 - a new session, the sandbox's rlimits (address space, CPU, file size, no core), death with the
   parent, a scrubbed environment, stdout and stderr into capped files;
@@ -14,8 +14,8 @@ before any student code runs the child jails itself:
   and its own run folder, writable; no network;
 - every mount read-only but its run folder and a private /tmp; then every capability dropped
   (root keeps uid 0, whose Python may live in /root, but no privilege over a read-only tree);
-- then ``attncheck.dynamic.inside.child.main``: the seccomp filter (no fork, signals to itself only, no
-  ptrace), the user's import, the executor's experiments, replies through ``channel``.
+- then ``attncheck.dynamic.inside.child.main``: the seccomp filter (no fork, signals to itself
+  only, no ptrace), the user's import, the executor's experiments, replies through ``channel``.
 
 The zygote watches it with the sandbox's own watch and judgement (time limit from ready, work dir
 cap, signals), so a hang, a crash, a memory bomb or an output flood ends as that submission's

@@ -44,9 +44,9 @@ class Checked:
 def warm_up() -> bool:
     """Import torch and the runner now, and start the zygote, once per worker; False without torch."""
     try:
-        from attncheck.dynamic.harness import forked
+        from attncheck.dynamic.harness.zygote_client import start_zygote
 
-        forked.start_zygote()  # a fresh process: it imports torch while this one does
+        start_zygote()  # a fresh process: it imports torch while this one does
         for name in ("attncheck.dynamic.runner", "attncheck.dynamic.inside.weights_capture"):
             importlib.import_module(name)
     except ImportError:

@@ -25,12 +25,10 @@ runs with rlimits and seccomp only, as the sandbox's fallback does.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import ctypes
 import faulthandler
 import functools
-import multiprocessing.util
 import os
 import shutil
 import sys
@@ -42,7 +40,7 @@ import numpy as np
 
 from attncheck.dynamic.harness import channel, sandbox
 from attncheck.dynamic.harness.sandbox import ChildOutcome, Limits
-from attncheck.dynamic.harness.zygote import Zygote, ZygoteGoneError
+from attncheck.dynamic.harness.zygote_client import ZygoteGoneError, start_zygote
 
 FORKED_JAIL = "forked jail (namespaces, seccomp, rlimits)"
 FORKED_RLIMITS = "forked, rlimits and seccomp only"
@@ -73,20 +71,6 @@ class Forked:
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.returncode: int | None = None
-
-
-_zygote: Zygote | None = None
-
-
-def start_zygote() -> Zygote:
-    """This process's zygote, started now (it imports torch while the worker does) or again;
-    stopped and waited for when this process ends, a pool worker included."""
-    global _zygote
-    if _zygote is None or not _zygote.alive():
-        _zygote = Zygote()
-        atexit.register(_zygote.close)
-        multiprocessing.util.Finalize(_zygote, _zygote.close, exitpriority=10)  # workers skip atexit
-    return _zygote
 
 
 def run_forked(jail: Jail, own: Path, module_path: Path, request: dict, tensors: dict[str, np.ndarray],

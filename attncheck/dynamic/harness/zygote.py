@@ -10,19 +10,16 @@ work-dir cap) and answers how it ended. The worker writes the request and reads 
 itself, in the run folder. The zygote ends when its worker does: the order pipe closes (a death
 signal would be tied to the thread that started it, not the worker).
 
-Run as ``python -m attncheck.dynamic.harness.zygote ORDERS_FD ANSWERS_FD`` by ``Zygote``.
+Run as ``python -m attncheck.dynamic.harness.zygote ORDERS_FD ANSWERS_FD`` by ``zygote_client.Zygote``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import json
 import os
 import signal
-import subprocess
 import sys
-import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -30,50 +27,6 @@ from typing import Any
 
 from attncheck.dynamic.harness import sandbox
 from attncheck.dynamic.harness.sandbox import Limits
-
-
-class ZygoteGoneError(RuntimeError):
-    """The zygote ended (killed from outside): the order got no answer."""
-
-
-class Zygote:
-    """The worker's handle on its zygote: ``fork(order)`` returns how the child ended."""
-
-    def __init__(self) -> None:
-        orders_read, orders_write = os.pipe()
-        answers_read, answers_write = os.pipe()
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sandbox.python_paths())}
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "attncheck.dynamic.harness.zygote", str(orders_read), str(answers_write)],
-            pass_fds=(orders_read, answers_write), stdin=subprocess.DEVNULL, env=env,
-        )
-        os.close(orders_read)
-        os.close(answers_write)
-        self.orders = os.fdopen(orders_write, "w", encoding="utf-8")
-        self.answers = os.fdopen(answers_read, "r", encoding="utf-8")
-        self.lock = threading.Lock()
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def fork(self, order: dict[str, Any]) -> dict[str, Any]:
-        with self.lock:
-            try:
-                self.orders.write(json.dumps(order) + "\n")
-                self.orders.flush()
-                line = self.answers.readline()
-            except (BrokenPipeError, OSError) as error:
-                raise ZygoteGoneError(f"the grading zygote ended: {error}") from error
-            if not line:
-                raise ZygoteGoneError("the grading zygote ended")
-            return json.loads(line)
-
-    def close(self) -> None:
-        """Close the order pipe (the zygote's loop ends) and wait for it; a second call does nothing."""
-        for stream in (self.orders, self.answers):
-            with contextlib.suppress(OSError):
-                stream.close()
-        self.process.wait()
 
 
 def _serve(order: dict[str, Any], control: tuple[int, int]) -> dict[str, Any]:

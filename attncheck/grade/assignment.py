@@ -38,6 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from attncheck.catalogue import CODES
+from attncheck.config import ConfigError
+from attncheck.declarations import check_declaration
 from attncheck.grade.rubric import DEFAULT_POINTS, DEFAULT_STATIC_POINTS, GROUPS, Rubric
 
 if sys.version_info >= (3, 11):
@@ -118,6 +120,11 @@ def _from_table(table: Mapping[str, Any], digest: str) -> Assignment:
     timeout = head.get("timeout", DEFAULT_TIMEOUT_S)
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
         raise AssignmentError(f"assignment.timeout must be a positive number of seconds, got {timeout!r}")
+    call = _table(table, "call")
+    try:
+        check_declaration(str(head.get("target", AUTO)), call, "[call]")
+    except ConfigError as error:
+        raise AssignmentError(str(error)) from error
     return Assignment(
         name=str(head.get("name", "attention")),
         target=str(head.get("target", AUTO)),
@@ -125,7 +132,7 @@ def _from_table(table: Mapping[str, Any], digest: str) -> Assignment:
         kv_heads=kv_heads,
         rope=rope,
         timeout=float(timeout),
-        call=_table(table, "call"),
+        call=call,
         rubric=_rubric(_table(table, "rubric"), variant),
         digest=digest,
     )

@@ -95,6 +95,8 @@ def test_a_causal_assignment_requires_the_causal_group_and_declares_it(tmp_path)
     ("[rubric.points]\nshape = -1\n", "rubric.points.shape must be a number of points"),
     ("[grading]\n", "unknown key 'grading'"),
     ("[assignment\n", "invalid TOML"),
+    ("[call]\nmask = 'kept'\n", r"\[call\]: .*mask must be one of"),
+    ("[call]\nwidth = 3\n", r"\[call\]: .*unknown key 'width'"),
 ])
 def test_a_bad_assignment_says_what_is_wrong_in_one_line(tmp_path, text, says):
     path = tmp_path / "a.toml"

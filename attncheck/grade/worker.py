@@ -163,7 +163,8 @@ def _problem(outcome: pipeline.Outcome, target: TargetResult | None, assignment:
         return None
     errors = [e for e in outcome.errors if e.level == "error"]
     if errors:
-        return f"could not be read: {errors[0].path}: {errors[0].message}"
+        where = f", line {errors[0].span.line}" if errors[0].span is not None else ""
+        return f"could not be read: {errors[0].path}{where}: {errors[0].message}"
     if assignment.target != AUTO:
         return f"no class or function named {assignment.target} was found"
     return "no attention class or function was found"

@@ -92,7 +92,7 @@ def test_a_syntax_error_is_a_could_not_be_read_row_with_zero(graded):
     _, grades, _ = graded
     grade = grades["s11"]
     assert grade.status == UNREADABLE and grade.score == 0
-    assert grade.problem.startswith("could not be read: attention.py: syntax error at line 3")
+    assert grade.problem.startswith("could not be read: attention.py, line 2: syntax error")
 
 
 def test_the_csv_has_a_row_per_student_and_a_column_per_check_group(graded):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
+from attncheck import catalogue
 from attncheck.findings import Finding, Severity, TargetResult
 
 PASSED_REASON = "the dynamic check ran this target and it matched the reference"
@@ -44,7 +45,15 @@ def merge(static: Sequence[Finding], dynamic: Iterable[Finding],
 
 def _both(static: Finding, dynamic: Finding) -> Finding:
     evidence = [*static.evidence, f"dynamic: {dynamic.message}", *dynamic.evidence]
-    return replace(static, source="both", severity=max(static.severity, dynamic.severity), evidence=evidence)
+    severity = static.severity if _lowered_by_design(static) else max(static.severity, dynamic.severity)
+    return replace(static, source="both", severity=severity, evidence=evidence)
+
+
+def _lowered_by_design(static: Finding) -> bool:
+    """The static pass reported the code below its catalogue severity: it judged the construct
+    deliberate, and a dynamic mutant that reproduces it only confirms what the code does."""
+    info = catalogue.lookup(static.code)
+    return info is not None and static.severity < info.severity
 
 
 def _downgraded(finding: Finding) -> Finding:

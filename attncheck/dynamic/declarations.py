@@ -122,10 +122,15 @@ def _tensors(instance: nn.Module, out: dict[str, torch.Tensor]) -> list[str]:
 
 
 def declarations(instance: nn.Module, out: dict[str, torch.Tensor]) -> dict[str, Any]:
-    """The variant facts of a built module: scalars of the module then its config (the module wins),
+    """The variant facts of a built module: scalars of the module, its config, then its submodules
+    (in that priority),
     the tensors that carry a variant, its q/k norm layers, and the unmodelled constructs it shows."""
     config = _config_of(instance)
-    scalars = {**(_scalars(config) if config is not None else {}), **_scalars(instance)}
+    scalars: dict[str, Any] = {}
+    for sub in reversed(list(instance.modules())[1:]):  # a rotary submodule's base and attention_scaling
+        scalars.update(_scalars(sub))
+    scalars.update(_scalars(config) if config is not None else {})
+    scalars.update(_scalars(instance))
     norms = {}
     children = dict(instance.named_children())
     for role, names in NORM_NAMES.items():

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from attncheck.dynamic import kv_cache, kv_perturb
+from attncheck.dynamic import declarations, kv_cache, kv_perturb
 from attncheck.dynamic.binding import all_sizes, size_for
 
 Tensors = dict[str, torch.Tensor]
@@ -209,6 +209,7 @@ def _run_target(
         facts["causal_buffer"] = _has_causal_buffer(instance)
         facts["attrs"] = {k: v for k, v in vars(instance).items() if isinstance(v, int) and not isinstance(v, bool)}
         facts["flags"] = {k: v for k, v in vars(instance).items() if isinstance(v, bool)}
+        facts["declared"] = declarations.declarations(instance, out)
         facts["dropout"] = {
             "configured": bool(target.candidate and (target.candidate["dropout_names"] or target.candidate["config"])),
             "modules": sum(isinstance(m, nn.modules.dropout._DropoutNd) for m in instance.modules()),

@@ -210,4 +210,6 @@ def rope_text(spec: RopeSpec) -> str:
     """A rotary embedding as the report names it."""
     style = {"half": "half-split (rotate_half, HF LLaMA)", "interleaved": "interleaved pairs (Meta, GPT-J)"}
     width = f", first {spec.rotary_dim} dims of each head" if spec.rotary_dim is not None else ""
-    return f"{style[spec.style]}, base {spec.base:g}{width}"
+    source = spec.scheme if spec.frequencies is not None and spec.scheme else f"base {spec.base:g}"
+    factor = f", cos/sin x {spec.attention_factor:.4g}" if spec.attention_factor != 1.0 else ""
+    return f"{style[spec.style]}, {source}{width}{factor}"

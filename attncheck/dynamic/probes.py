@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attncheck.dynamic import explain, reference
+from attncheck.dynamic import explain, reference, variant_fit, variants
 from attncheck.dynamic import probes_cache as cache_probes
 from attncheck.dynamic import probes_gqa as gqa_probes
 from attncheck.dynamic import probes_lowprec as lowprec_probes
@@ -235,6 +235,15 @@ class Fit:
     causal: reference.Causal
     error: float
     rope: RopeSpec | None = None
+    declared: variant_fit.Candidate | None = None  # the variant the module declares, when plain does not fit
+
+    @property
+    def variant(self) -> variants.Variant | None:
+        return self.declared.variant if self.declared is not None else None
+
+    @property
+    def qk_norm(self) -> reference.RopeHook | None:
+        return self.declared.qk_norm if self.declared is not None else None
 
 
 class Judge:
@@ -279,7 +288,7 @@ class Judge:
             causal = reference.causal_keep(query.shape[2], key.shape[2], fit.causal)
             if causal is not None:
                 keep = causal if keep is None else keep & causal
-            return reference.sdpa(query, key, value, keep).transpose(1, 2)
+            return variants.attend(query, key, value, fit.variant or variants.PLAIN, keep).transpose(1, 2)
         assert fit.assignment is not None
         return reference.mha(
             query,
@@ -291,6 +300,8 @@ class Judge:
             keep=keep,
             causal=fit.causal,
             rope=explain.rope_for(fit.rope, query, key),
+            qk_norm=fit.qk_norm,
+            variant=fit.variant,
         )
 
     def expected_shape(self) -> tuple[int, ...]:
@@ -370,28 +381,56 @@ class Judge:
         else:
             layers = layers_from(self.facts.get("layers", []), self.out)
             candidates = list(assignments(layers, self.binding.dims.width, self.binding.dims.heads))
-        output = self.output("plain")
-        fits = [
-            Fit(a, c, max_error(output, self.reference("plain", None, Fit(a, c, 0.0))))
-            for a in candidates
-            for c in options
-        ]
+        fits = self._errors([Fit(a, c, 0.0) for a in candidates for c in options])
         matching = [fit for fit in fits if fit.error <= self.tol]
-        if not matching and "rope" in self.binding.target.kinds and self.style != "function":
+        rotary = "rope" in self.binding.target.kinds and self.style != "function"
+        if not matching and rotary:
             specs = explain.rope_candidates(self.binding.dims.d_model // self.binding.dims.heads)
-            rotary = [Fit(f.assignment, f.causal, 0.0, spec) for f in fits for spec in specs]
-            rotary = [replace(f, error=max_error(output, self.reference("plain", None, f))) for f in rotary]
-            matching = [fit for fit in rotary if fit.error <= self.tol]
+            matching = [
+                f for f in self._errors([replace(f, rope=s) for f in fits for s in specs]) if f.error <= self.tol
+            ]
+        declared = [] if matching else self._declared_fits(candidates, options, rotary)
+        matching = matching or [fit for fit in declared if fit.error <= self.tol]
         if matching:
             return matching[0]
-        # Nothing matches: describe the layers in their natural order rather than the least-bad shuffle.
-        return min((fit for fit in fits if fit.assignment is candidates[0]), key=lambda fit: fit.error)
+        # Nothing matches: describe the layers in their natural order rather than the least-bad shuffle,
+        # inside the variant the module declares (so a mistake is named against that variant).
+        natural = [fit for fit in declared or fits if fit.assignment is candidates[0]]
+        return min(natural, key=lambda fit: fit.error)
+
+    def _errors(self, fits: list[Fit]) -> list[Fit]:
+        output = self.output("plain")
+        return [replace(fit, error=max_error(output, self.reference("plain", None, fit))) for fit in fits]
+
+    def _declared_fits(
+        self, candidates: list[Assignment | None], options: list[reference.Causal], rotary: bool
+    ) -> list[Fit]:
+        """Fits with the variant the module declares (its RoPE base and scaling, window, ALiBi...)."""
+        query, key, _ = self.role_inputs("plain")
+        seq_axis = 2 if self.style == "function" else 1
+        declared = variant_fit.Declared(
+            self.facts.get("declared") or {},
+            self.out,
+            self.binding.dims.heads,
+            self.binding.dims.d_model // self.binding.dims.heads,
+            query.shape[seq_axis],
+            key.shape[seq_axis],
+        )
+        fits = []
+        for candidate in variant_fit.candidates(declared, self.static_codes, rotary):
+            ropes = [candidate.rope]
+            if candidate.rope is None and rotary:
+                ropes = list(explain.rope_candidates(declared.head_dim))
+            causal_options = ["none"] if candidate.masks_causal else options
+            fits += [Fit(a, c, 0.0, rope, candidate) for a in candidates for c in causal_options for rope in ropes]
+        return self._errors(fits)
 
     def describe_fit(self) -> str:
         assert self.fit is not None
         mapping = self.fit.assignment.description if self.fit.assignment else "bare function"
         rope = f"; rotary: {explain.rope_text(self.fit.rope)}" if self.fit.rope else ""
-        return f"{mapping}; causal: {self.fit.causal}{rope}"
+        variant = f"; declared variant: {self.fit.variant.name}" if self.fit.variant else ""
+        return f"{mapping}; causal: {self.fit.causal}{rope}{variant}"
 
     def reference_check(self) -> Verdict:
         assert self.fit is not None
@@ -589,6 +628,9 @@ class Judge:
             return True, "its name or documentation says causal"
         if self.fit is not None and self.fit.causal != "none" and self.fit.error <= self.tol:
             return True, f"its output matches the {self.fit.causal} causal reference"
+        declared = self.fit.declared if self.fit is not None else None
+        if declared is not None and declared.masks_causal and self.fit_ok():
+            return True, f"its output matches the declared {declared.variant.name}"
         return False, ""
 
     def permutation(self) -> Verdict:
@@ -597,6 +639,9 @@ class Judge:
             return Verdict(Check(name, "skipped", "causal attention is not permutation-equivariant"))
         if "rope" in self.binding.target.kinds:
             return Verdict(Check(name, "skipped", "rotary attention depends on positions by design"))
+        variant = self.fit.variant if self.fit is not None else None
+        if variant is not None and variant.positional and self.fit_ok():
+            return Verdict(Check(name, "skipped", f"the declared {variant.name} depends on positions by design"))
         if not (self.ran("permuted") and self.ran("plain")):
             return Verdict(Check(name, "skipped", "the permuted experiment raised"))
         permutation = torch.from_numpy(self.plan.keep["permutation"])

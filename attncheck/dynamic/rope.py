@@ -37,7 +37,7 @@ class RopeSpec:
     base: float = 10000.0
     frequencies: tuple[float, ...] | None = None  # declared by the module (rope_scaling, inv_freq); None: from base
     attention_factor: float = 1.0  # multiplies cos and sin (YaRN, LongRoPE)
-    scheme: str = "default"  # the rope_scaling scheme the frequencies come from
+    scheme: str = ""  # where explicit frequencies come from, for the report
 
     def width(self, head_dim: int) -> int:
         return head_dim if self.rotary_dim is None else self.rotary_dim

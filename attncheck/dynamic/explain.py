@@ -39,6 +39,7 @@ class JudgeView(Protocol):
     tol: float
     static_codes: Collection[str]
     fit: Any  # probes.Fit | None
+    declared_readings: Sequence[Any]  # probes.Fit: the declared variant's readings, closest first
     binding: Any  # binding.Binding
     plan: Any  # probes.Plan
 
@@ -83,11 +84,17 @@ def observation(
 
 
 def setting_for(
-    projections: Projections | None, heads: int, kv_heads: int | None, rope: RopeSpec | None
+    projections: Projections | None,
+    heads: int,
+    kv_heads: int | None,
+    rope: RopeSpec | None,
+    fit: Any = None,
 ) -> Setting:
-    """The diagnosis setting; ``projections`` None is a bare function (identity projections)."""
+    """The diagnosis setting; ``projections`` None is a bare function (identity projections).
+    ``fit`` (a ``probes.Fit``) adds the variant the module declares and its q/k norm."""
     proj = projections if projections is not None else Projections(None, None, None, None)
-    return Setting(proj, heads, kv_heads if kv_heads and kv_heads != heads else None, rope)
+    variant, qk_norm = (fit.variant, fit.qk_norm) if fit is not None else (None, None)
+    return Setting(proj, heads, kv_heads if kv_heads and kv_heads != heads else None, rope, variant, qk_norm)
 
 
 def mutants_for(style: str) -> tuple[Mutant, ...]:
@@ -165,6 +172,11 @@ def intended_causal(judge: JudgeView) -> Causal:
     return fit.causal if fit is not None and fit.causal != "none" else "top-left"
 
 
+DECLARED_SETTINGS = 6
+"""How many of the declared variant's readings (window conventions, pairings, ALiBi forms) the
+diagnosis tries, closest first: a mistake inside a variant is named against the reading it breaks."""
+
+
 def _settings(judge: JudgeView) -> list[Setting]:
     fit = judge.fit
     heads = judge.binding.dims.heads
@@ -173,13 +185,17 @@ def _settings(judge: JudgeView) -> list[Setting]:
     else:
         assert fit is not None and fit.assignment is not None
         projections, kv_heads = fit.assignment.projections, fit.assignment.kv_heads
-    if fit is not None and fit.rope is not None:
-        specs: list[RopeSpec | None] = [fit.rope]
-    elif "rope" in judge.binding.target.kinds:
-        specs = list(rope_candidates(judge.binding.dims.d_model // heads))
-    else:
-        specs = [None]
-    return [setting_for(projections, heads, kv_heads, spec) for spec in specs]
+    readings = [fit, *(f for f in judge.declared_readings if f is not fit)][:DECLARED_SETTINGS]
+    settings = []
+    for reading in readings:
+        if reading is not None and reading.rope is not None:
+            specs: list[RopeSpec | None] = [reading.rope]
+        elif "rope" in judge.binding.target.kinds:
+            specs = list(rope_candidates(judge.binding.dims.d_model // heads))
+        else:
+            specs = [None]
+        settings += [setting_for(projections, heads, kv_heads, spec, reading) for spec in specs]
+    return settings
 
 
 def diagnose_judge(judge: JudgeView, names: Sequence[str], combo: str | None = None) -> Explanation | None:

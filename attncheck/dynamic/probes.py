@@ -335,10 +335,14 @@ class Judge:
         if self.ran("plain"):
             found.append(Verdict(*structure.nan_rows(self.output("plain"))))
         named = any(v.code and v.code.startswith(structure.MISTAKE_PREFIXES) for v in found)
+        unmodelled = variant_fit.unmodelled(self.facts.get("declared"))
         for i, verdict in enumerate(found):
             if verdict.code == "ATT903":
                 if named:
                     found[i] = Verdict(verdict.check)
+                elif unmodelled:
+                    detail = f"{unmodelled} ({verdict.check.detail})"
+                    found[i] = Verdict(replace(verdict.check, status="skipped", detail=detail))
                 else:
                     properties = [v.check for v in found if v is not verdict]
                     found[i] = replace(verdict, message=structure.unexplained_message(verdict.message, properties))
@@ -641,6 +645,9 @@ class Judge:
             return Verdict(Check(name, "skipped", "causal attention is not permutation-equivariant"))
         if "rope" in self.binding.target.kinds:
             return Verdict(Check(name, "skipped", "rotary attention depends on positions by design"))
+        unmodelled = variant_fit.unmodelled(self.facts.get("declared"))
+        if unmodelled:
+            return Verdict(Check(name, "skipped", unmodelled))
         variant = self.fit.variant if self.fit is not None else None
         if variant is not None and variant.positional:
             return Verdict(Check(name, "skipped", f"the declared {variant.name} depends on positions by design"))
@@ -710,6 +717,8 @@ class Judge:
 
     def gradients(self) -> Verdict:
         grads = self.facts.get("grads")
+        if self.facts.get("no_grad"):
+            return Verdict(Check("gradients", "skipped", self.facts["no_grad"]))
         if grads is None:
             return Verdict(Check("gradients", "skipped", "backward did not run"))
         if not grads:

@@ -45,15 +45,10 @@ def merge(static: Sequence[Finding], dynamic: Iterable[Finding],
 
 def _both(static: Finding, dynamic: Finding) -> Finding:
     evidence = [*static.evidence, f"dynamic: {dynamic.message}", *dynamic.evidence]
-    severity = static.severity if _lowered_by_design(static) else max(static.severity, dynamic.severity)
+    # a dynamic mutant that reproduces a by-design construct only confirms what the code does
+    designed = catalogue.by_design(static.code, static.severity)
+    severity = static.severity if designed else max(static.severity, dynamic.severity)
     return replace(static, source="both", severity=severity, evidence=evidence)
-
-
-def _lowered_by_design(static: Finding) -> bool:
-    """The static pass reported the code below its catalogue severity: it judged the construct
-    deliberate, and a dynamic mutant that reproduces it only confirms what the code does."""
-    info = catalogue.lookup(static.code)
-    return info is not None and static.severity < info.severity
 
 
 def _downgraded(finding: Finding) -> Finding:

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from attncheck import catalogue
 from attncheck.catalogue import CODES
 from attncheck.dynamic import crashes as crashes_module
 from attncheck.dynamic import rope_targets
@@ -177,7 +178,10 @@ def judge(
     target_plan = replace(target_plan, binding=target_plan.binding.chosen(facts["binding"]))
     checks: list[Check] = []
     findings: list[Finding] = []
-    static_codes = {f.code for f in result.findings if f.target == target.name}
+    # the mistakes the static pass claims; a by-design verdict (a declared unit scale) claims none
+    static_codes = {
+        f.code for f in result.findings if f.target == target.name and not catalogue.by_design(f.code, f.severity)
+    }
     for verdict in Judge(target_plan, facts, tensors, static_codes).verdicts():
         checks.append(verdict.check)
         if verdict.code and not any(f.code == verdict.code for f in findings):

@@ -57,16 +57,20 @@ def _config_of(instance: nn.Module) -> Any:
 
 
 def _plain(value: Any) -> Any:
-    """A JSON-able copy of a number, flag, list of numbers or dict of those; None otherwise."""
+    """A JSON-able copy of a number, flag, list of numbers, or dict of those and short names; None otherwise."""
     if isinstance(value, bool):
         return value
     if isinstance(value, (int, float)) and math.isfinite(value):
         return value
     if isinstance(value, (list, tuple)) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
         return list(value)
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items() if _plain(v) is not None}
+    if isinstance(value, dict):  # rope_scaling: numbers, factor lists and the scheme's name
+        return {str(k): v if isinstance(v, str) else _plain(v) for k, v in value.items() if _plain_or_name(v)}
     return None
+
+
+def _plain_or_name(value: Any) -> bool:
+    return (isinstance(value, str) and len(value) < 64) or _plain(value) is not None
 
 
 def _scalars(owner: Any) -> dict[str, Any]:

@@ -29,6 +29,7 @@ def _best_error(module: torch.nn.Module, output: torch.Tensor, x: torch.Tensor, 
     """The smallest difference between ``output`` and the reference over the declared readings."""
     out: dict[str, torch.Tensor] = {}
     facts = declarations(module, out)
+    output = output.detach()
     heads = HEADS
     head_dim = getattr(module, "head_dim", D // heads)
     declared = variant_fit.Declared(facts, out, heads, head_dim, S, S)

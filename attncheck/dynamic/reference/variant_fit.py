@@ -135,15 +135,16 @@ def _rotary_width(declared: Declared, inv_freq: torch.Tensor | None) -> int:
 
 
 def _scale(declared: Declared, static_codes: Collection[str]) -> float | None:
-    """A declared scale, trusted only where the static pass did not call the scaling wrong (ATT201)."""
+    """A declared scale, trusted only where the static pass did not call the scaling wrong (ATT201)
+    and at most 1; ``query_pre_attn_scalar`` s gives s^-0.5, a T5 bias table gives 1."""
     if "ATT201" in static_codes:
         return None
     pre_attn = declared.scalar(("query_pre_attn_scalar",))
     if isinstance(pre_attn, (int, float)) and pre_attn > 0:
         return float(pre_attn) ** -0.5
     scale = declared.scalar(SCALE_NAMES)
-    if isinstance(scale, (int, float)) and not isinstance(scale, bool) and 0 < scale < 1e3:
-        return float(scale)
+    if isinstance(scale, (int, float)) and not isinstance(scale, bool) and 0 < scale <= 1:
+        return float(scale)  # above 1 it multiplies the scores up: sqrt(head_dim) where 1/sqrt was meant
     if declared.tensor("t5_table") is not None or declared.scalar(("has_relative_attention_bias",)):
         return 1.0  # T5: the 1/sqrt(d) is folded into the initialisation
     return None

@@ -2,7 +2,7 @@
 
 Each class is built from a small config, run in float64 without a mask (so eager attention is
 bidirectional), and compared with the float64 reference built from what the child would read
-(``inside.declarations``: the config's rope parameters, scale, soft-cap, sinks, q/k norms, T5
+(``inside.variant_facts``: the config's rope parameters, scale, soft-cap, sinks, q/k norms, T5
 table) and the module's own projection weights. Skipped cleanly without transformers.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attncheck.dynamic.inside.declarations import declarations
+from attncheck.dynamic.inside.variant_facts import declarations
 from attncheck.dynamic.reference import mha, variant_fit
 from attncheck.dynamic.reference.rope import rope_hook
 

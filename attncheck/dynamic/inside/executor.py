@@ -34,7 +34,7 @@ from torch.overrides import TorchFunctionMode
 
 from attncheck.dynamic.binding.bind import all_sizes, size_for
 from attncheck.dynamic.harness.protocol import Experiment
-from attncheck.dynamic.inside import declarations, kv_cache, kv_perturb
+from attncheck.dynamic.inside import kv_cache, kv_perturb, variant_facts
 
 Tensors = dict[str, torch.Tensor]
 DROPOUT_RATE = 0.5
@@ -212,7 +212,7 @@ def _run_target(
         facts["causal_buffer"] = _has_causal_buffer(instance)
         facts["attrs"] = {k: v for k, v in vars(instance).items() if isinstance(v, int) and not isinstance(v, bool)}
         facts["flags"] = {k: v for k, v in vars(instance).items() if isinstance(v, bool)}
-        facts["declared"] = declarations.declarations(instance, out)
+        facts["declared"] = variant_facts.declarations(instance, out)
         facts["dropout"] = {
             "configured": bool(target.candidate and (target.candidate["dropout_names"] or target.candidate["config"])),
             "modules": sum(isinstance(m, nn.modules.dropout._DropoutNd) for m in instance.modules()),

@@ -1,6 +1,6 @@
 """The reference configurations a module's declarations allow, anchored to what it declares.
 
-The child reads a module's variant parameters (``declarations``); this module turns them into
+The child reads a module's variant parameters (``inside.variant_facts``); this module turns them into
 the few reference configurations they admit: the declared RoPE frequencies in both pairing
 conventions, a window in both off-by-one conventions, ALiBi in its three forms, and every other
 declared term (soft-cap, scale, sinks, q/k norm, T5 table) as declared. Nothing is fitted
@@ -41,7 +41,7 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Declared:
-    """The child's ``declarations`` facts with their tensors, and the sizes they are read at."""
+    """The child's ``variant_facts.declarations`` facts with their tensors, and the sizes they are read at."""
 
     facts: Mapping[str, Any]
     tensors: Mapping[str, torch.Tensor]

@@ -4,7 +4,7 @@ A module holds the parameters of its variant as it holds its projections: ``rope
 ``rope_scaling`` on itself or its config, an ``inv_freq`` buffer, a ``sliding_window``, a
 soft-cap, a declared ``scaling``, ALiBi slopes, ``sinks``, ``q_norm``/``k_norm`` layers, a T5
 ``relative_attention_bias`` table. This module only reads them (plain JSON facts plus float64
-tensors); the parent (``variant_fit``) decides what they mean. It also names the constructs
+tensors); the parent (``reference.variant_fit``) decides what they mean. It also names the constructs
 the reference does not model (MLA latent projections, differential attention...), so that a
 mismatch on such a module is reported as skipped with the construct's name, not as ATT903.
 """

@@ -30,10 +30,10 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.overrides import TorchFunctionMode
 
 from attncheck.dynamic import kv_cache, kv_perturb
 from attncheck.dynamic.binding import all_sizes, size_for
+from attncheck.dynamic.recorder import Recorder, is_projection
 
 Tensors = dict[str, torch.Tensor]
 DROPOUT_RATE = 0.5
@@ -146,7 +146,7 @@ class _Target:
         """The (k, v) cache of the experiment's prefix, cut from a run of the module on it (``kv_cache``)."""
         spec = experiment["kv_cache"]
         prefix = self.tensors[spec["prefix"]]
-        with kv_cache.capture(instance, prefix, _is_projection) as seen:
+        with kv_cache.capture(instance, prefix, is_projection) as seen:
             self.call(instance, {"inputs": {"x": spec["prefix"]}})
         return kv_cache.cut(seen, spec["d_model"], spec["head_dim"])
 
@@ -247,9 +247,9 @@ def _run_experiment(target: _Target, experiment: dict, facts: dict, out: Tensors
     try:
         instance = target.instance(experiment.get("instance", "exact"))
         if experiment.get("record"):
-            recorder = _Recorder(instance, target.tensors, experiment["inputs"])
+            recorder = Recorder(instance, target.tensors, experiment["inputs"])
         if experiment.get("perturb_kv") and isinstance(instance, nn.Module):
-            perturbing = kv_perturb.install(instance, experiment["perturb_kv"], _is_projection)
+            perturbing = kv_perturb.install(instance, experiment["perturb_kv"], is_projection)
         if isinstance(instance, nn.Module):
             instance.train(experiment.get("mode") == "train")
             instance.zero_grad(set_to_none=True)
@@ -342,103 +342,3 @@ def _has_causal_buffer(instance: nn.Module) -> bool:
         if lower != upper:
             return True
     return False
-
-
-def _is_projection(layer: nn.Module) -> bool:
-    if isinstance(layer, nn.Linear):
-        return True
-    if isinstance(layer, nn.Conv1d):
-        return layer.kernel_size == (1,) and layer.groups == 1
-    weight = getattr(layer, "weight", None)
-    # GPT-2's Conv1D: a 2-D (in, out) weight and ``nf`` (out features); ``nx`` is not always stored.
-    return isinstance(weight, torch.Tensor) and weight.ndim == 2 and getattr(layer, "nf", None) == weight.shape[1]
-
-
-def _weight(layer: nn.Module) -> torch.Tensor:
-    """The weight in ``nn.Linear`` layout (out_features, in_features)."""
-    if isinstance(layer, nn.Linear):
-        return layer.weight
-    if isinstance(layer, nn.Conv1d):
-        return layer.weight.squeeze(-1)
-    return layer.weight.T  # GPT-2 Conv1D stores (in, out)
-
-
-class _Recorder(TorchFunctionMode):
-    """Forward hooks on every projection: which tensor each one read, and its weights.
-
-    As a torch function mode it also records every softmax (input shape and dim),
-    however spelled (``torch.softmax``, ``F.softmax``, ``Tensor.softmax``, ``nn.Softmax``).
-    """
-
-    def __init__(self, instance: Any, tensors: Tensors, roles: dict[str, str]):
-        super().__init__()
-        self.softmax: list[dict[str, Any]] = []
-        self.calls: list[tuple[str, nn.Module, str]] = []
-        self.handles = []
-        self.outputs: list[torch.Tensor] = []  # kept alive so storage pointers stay unique
-        self.pointers: dict[int, str] = {}
-        for role, name in roles.items():
-            self.pointers.setdefault(_pointer(tensors[name]), role)
-        if isinstance(instance, nn.Module):
-            for layer_name, layer in instance.named_modules():
-                if _is_projection(layer):
-                    self.handles.append(layer.register_forward_hook(self._hook(layer_name)))
-        self.__enter__()
-        self.active = True
-
-    def _hook(self, layer_name: str):
-        def hook(layer: nn.Module, args: tuple, output: Any) -> None:
-            read = "other"
-            if args and isinstance(args[0], torch.Tensor):
-                read = self.pointers.get(_pointer(args[0]), "other")
-            self.calls.append((layer_name, layer, read))
-            if isinstance(output, torch.Tensor):
-                self.outputs.append(output)
-                self.pointers.setdefault(_pointer(output), f"layer:{layer_name}")
-
-        return hook
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func in _SOFTMAX and args and isinstance(args[0], torch.Tensor):
-            dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
-            if isinstance(dim, int) and len(self.softmax) < 32:
-                self.softmax.append({"shape": list(args[0].shape), "dim": dim % max(args[0].ndim, 1)})
-        return func(*args, **kwargs)
-
-    def close(self) -> None:
-        if self.active:
-            self.__exit__(None, None, None)
-            self.active = False
-        for handle in self.handles:
-            handle.remove()
-        self.handles = []
-
-    def report(self, out: Tensors) -> list[dict[str, Any]]:
-        layers = []
-        for index, (name, layer, read) in enumerate(self.calls):
-            weight = _weight(layer).detach().to("cpu", torch.float64)
-            out[f"layer{index}/weight"] = weight
-            bias = getattr(layer, "bias", None)
-            if isinstance(bias, torch.Tensor):
-                out[f"layer{index}/bias"] = bias.detach().to("cpu", torch.float64)
-            layers.append(
-                {
-                    "name": name,
-                    "read": read,
-                    "out": weight.shape[0],
-                    "in": weight.shape[1],
-                    "bias": isinstance(bias, torch.Tensor),
-                }
-            )
-        self.outputs = []
-        return layers
-
-
-_SOFTMAX = {torch.softmax, torch.nn.functional.softmax, torch.Tensor.softmax, torch.special.softmax}
-
-
-def _pointer(tensor: torch.Tensor) -> int:
-    with contextlib.suppress(RuntimeError):
-        return tensor.untyped_storage().data_ptr()
-    return id(tensor)

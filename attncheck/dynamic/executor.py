@@ -95,6 +95,7 @@ class _Target:
         self.file = getattr(module, "__file__", None)
         self.instances: dict[str, Any] = {}
         self.candidate: dict | None = None
+        self.neutral: list | None = None  # the (shape, convention) of the all-keep mask a required mask gets
         self.dropout_calls = 0
 
     def construct(self, candidate: dict, rate: float) -> nn.Module:
@@ -133,14 +134,30 @@ class _Target:
         plan = self.unit["forward"]
         dtype = LOW_PRECISION.get(experiment.get("dtype", ""))
         args = [_lowered(self.tensors[experiment["inputs"][role]], dtype) for _, role in plan["roles"]]
+        if plan.get("rank") == 3:  # a function on (batch, seq, dim): the one head of (batch, 1, seq, dim)
+            args = [arg.squeeze(1) for arg in args]
         kwargs = dict(plan["extra"])
         kwargs.update({k: _lowered(self.tensors[v], dtype) for k, v in experiment.get("keywords", {}).items()})
         kwargs.update(experiment.get("constants", {}))  # plain JSON values: an integer position offset
         mask = experiment.get("mask")
-        if plan["mask_name"] and (mask is not None or plan["mask_required"]):
-            kwargs[plan["mask_name"]] = _lowered(self.tensors[mask], dtype) if mask is not None else None
+        if plan["mask_name"] and mask is not None:
+            kwargs[plan["mask_name"]] = _lowered(self.tensors[mask], dtype)
+        elif plan["mask_name"] and plan["mask_required"]:
+            kwargs[plan["mask_name"]] = self.neutral_mask(args)
         kwargs.update(extra or {})
         return instance(*args, **kwargs)
+
+    def neutral_mask(self, args: list[torch.Tensor]) -> torch.Tensor | None:
+        """A mask that keeps every key, in the chosen shape and convention, sized for these inputs."""
+        if self.neutral is None:
+            return None
+        shape, convention = self.neutral
+        query, key = args[0], args[1] if len(args) > 1 else args[0]
+        b, q, k = query.shape[0], query.shape[-2], key.shape[-2]
+        size = {"b11k": (b, 1, 1, k), "bk": (b, k), "bqk": (b, q, k), "b1qk": (b, 1, q, k)}[shape]
+        if convention in ("keep", "blocked"):
+            return torch.full(size, convention == "keep", dtype=torch.bool, device=query.device)
+        return torch.full(size, 1.0 if convention == "keep-float" else 0.0, dtype=query.dtype, device=query.device)
 
     def kv_cache(self, instance: nn.Module, experiment: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """The (k, v) cache of the experiment's prefix, cut from a run of the module on it (``kv_cache``)."""
@@ -218,8 +235,10 @@ def _run_target(
 
 
 def _choose_binding(target: _Target, first: dict, facts: dict, out: Tensors) -> bool:
-    """Try each candidate on the first experiment; keep the first that constructs and forwards."""
+    """Try each candidate (and, for a required mask, each all-keep mask) on the first experiment;
+    keep the first that constructs and forwards, with an output that is no fully masked one."""
     candidates = target.unit["candidates"] if target.unit["is_class"] else [None]
+    neutral = target.unit["forward"].get("neutral") or [None]
     for candidate in candidates:
         label = candidate["label"] if candidate else "function"
         try:
@@ -229,14 +248,28 @@ def _choose_binding(target: _Target, first: dict, facts: dict, out: Tensors) -> 
         except Exception as exc:  # any failure of user code is a fact, never a crash of the child
             facts["attempts"].append({"label": label, "stage": "construct", "error": error_facts(exc, target.file)})
             continue
-        if _run_experiment(target, first, facts, out):
-            facts["binding"] = label
-            return True
-        facts["attempts"].append(
-            {"label": label, "stage": "forward", "error": facts["experiments"][first["name"]]["error"]}
-        )
+        for spec in neutral:
+            target.neutral = spec
+            tried = label if spec is None else f"{label}, all-keep mask {spec[1]} {spec[0]}"
+            ran = _run_experiment(target, first, facts, out)
+            if ran and (spec is None or _informative(out[f"{first['name']}/out"])):
+                facts["binding"] = label
+                facts["neutral_mask"] = spec
+                return True
+            error = facts["experiments"][first["name"]].get("error") or _MASKED_EVERYTHING
+            facts["attempts"].append({"label": tried, "stage": "forward", "error": error})
     facts["binding"] = None
     return False
+
+
+_MASKED_EVERYTHING = {"type": "", "message": "the output is the same for every query (every key masked)", "line": None}
+
+
+def _informative(output: torch.Tensor) -> bool:
+    """Finite and different across queries: the all-keep mask did not mask every key."""
+    if output.ndim < 2 or not bool(output.isfinite().all()):
+        return False
+    return float((output - output.mean(dim=-2, keepdim=True)).abs().max()) > 1e-9
 
 
 def _run_experiment(target: _Target, experiment: dict, facts: dict, out: Tensors) -> bool:
@@ -295,6 +328,8 @@ def _split_output(result: Any, target: _Target, experiment: dict) -> tuple[torch
     items = _items(result)
     if not items or not isinstance(items[0], torch.Tensor):
         raise TypeError(f"forward returned {type(result).__name__}, not a tensor or a tuple starting with one")
+    if target.unit["forward"].get("rank") == 3:  # back to the (batch, 1, seq, dim) the parent planned
+        items = [t.unsqueeze(1) if isinstance(t, torch.Tensor) and t.ndim == 3 else t for t in items]
     roles = dict(experiment["inputs"])
     query = target.tensors[roles.get("query", roles.get("x"))]
     key = target.tensors[roles.get("key", roles.get("kv", roles.get("x")))]

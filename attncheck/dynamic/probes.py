@@ -25,6 +25,7 @@ from attncheck.dynamic import probes_lowprec as lowprec_probes
 from attncheck.dynamic import probes_rope as rope_probes
 from attncheck.dynamic import probes_structure as structure
 from attncheck.dynamic.binding import Binding, MaskConvention
+from attncheck.dynamic.mask_docs import documented_convention
 from attncheck.dynamic.rope import RopeSpec
 from attncheck.dynamic.tolerance import max_error, tolerance
 from attncheck.dynamic.weights import Assignment, assignments, layers_from
@@ -580,7 +581,8 @@ class Judge:
         target = self.binding.target
         if self.binding.declared_causal is not None:
             return self.binding.declared_causal, "declared in pyproject.toml"
-        built_non_causal = self.facts.get("flags", {}).get("is_causal") is False
+        # is_causal=False, a causal=False default: the word is there, its value is off
+        built_non_causal = self.facts.get("flags", {}).get("is_causal") is False or self.binding.code_not_causal
         if "causal" in target.kinds and not built_non_causal:
             return True, "the static pass marked it causal"
         if self.facts.get("causal_buffer"):
@@ -716,23 +718,3 @@ class Judge:
 def _combo_text(combo: str) -> str:
     shape, convention = combo.split("/")
     return f"{CONVENTION_TEXT[convention]} {SHAPE_TEXT[shape]}"
-
-
-_KEEP_DOC = re.compile(
-    r"(true|1|ones?)\s*(?:=|:|->|means|marks|for|indicates|is|are)?\s*(?:the\s+)?(?:positions?\s+|tokens?\s+|keys?\s+)?"
-    r"(?:to\s+|that\s+(?:are\s+|should\s+be\s+)?)?(keep|kept|attend|visible|valid|allowed|real)",
-    re.IGNORECASE,
-)
-_BLOCKED_DOC = re.compile(
-    r"(true|1|ones?)\s*(?:=|:|->|means|marks|for|indicates|is|are)?\s*(?:the\s+)?(?:positions?\s+|tokens?\s+|keys?\s+)?"
-    r"(?:to\s+|that\s+(?:are\s+|should\s+be\s+)?)?(?:be\s+)?(mask|ignor|block|pad|hidden|not\s+attend|drop)",
-    re.IGNORECASE,
-)
-
-
-def documented_convention(docs: str) -> MaskConvention | None:
-    """The mask convention a docstring states ("True = keep", "1 marks padding"...), if exactly one."""
-    keep, blocked = bool(_KEEP_DOC.search(docs)), bool(_BLOCKED_DOC.search(docs))
-    if keep == blocked:
-        return None
-    return "keep" if keep else "blocked"

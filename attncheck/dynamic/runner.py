@@ -109,7 +109,7 @@ def check_file(result: FileResult, options: DynamicOptions, child: Child) -> tup
         if rope_targets.applies(target) and target.name not in declarations:
             pending.append((index, rope_targets.plan(target, index)))  # type: ignore[arg-type]
             continue
-        binding = bind(target, declarations.get(target.name))
+        binding = bind(target, declarations.get(target.name), result.source.text)
         if binding.ok:
             pending.append((index, plan(binding, index, SEED)))
         else:

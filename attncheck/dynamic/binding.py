@@ -13,6 +13,7 @@ to declare it under ``[tool.attncheck.targets]``.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -267,6 +268,8 @@ class InitCandidate:
     config: Mapping[str, Any] | None = None
     dropout_names: tuple[str, ...] = ()
     heads: int = HEADS  # query heads this construction gives, for the reference
+    sets_width: bool = False  # an argument of this construction is the model width (by name or use)
+    by_use: tuple[str, ...] = ()  # arguments whose value was chosen from their use in __init__, not their name
 
     def to_request(self) -> dict[str, Any]:
         return {
@@ -327,6 +330,18 @@ class Binding:
     code_not_causal: bool = False  # every causal switch in the code is off (is_causal=False, causal=False)
 
     @property
+    def filled_hint(self) -> str:
+        """The declaration hint with the constructor values the first candidate tried."""
+        return declaration_hint(self.target, self.candidates[0].kwargs if self.candidates else None)
+
+    @property
+    def width_guessed(self) -> bool:
+        """No constructor argument, config or declaration sets the input width: 32 is the harness's guess."""
+        if not self.target.is_class or any(c.config or c.label == DECLARED for c in self.candidates):
+            return False
+        return not any(c.sets_width for c in self.candidates)
+
+    @property
     def ok(self) -> bool:
         return self.forward is not None and (bool(self.candidates) or not self.target.is_class)
 
@@ -345,10 +360,12 @@ class Binding:
         return replace(self, dims=replace(self.dims, heads=candidate.heads))
 
 
-def declaration_hint(target: Target) -> str:
-    """A one-line ``pyproject.toml`` declaration the user can fill in for this target."""
+def declaration_hint(target: Target, values: Mapping[str, Any] | None = None) -> str:
+    """A one-line ``pyproject.toml`` declaration the user can fill in for this target
+    (with the constructor ``values`` the harness tried, where it has them)."""
+    values = values or {}
     inits = [p.name for p in target.init_params if p.name != "self" and p.default is None][:3] or ["d_model"]
-    init = ", ".join(f"{name} = ..." for name in inits)
+    init = ", ".join(f"{name} = {json.dumps(values[name]) if name in values else '...'}" for name in inits)
     forward = ", ".join(f'"{p.name}"' for p in _call_params(target)) or '"query", "key", "value", "mask"'
     head = f"[tool.attncheck.targets.{target.name}]"
     init_part = f"init = {{{init}}}, " if target.is_class else ""
@@ -519,11 +536,14 @@ def _is_per_head_class(target: Target, forward: ForwardPlan) -> bool:
     return not any(param.name.lower() in sized for param in target.init_params)
 
 
+DECLARED = "declared in pyproject.toml"
+
+
 def _declared_candidate(init: Mapping[str, Any], declaration: Mapping[str, Any]) -> InitCandidate:
     dropout = tuple(name for name in init if size_for(name) == 0.0 and isinstance(init[name], float))
     kwargs = {name: (0.0 if name in dropout else value) for name, value in init.items()}
     heads = _declared_dims(init, declaration).heads
-    return InitCandidate("declared in pyproject.toml", kwargs, dropout_names=dropout, heads=heads)
+    return InitCandidate(DECLARED, kwargs, dropout_names=dropout, heads=heads)
 
 
 def _declared_dims(init: Mapping[str, Any], declaration: Mapping[str, Any]) -> Dims:
@@ -550,10 +570,12 @@ def _infer_candidates(target: Target, code: source_facts.CodeFacts) -> tuple[Ini
     dropout: list[str] = []
     config: dict[str, Any] | None = None
     unknown: list[str] = []
+    by_use: list[str] = []
     for param in params:
         value = size_for(param.name)
         if value is None and param.default is None and not _is_config(param, target):
             value = _BY_USE.get(code.init_uses.get(param.name, ""))
+            by_use += [param.name] if value is not None else []
         if value is not None:
             kwargs[param.name] = value
             if isinstance(value, float) and not isinstance(value, bool):
@@ -574,7 +596,8 @@ def _infer_candidates(target: Target, code: source_facts.CodeFacts) -> tuple[Ini
         kept = {name: value for name, value in kwargs.items() if name not in defaults}
         heads = next((int(v) for k, v in defaults.items() if k.lower() in HEAD_NAMES and v.isdigit()), HEADS)
         candidates.append(_candidate(kept, config, tuple(dropout), heads, note="head counts at defaults"))
-    return tuple(candidates)
+    widths = {n for n in kwargs if n.lower() in MODEL_DIM_NAMES | HEAD_DIM_NAMES or code.init_uses.get(n) == "width"}
+    return tuple(replace(c, sets_width=bool(widths & set(c.kwargs)), by_use=tuple(by_use)) for c in candidates)
 
 
 _COUNT_NAMES = HEAD_NAMES | KV_HEAD_NAMES

@@ -34,7 +34,7 @@ def documented_convention(docs: str) -> MaskConvention | None:
 
 
 _SHAPE = r"\(([^()]*)\)"
-_QUERY_WORDS = re.compile(r"^(q|query|tgt|target|l|t|q_len|query_len|tgt_len|seq_q)$", re.IGNORECASE)
+_BATCH_WORDS = re.compile(r"^(b|n|bs|bsz|batch|batch_size|nbatches|num_batches)$", re.IGNORECASE)
 
 
 def documented_shape(docs: str, mask_name: str) -> MaskShape | None:
@@ -43,7 +43,9 @@ def documented_shape(docs: str, mask_name: str) -> MaskShape | None:
     if match is None:
         return None
     parts = [part.strip() for part in match.group(1).split(",") if part.strip()]
-    if len(parts) == 2 and not _QUERY_WORDS.match(parts[0]):
+    if not parts or not _BATCH_WORDS.match(parts[0]):
+        return None  # (seq, seq), (tgt_len, src_len): not a shape the harness tries
+    if len(parts) == 2:
         return "bk"
     if len(parts) == 3:
         return "bqk"

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attncheck.dynamic import explain, reference
+from attncheck.dynamic import explain, reference, unmodelled
 from attncheck.dynamic import probes_cache as cache_probes
 from attncheck.dynamic import probes_gqa as gqa_probes
 from attncheck.dynamic import probes_lowprec as lowprec_probes
@@ -256,6 +256,7 @@ class Judge:
         self.experiments = {e["name"]: e for e in plan.unit["experiments"]}
         self.tol = tolerance(torch.float64, 0.0)
         self.fit: Fit | None = None
+        self.unmodelled = ""  # why the reference cannot model this target (the target is skipped, never ATT903)
 
     # -- helpers
 
@@ -412,11 +413,36 @@ class Judge:
         found = explain.diagnose_judge(self, ["plain", "self"])
         if found is not None:
             return Verdict(Check("reference", "failed", f"{detail}; {found.detail}"), found.code, found.message)
+        self.unmodelled = self.unmodelled_construct()
+        if self.unmodelled:
+            return Verdict(Check("reference", "skipped", f"{detail}; {self.unmodelled}"))
         return Verdict(
             Check("reference", "failed", detail),
             "ATT903",
             f"output differs from the reference by {worst:.3g} (tolerance {self.tol:g}) on {worst_kind}",
         )
+
+    def unmodelled_construct(self) -> str:
+        """Why the reference cannot model the plain output ('' when it could have)."""
+        query, key, _ = self.role_inputs("plain")
+        axis = unmodelled.other_axis(self.facts.get("softmax"), query.shape[-2], key.shape[-2])
+        if axis or "ATT201" in self.static_codes or self.fit is None or self.style == "function":
+            return axis or ""
+        dims, causal = self.binding.dims, self.fit.causal
+        head_dim, value = dims.width // dims.heads, self.role_inputs("plain")[2]
+        layers = layers_from(self.facts.get("layers", []), self.out)
+        for assignment in assignments(layers, dims.width, dims.heads):
+
+            def scaled(scale: float, assignment: Assignment = assignment) -> torch.Tensor:
+                return reference.mha(
+                    query, key, value, assignment.projections, dims.heads,
+                    num_kv_heads=assignment.kv_heads, causal=causal, scale=scale,
+                )
+
+            factor = unmodelled.fitted_scale(self.output("plain"), scaled, head_dim, self.tol)
+            if factor is not None:
+                return unmodelled.scale_text(factor, head_dim)
+        return ""
 
     def mask_checks(self) -> Iterator[Verdict]:
         if not (self.binding.forward and self.binding.forward.mask_name):
@@ -424,13 +450,9 @@ class Judge:
             return
         combos = [f"{s}/{c}" for s in SHAPES for c in CONVENTIONS]
         ran = [c for c in combos if self.ran(f"mask/{c}")]
-        if not ran:
-            error = self.facts["experiments"][f"mask/{combos[0]}"]["error"]
-            yield Verdict(
-                Check("reference-masked", "failed", f"every mask convention raised: {error['message']}"),
-                "ATT901",
-                f"forward raises when given a mask: {error['type']}: {error['message']}",
-            )
+        refused = self.refused_mask(combos, ran)
+        if refused is not None:
+            yield refused
             return
         errors = {c: self.masked_error(c) for c in ran}
         matches = [c for c in ran if errors[c] <= self.tol]
@@ -462,6 +484,29 @@ class Judge:
         yield self.convention_check(matches, documented)
         yield leak
         yield self.fully_masked(self.choose_combo(matches, documented, ran))
+
+    def refused_mask(self, combos: list[str], ran: list[str]) -> Verdict | None:
+        """ATT901 when the mask its documentation promises raises (even if another shape works);
+        skipped when every mask the harness guessed raised and nothing promises one of them."""
+        shape = self.binding.forward.mask_shape if self.binding.forward else None
+        declared = self.binding.declared_mask
+        promised = [
+            combo
+            for combo in combos
+            if (shape or declared) and combo.split("/")[0] == (shape or combo.split("/")[0])
+            and combo.split("/")[1] == (declared or combo.split("/")[1])
+        ]
+        if ran and (not promised or set(promised) & set(ran)):
+            return None
+        first = (promised or combos)[0]
+        error = self.facts["experiments"][f"mask/{first}"]["error"]
+        if promised:
+            source = "declared" if declared else "documented"
+            text = f"a mask as {source} ({_combo_text(first)}) raised {error['type']}: {error['message']}"
+            return Verdict(Check("reference-masked", "failed", text), "ATT901", f"forward raises when {text}")
+        tried = "every mask shape and convention the harness tried raised"
+        hint = 'declare the mask in pyproject.toml (mask = "keep" | "blocked" | "additive") or document its shape'
+        return Verdict(Check("reference-masked", "skipped", f"{tried} ({error['type']}: {error['message']}); {hint}"))
 
     def fit_ok(self) -> bool:
         """The unmasked output matches the reference: a mask failure is the mask's alone."""

@@ -20,7 +20,7 @@ import torch
 
 from attncheck.catalogue import CODES
 from attncheck.dynamic import crashes as crashes_module
-from attncheck.dynamic import rope_targets
+from attncheck.dynamic import fault, rope_targets
 from attncheck.dynamic.binding import Binding, bind
 from attncheck.dynamic.probes import Judge, Plan, plan
 from attncheck.findings import Check, Finding, Target, TargetResult
@@ -178,12 +178,16 @@ def judge(
     checks: list[Check] = []
     findings: list[Finding] = []
     static_codes = {f.code for f in result.findings if f.target == target.name}
-    for verdict in Judge(target_plan, facts, tensors, static_codes).verdicts():
+    judging = Judge(target_plan, facts, tensors, static_codes)
+    for verdict in judging.verdicts():
         checks.append(verdict.check)
         if verdict.code and not any(f.code == verdict.code for f in findings):
             findings.append(_finding(verdict.code, verdict.message, target, result, [verdict.check.detail]))
-    status = "failed" if any(c.status == "failed" for c in checks) else "passed"
-    return TargetResult(target, status, checks=checks, device=device), findings
+    if any(c.status == "failed" for c in checks):
+        return TargetResult(target, "failed", checks=checks, device=device), findings
+    if judging.unmodelled:  # the properties held, but the reference could not say whether the output is right
+        return TargetResult(target, "skipped", judging.unmodelled, checks=checks, device=device), findings
+    return TargetResult(target, "passed", checks=checks, device=device), findings
 
 
 def _unbound(
@@ -200,6 +204,10 @@ def _unbound(
         line_text = _source_line(result, error["line"])
         head_dim = binding.dims.d_model // binding.dims.heads
         named = crashes_module.classify(error["type"], error["message"], line_text, head_dim)
+        guess = None if named else fault.harness_guess(binding, error, line_text)
+        if guess is not None:
+            reason = f"{message}, on an input the harness guessed ({guess}); {binding.filled_hint}"
+            return TargetResult(target, "skipped", reason, [Check("forward", "skipped", reason)], device), []
         code, text = (named.code, f"{named.message} (line {error['line']})") if named else ("ATT901", message)
         evidence = [f"bound with {crashes[0]['label']}", f"raised at line {error['line']}"]
         finding = _finding(code, text, target, result, evidence)

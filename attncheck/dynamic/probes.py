@@ -502,8 +502,13 @@ class Judge:
         error = self.facts["experiments"][f"mask/{first}"]["error"]
         if promised:
             source = "declared" if declared else "documented"
-            text = f"a mask as {source} ({_combo_text(first)}) raised {error['type']}: {error['message']}"
-            return Verdict(Check("reference-masked", "failed", text), "ATT901", f"forward raises when {text}")
+            what = f"a mask as {source} ({_combo_text(first)})"
+            raised = f"{error['type']}: {error['message']}"
+            return Verdict(
+                Check("reference-masked", "failed", f"{what} raised {raised}"),
+                "ATT901",
+                f"forward raises on {what}: {raised}",
+            )
         tried = "every mask shape and convention the harness tried raised"
         hint = 'declare the mask in pyproject.toml (mask = "keep" | "blocked" | "additive") or document its shape'
         return Verdict(Check("reference-masked", "skipped", f"{tried} ({error['type']}: {error['message']}); {hint}"))

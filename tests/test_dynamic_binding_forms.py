@@ -178,3 +178,12 @@ def test_einsum_with_a_weight_is_a_projection_only_on_the_last_axis():
     assert torch.equal(_einsum_weight("bsd", "ed", "bse", weight), weight)
     assert _einsum_weight("bsd", "de", "bsd", weight) is None
     assert _einsum_weight("bhqd", "bhkd", "bhqk", weight) is None
+
+
+def test_rotary_inputs_are_built_from_the_files_own_helper():
+    path = FIXTURES / "correct" / "bind_rotary_inputs.py"
+    binding = bind(_target(path, "Attention"), None, path.read_text())
+    assert binding.forward.roles == (("x", "x"),)
+    assert binding.forward.generated == (("start_pos", "offset"), ("freqs_cis", "precompute_freqs_cis"))
+    without_helper = path.read_text().replace("def precompute_freqs_cis", "def make_table")
+    assert "freqs_cis" in bind(_target(path, "Attention"), None, without_helper).reason

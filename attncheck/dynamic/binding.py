@@ -296,6 +296,8 @@ class ForwardPlan:
     # A required mask: the all-keep masks to try, (shape, convention) in order, for calls that test no mask.
     neutral: tuple[tuple[MaskShape, MaskConvention | Literal["keep-float"]], ...] = ()
     mask_shape: MaskShape | None = None  # the mask's shape its documentation gives
+    # Required non-hidden inputs the child builds per call: (name, "ids" | "offset" | a helper's name for freqs_cis)
+    generated: tuple[tuple[str, str], ...] = ()
 
     @property
     def style(self) -> Style:
@@ -312,6 +314,7 @@ class ForwardPlan:
             "extra": dict(self.extra),
             "neutral": [list(spec) for spec in self.neutral],
             "rank": self.rank,
+            "generated": [list(pair) for pair in self.generated],
         }
 
 
@@ -663,10 +666,12 @@ def _infer_forward(target: Target, code: source_facts.CodeFacts) -> ForwardPlan 
     mask = _mask_param(target, params)
     required = [p for p in params if p.default is None and p is not mask and p.kind == "positional"]
     named = _roles_by_name(required, code)
+    generated: tuple[tuple[str, str], ...] = ()
     if named is not None:
         roles, extra = named
     else:
-        names = [p.name for p in required]
+        generated = _generated_inputs([p.name for p in required if NOT_HIDDEN.search(p.name)], code)
+        names = [p.name for p in required if p.name not in dict(generated)]
         others = [name for name in names if NOT_HIDDEN.search(name)]
         if others:
             return f"forward needs {', '.join(others)}, which are not hidden states: cannot tell what to pass"
@@ -679,7 +684,27 @@ def _infer_forward(target: Target, code: source_facts.CodeFacts) -> ForwardPlan 
     if not target.is_class:
         extra = {**_dropout_extras(params), **extra}
     mask_name = mask.name if mask else None
-    return ForwardPlan(roles, mask_name, bool(mask and mask.default is None), extra)
+    required_mask = bool(mask and mask.default is None)
+    return ForwardPlan(roles, mask_name, required_mask, extra, generated=generated)
+
+
+_FREQS_HELPER = re.compile(r"freqs_cis|precompute_freqs|precompute_rope", re.IGNORECASE)
+
+
+def _generated_inputs(names: list[str], code: source_facts.CodeFacts) -> tuple[tuple[str, str], ...]:
+    """Required rotary inputs the child can build: position ids, a start offset, and ``freqs_cis`` from
+    the file's own helper (``precompute_freqs_cis(head_dim, seq_len)``)."""
+    helper = next((name for name in sorted(code.functions) if _FREQS_HELPER.search(name)), None)
+    built: list[tuple[str, str]] = []
+    for name in names:
+        lowered = name.lower()
+        if lowered in POSITION_TENSOR_NAMES:
+            built.append((name, "ids"))
+        elif lowered in POSITION_OFFSET_NAMES:
+            built.append((name, "offset"))
+        elif "freqs_cis" in lowered and helper is not None:
+            built.append((name, helper))
+    return tuple(built)
 
 
 def _roles_by_count(names: list[str]) -> tuple[tuple[str, Role], ...] | str:

@@ -144,8 +144,24 @@ class _Target:
             kwargs[plan["mask_name"]] = _lowered(self.tensors[mask], dtype)
         elif plan["mask_name"] and plan["mask_required"]:
             kwargs[plan["mask_name"]] = self.neutral_mask(args)
+        kwargs.update(self.generated(args))
         kwargs.update(extra or {})
         return instance(*args, **kwargs)
+
+    def generated(self, args: list[torch.Tensor]) -> dict[str, Any]:
+        """Rotary inputs a forward requires, built for these inputs: positions 0..s-1, a start offset
+        of 0, ``freqs_cis`` from the module's own helper for one head's width."""
+        query = args[0]
+        b, s = query.shape[0], query.shape[-2]
+        built: dict[str, Any] = {}
+        for name, kind in self.unit["forward"].get("generated", []):
+            if kind == "ids":
+                built[name] = torch.arange(s, device=query.device).expand(b, s)
+            elif kind == "offset":
+                built[name] = 0
+            else:
+                built[name] = getattr(self.module, kind)(self.unit["head_dim"], s).to(query.device)
+        return built
 
     def neutral_mask(self, args: list[torch.Tensor]) -> torch.Tensor | None:
         """A mask that keeps every key, in the chosen shape and convention, sized for these inputs."""

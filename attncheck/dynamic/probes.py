@@ -190,6 +190,7 @@ def plan(binding: Binding, index: int, seed: int) -> Plan:
     unit = {
         "name": binding.target.name,
         "is_class": is_class,
+        "head_dim": binding.dims.width // binding.dims.heads,
         "candidates": [c.to_request() for c in binding.candidates],
         "forward": binding.forward.to_request() if binding.forward else None,
         "experiments": planner.experiments,

@@ -35,6 +35,7 @@ class CodeFacts:
     none_checked: frozenset[str] = frozenset()  # forward arguments the code compares with None
     causal_off: bool = False  # every ``causal`` the code spells is False
     forward_doc: str = ""
+    functions: frozenset[str] = frozenset()  # the file's top-level functions (``precompute_freqs_cis``)
 
 
 def read(source: str, name: str, line: int) -> CodeFacts:
@@ -67,6 +68,7 @@ def read(source: str, name: str, line: int) -> CodeFacts:
         none_checked=_none_checked(forward) if forward is not None else frozenset(),
         causal_off=_causal_off(node, init),
         forward_doc=(ast.get_docstring(forward) or "") if forward is not None else "",
+        functions=frozenset(n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))),
     )
 
 

@@ -187,3 +187,10 @@ def test_rotary_inputs_are_built_from_the_files_own_helper():
     assert binding.forward.generated == (("start_pos", "offset"), ("freqs_cis", "precompute_freqs_cis"))
     without_helper = path.read_text().replace("def precompute_freqs_cis", "def make_table")
     assert "freqs_cis" in bind(_target(path, "Attention"), None, without_helper).reason
+
+
+def test_a_block_around_an_attention_child_is_not_a_target_but_a_wrapper_of_torch_mha_is():
+    block = file_result(FIXTURES / "correct" / "bind_block_with_attention.py")
+    assert [t.name for t in block.targets] == ["CausalSelfAttention"]
+    wrapper = file_result(FIXTURES / "correct" / "bind_mha_wrapper.py")
+    assert [t.name for t in wrapper.targets] == ["Block"]

@@ -336,7 +336,9 @@ class Judge:
         return found
 
     def _verdicts(self) -> Iterator[Verdict]:
-        yield Verdict(Check("forward", "passed", f"bound with {self.facts.get('binding')}"))
+        neutral = self.facts.get("neutral_mask")
+        mask = f"; the required mask, when no mask is tested: all-keep {neutral[1]} {neutral[0]}" if neutral else ""
+        yield Verdict(Check("forward", "passed", f"bound with {self.facts.get('binding')}{mask}"))
         shape_ok = tuple(self.facts["experiments"]["plain"]["shape"]) == self.expected_shape()
         yield self.shape(shape_ok)
         self.fit = self.best_fit() if shape_ok else None

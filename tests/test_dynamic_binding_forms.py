@@ -197,6 +197,7 @@ def test_a_block_around_an_attention_child_is_not_a_target_but_a_wrapper_of_torc
 
 
 def test_the_forward_check_says_which_all_keep_mask_a_required_mask_got():
-    _, results = check_file(file_result(FIXTURES / "correct" / "bind_required_mask_qkv.py"), Options(), in_process_child)
+    path = FIXTURES / "correct" / "bind_required_mask_qkv.py"
+    _, results = check_file(file_result(path), Options(), in_process_child)
     forward = next(c for c in results[0].checks if c.name == "forward")
     assert forward.detail.endswith("the required mask, when no mask is tested: all-keep keep b11k")

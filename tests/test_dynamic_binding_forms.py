@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attncheck.dynamic import source_facts
-from attncheck.dynamic.binding import bind
-from attncheck.dynamic.mask_docs import documented_shape
-from attncheck.dynamic.recorder import _einsum_weight
+from attncheck.dynamic.binding import source_facts
+from attncheck.dynamic.binding.bind import bind
+from attncheck.dynamic.binding.mask_docs import documented_shape
+from attncheck.dynamic.inside.recorder import _einsum_weight
 from attncheck.dynamic.runner import check_file
 from tests.dynamic_support import FIXTURES, Options, file_result, in_process_child, write_module
 

@@ -9,7 +9,7 @@ import torch
 
 from attncheck.dynamic.binding import source_facts
 from attncheck.dynamic.binding.bind import bind
-from attncheck.dynamic.binding.mask_docs import documented_shape
+from attncheck.dynamic.binding.mask_docs import documented_float, documented_shape
 from attncheck.dynamic.inside.recorder import _einsum_weight
 from attncheck.dynamic.runner import check_file
 from tests.dynamic_support import FIXTURES, Options, file_result, in_process_child, write_module
@@ -201,3 +201,9 @@ def test_the_forward_check_says_which_all_keep_mask_a_required_mask_got():
     _, results = check_file(file_result(path), Options(), in_process_child)
     forward = next(c for c in results[0].checks if c.name == "forward")
     assert forward.detail.endswith("the required mask, when no mask is tested: all-keep keep b11k")
+
+
+def test_a_float_01_mask_is_read_from_the_documentation():
+    assert documented_float("attn_mask: (batch, seq_len) float, 1 = attend, 0 = padding.", "attn_mask")
+    assert not documented_float("attn_mask: (batch, seq_len) bool, True = attend.", "attn_mask")
+    assert not documented_float("mask: bool.\nscores are float", "mask")

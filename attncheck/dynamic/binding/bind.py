@@ -20,7 +20,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from attncheck.dynamic.binding import source_facts
-from attncheck.dynamic.binding.mask_docs import MaskConvention, MaskShape, documented_convention, documented_shape
+from attncheck.dynamic.binding.mask_docs import (
+    MaskConvention,
+    MaskShape,
+    documented_convention,
+    documented_float,
+    documented_shape,
+)
 from attncheck.findings import Parameter, Target
 
 D_MODEL = 32
@@ -296,6 +302,7 @@ class ForwardPlan:
     # A required mask: the all-keep masks to try, (shape, convention) in order, for calls that test no mask.
     neutral: tuple[tuple[MaskShape, MaskConvention | Literal["keep-float"]], ...] = ()
     mask_shape: MaskShape | None = None  # the mask's shape its documentation gives
+    mask_float: bool = False  # documented as a float 0/1 mask: keep and blocked masks go as 1.0/0.0
     # Required non-hidden inputs the child builds per call: (name, "ids" | "offset" | a helper's name for freqs_cis)
     generated: tuple[tuple[str, str], ...] = ()
 
@@ -315,6 +322,7 @@ class ForwardPlan:
             "neutral": [list(spec) for spec in self.neutral],
             "rank": self.rank,
             "generated": [list(pair) for pair in self.generated],
+            "mask_float": self.mask_float,
         }
 
 
@@ -446,13 +454,14 @@ def _with_mask_order(target: Target, forward: ForwardPlan, declared: Any, docs: 
     if forward.mask_name is None:
         return forward
     shape = documented_shape(docs, forward.mask_name)
+    forward = replace(forward, mask_shape=shape, mask_float=documented_float(docs, forward.mask_name))
     if not forward.mask_required:
-        return replace(forward, mask_shape=shape)
+        return forward
     convention = declared or documented_convention(docs)
     shapes = sorted(_NEUTRAL_SHAPES, key=lambda s: s != shape)
     conventions = sorted(_NEUTRAL_CONVENTIONS, key=lambda c: c != convention)
     neutral = tuple((s, c) for c in conventions for s in shapes)
-    return replace(forward, mask_shape=shape, neutral=neutral)
+    return replace(forward, neutral=neutral)
 
 
 def _with_rank(target: Target, forward: ForwardPlan, code: source_facts.CodeFacts) -> ForwardPlan | str:

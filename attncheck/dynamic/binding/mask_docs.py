@@ -52,3 +52,9 @@ def documented_shape(docs: str, mask_name: str) -> MaskShape | None:
     if len(parts) == 4 and parts[1] == "1":
         return "b11k" if parts[2] == "1" else "b1qk"
     return None
+
+
+def documented_float(docs: str, mask_name: str) -> bool:
+    """The documentation gives ``mask_name`` as a float 0/1 mask ("attn_mask: (b, s) float, 1 = attend"):
+    its keep and blocked masks are passed as 1.0/0.0, not bool (``1.0 - mask`` raises on a bool)."""
+    return re.search(rf"\b{re.escape(mask_name)}\b[^\n]{{0,80}}\bfloat", docs) is not None

@@ -142,7 +142,7 @@ class _Target:
         kwargs.update(experiment.constants)  # plain JSON values: an integer position offset
         mask = experiment.mask
         if plan["mask_name"] and mask is not None:
-            kwargs[plan["mask_name"]] = _lowered(self.tensors[mask], dtype)
+            kwargs[plan["mask_name"]] = self.as_accepted(_lowered(self.tensors[mask], dtype), args[0])
         elif plan["mask_name"] and plan["mask_required"]:
             kwargs[plan["mask_name"]] = self.neutral_mask(args)
         kwargs.update(self.generated(args))
@@ -163,6 +163,13 @@ class _Target:
             else:
                 built[name] = getattr(self.module, kind)(self.unit["head_dim"], s).to(query.device)
         return built
+
+    def as_accepted(self, mask: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
+        """A bool mask as 1.0/0.0 where the module takes float 0/1 masks (documented so, or the
+        all-keep mask it accepted was float ones)."""
+        accepted_floats = self.neutral is not None and self.neutral[1] == "keep-float"
+        floats = self.unit["forward"].get("mask_float") or accepted_floats
+        return mask.to(query.dtype) if floats and mask.dtype == torch.bool else mask
 
     def neutral_mask(self, args: list[torch.Tensor]) -> torch.Tensor | None:
         """A mask that keeps every key, in the chosen shape and convention, sized for these inputs."""

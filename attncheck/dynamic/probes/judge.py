@@ -536,6 +536,15 @@ class Judge:
                 "documentation says to keep "
                 f"(documented {CONVENTION_TEXT[documented]}, behaves as {CONVENTION_TEXT[inverse]})",
             )
+        tried = any(self.ran(f"mask/{shape}/{documented}") for shape in SHAPES)
+        if found == {"additive"} and tried:  # the documented 0/1 mask ran and did not mask: it is added
+            return Verdict(
+                Check("mask-convention", "failed", detail),
+                "ATT301",
+                "a 0/1 mask is added to the scores: the module behaves as if its mask were additive "
+                f"(0 / large negative), but its documentation gives {CONVENTION_TEXT[documented]}; adding 1 "
+                "to kept keys and 0 to the others blocks nothing. Fix: masked_fill(mask == 0, finfo.min)",
+            )
         return Verdict(Check("mask-convention", "passed", detail))
 
     def masked_keys(self, combo: str) -> Verdict:

@@ -203,6 +203,7 @@ _ROLE_ALIASES: dict[str, Role] = {
     "context": "kv",
     "mask": "mask",
 }
+ROLE_NAMES = tuple(_ROLE_ALIASES)  # what a declaration's forward may name (config.py validates it)
 # Required forward arguments bound by their names (``forward(values, keys, query, mask)``), before their count.
 _NAMED_ROLES: dict[str, Role] = {
     **{name: role for name, role in _ROLE_ALIASES.items() if role != "mask"},

@@ -10,7 +10,7 @@ from collections import deque
 import libcst as cst
 
 from attncheck.static.analysis.flow import FlowQueries
-from attncheck.static.analysis.patterns import method_name
+from attncheck.static.analysis.patterns import method_name, product_operands
 from attncheck.static.analysis.scales import ScaleQueries
 from attncheck.static.analysis.syntax import (
     _ATTENTION_CALL,
@@ -101,7 +101,7 @@ class HeadQueries(ScaleQueries):
             "torch.nn.functional.conv2d",
         }:
             return True
-        operands = self.product_operands(call)
+        operands = product_operands(call, self.facts)
         return bool(operands) and any(self_attribute(_base(o)) for o in operands)
 
     def provenance(
@@ -236,7 +236,7 @@ class HeadQueries(ScaleQueries):
                 found.extend(positional(call))
         if weights:
             for node in _walk_expression(fn.node.body):
-                operands = self.product_operands(node)
+                operands = product_operands(node, self.facts)
                 if operands is not None and len(operands) == 2:
                     first, second = operands
                     if self._computed_from(first, weights, fn):

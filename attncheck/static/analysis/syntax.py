@@ -233,17 +233,21 @@ def _is_big_literal(node: cst.CSTNode) -> bool:
     return type(node) in (cst.Integer, cst.Float) and abs(number_value(node)) >= 1e4  # type: ignore[arg-type]
 
 
-def _walk_expression(expr: cst.CSTNode) -> Iterator[cst.CSTNode]:
+def _walk_expression(expr: cst.CSTNode, indices: bool = True) -> Iterator[cst.CSTNode]:
     """``expr`` and the sub-expressions its value is made of, without entering lambdas or
     nested scopes. The condition of ``a if cond else b`` and the module or function called
     (``self.pos_embed`` in ``self.pos_embed(q)``, whose constructor arguments are not its
-    output) are not part of the value."""
+    output) are not part of the value; with ``indices=False`` neither is what a subscript
+    selects with (``bias[:, keep.bool()]`` holds ``bias``'s values, not 0/1 ones)."""
     stack, readers = [expr], subtree.READERS
     while stack:
         node = stack.pop()
         yield node
         kind = type(node)
         if kind is cst.Lambda or kind is cst.FunctionDef:
+            continue
+        if kind is cst.Subscript and not indices:
+            stack.append(node.value)
             continue
         if kind is cst.Attribute:
             if self_attribute(node) is None:

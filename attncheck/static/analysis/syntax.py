@@ -224,6 +224,20 @@ def short_code(module: cst.Module, node: cst.CSTNode) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def rearrange_sides(call: cst.Call, facts: FileFacts) -> tuple[str, str] | None:
+    """The input and output sides of an einops ``rearrange(x, 'b c h w -> b (h w) c')``, else None."""
+    if not (facts.canonical(call.func) or "").endswith("rearrange"):
+        return None
+    args = positional(call)
+    if len(args) < 2:
+        return None
+    pattern = string_value(args[1])
+    if not pattern or "->" not in pattern:
+        return None
+    left, right = pattern.split("->", 1)
+    return left, right
+
+
 def _count_axes(side: str) -> int:
     return len(re.findall(r"\([^)]*\)|[A-Za-z_][A-Za-z0-9_]*|\.\.\.", side))
 

@@ -12,9 +12,11 @@ reports it and goes on.
 
 from __future__ import annotations
 
+import ast
 import io
 import json
 import re
+import stat
 import tokenize
 from bisect import bisect_right
 from dataclasses import dataclass, field
@@ -27,6 +29,8 @@ STDIN = "-"
 
 # A line IPython handles itself: ``%timeit``, ``!pip``, ``x = !ls``, ``obj?``.
 _MAGIC_LINE = re.compile(r"^\s*(?:[%!]|\w+\s*=\s*[%!]|[\w.]+\?{1,2}\s*$)")
+# Half of a UTF-16 pair alone: JSON's ``\ud800`` escape decodes to one, which no file can hold.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -74,16 +78,63 @@ class FileError:
     path: str
     message: str
     level: Literal["error", "note"] = "error"
+    span: Span | None = None  # where, when the problem has a place (a syntax error)
+
+
+def syntax_error(source: Source, fallback: str) -> FileError:
+    """A file that does not parse, reported where Python puts the error and in its words
+    (``'(' was never closed``), so ``path:line:col`` matches what ``python file.py`` says.
+    ``fallback`` is the parser's own message, for text Python compiles after all."""
+    return python_syntax_error(source) or FileError(source.path, fallback)
+
+
+def python_syntax_error(source: Source) -> FileError | None:
+    """Python's own syntax error of a text (its C parser: no libcst), or None when it compiles."""
+    try:
+        compile(source.text, source.path, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+    except SyntaxError as error:
+        span = source.locate(error.lineno or 1, max(error.offset or 1, 1))
+        return FileError(source.path, f"syntax error: {error.msg}", span=span)
+    except (ValueError, RecursionError, MemoryError):
+        pass
+    return None
 
 
 def read_path(path: Path, shown: str | None = None) -> Source | FileError:
     """Read a ``.py`` or ``.ipynb`` file from disk."""
     shown = shown if shown is not None else str(path)
+    data = read_regular(path, shown)
+    if isinstance(data, FileError):
+        return data
+    return from_bytes(data, shown, notebook=path.suffix == ".ipynb")
+
+
+def special_kind(path: Path) -> str | None:
+    """What ``path`` is when it is no regular file (``a FIFO``, ``a device``, ``a socket``), read
+    from its status only: opening a FIFO with no writer blocks forever. None for a regular file,
+    a folder, or a path that cannot be looked at (reading it then says why)."""
     try:
-        data = path.read_bytes()
+        mode = path.stat().st_mode
+    except OSError:
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return None
+
+
+def read_regular(path: Path, shown: str) -> bytes | FileError:
+    """The bytes of a regular file; a FileError for a special file (never opened) or a failed read."""
+    kind = special_kind(path)
+    if kind is not None:
+        return FileError(shown, f"not a regular file ({kind}): not read")
+    try:
+        return path.read_bytes()
     except OSError as error:
         return FileError(shown, f"cannot read file: {error.strerror or error}")
-    return from_bytes(data, shown, notebook=path.suffix == ".ipynb")
 
 
 def from_bytes(data: bytes, shown: str, *, notebook: bool = False) -> Source | FileError:
@@ -125,13 +176,25 @@ def _notebook(data: bytes, shown: str) -> Source | FileError:
     for number, cell in enumerate(cells, start=1):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
-        source = cell.get("source", "")
-        text = "".join(source) if isinstance(source, list) else str(source)
+        text = _cell_text(cell.get("source", ""))
+        if text is None:
+            return FileError(shown, f"invalid notebook: cell {number}'s source is not text or a list of lines")
+        if _SURROGATE.search(text):
+            return FileError(shown, f"invalid notebook: cell {number} holds a lone surrogate (not encodable text)")
         starts.append((len(lines) + 1, number))
         lines.extend(_code_lines(text))
     if not starts:
         return Source(shown, "", cells=())
     return Source(shown, "\n".join(lines) + "\n", cells=tuple(starts))
+
+
+def _cell_text(source: object) -> str | None:
+    """A cell's ``source`` as one text (nbformat: a string or a list of strings), else None."""
+    if isinstance(source, str):
+        return source
+    if isinstance(source, list) and all(isinstance(line, str) for line in source):
+        return "".join(source)
+    return None
 
 
 def _code_lines(cell_text: str) -> list[str]:

@@ -174,3 +174,19 @@ def test_causal_diagonal_leaves_offset_diagonals_alone() -> None:
         "    return s.masked_fill(m == 0, -1e4)\n"
     )
     assert [f for f in lint_text(text) if f.code == "ATT305"] == []
+
+
+def test_hf_attention_mask_added_without_evidence_is_not_flagged():
+    text = (
+        "import torch\n"
+        "def attend(q, k, v, attention_mask=None):\n"
+        "    scores = q @ k.transpose(-1, -2) / q.size(-1) ** 0.5\n"
+        "    if attention_mask is not None:\n"
+        "        scores = scores + attention_mask\n"
+        "    return torch.softmax(scores, dim=-1) @ v\n"
+    )
+    assert lint_text(text) == []
+    documented = text.replace(
+        "None):\n", "None):\n    '''attention_mask: 1 for tokens to keep, 0 for padding.'''\n", 1
+    )
+    assert [f.code for f in lint_text(documented)] == ["ATT301"]

@@ -15,6 +15,7 @@ from attncheck.findings import Severity
 from attncheck.sources import Source
 from attncheck.static.engine import lint
 from attncheck.static.rules import all_rules
+from tests.static.test_att1_projections import findings_of
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 _EXPECT = re.compile(r"#\s*expect:\s*(ATT\d{3}(?:\s*,\s*ATT\d{3})*)")
@@ -60,3 +61,10 @@ def test_fixture_findings_match_markers(path: Path):
 )
 def test_buggy_fixture_declares_its_dynamic_codes(path: Path):
     assert _DYNAMIC.search(path.read_text(encoding="utf-8")), "add a '# dynamic: CODES' (or none) header line"
+
+
+def test_seed003_reports_the_six_mistakes_of_the_review_and_the_crash():
+    codes = {f.code for f in findings_of("seeds/seed003_review.py") if f.severity == Severity.ERROR}
+    # The review's six, the crash of torch.sqrt(S), and a seventh mistake the review
+    # missed: ``matmul(a, value).reshape(N, S, E)`` merges the heads without a transpose.
+    assert codes == {"ATT101", "ATT102", "ATT103", "ATT201", "ATT202", "ATT204", "ATT301", "ATT105"}

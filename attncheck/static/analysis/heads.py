@@ -10,7 +10,7 @@ from collections import deque
 import libcst as cst
 
 from attncheck.static.analysis.flow import FlowQueries
-from attncheck.static.analysis.patterns import method_name
+from attncheck.static.analysis.patterns import method_name, product_operands
 from attncheck.static.analysis.scales import ScaleQueries
 from attncheck.static.analysis.syntax import (
     _ATTENTION_CALL,
@@ -23,7 +23,7 @@ from attncheck.static.analysis.syntax import (
     keyword,
     number,
     positional,
-    string_value,
+    rearrange_sides,
 )
 from attncheck.static.facts import FunctionFacts, self_attribute
 
@@ -32,26 +32,13 @@ def _merge(a: tuple[bool, list[str]], b: tuple[bool, list[str]]) -> tuple[bool, 
     return a[0] or b[0], a[1] + b[1]
 
 
-def _rearrange_sides(call: cst.Call, sem: FlowQueries) -> tuple[str, str] | None:
-    if not (sem.facts.canonical(call.func) or "").endswith("rearrange"):
-        return None
-    args = positional(call)
-    if len(args) < 2:
-        return None
-    pattern = string_value(args[1])
-    if not pattern or "->" not in pattern:
-        return None
-    left, right = pattern.split("->", 1)
-    return left, right
-
-
 def _is_split(call: cst.Call, sem: FlowQueries) -> cst.BaseExpression | None:
     method = method_name(call)
     if method in {"view", "reshape"} and type(call.func) is cst.Attribute and len(_shape_args(call)) >= 4:
         return call.func.value
     if method == "unflatten" and type(call.func) is cst.Attribute:
         return call.func.value
-    sides = _rearrange_sides(call, sem)
+    sides = rearrange_sides(call, sem.facts)
     if sides is not None and "(" in sides[0] and _count_axes(sides[1]) > _count_axes(sides[0]):
         return positional(call)[0]
     return None
@@ -59,7 +46,7 @@ def _is_split(call: cst.Call, sem: FlowQueries) -> cst.BaseExpression | None:
 
 def _is_merge(call: cst.Call, sem: FlowQueries) -> cst.BaseExpression | None:
     method = method_name(call)
-    if type(call.func) is not cst.Attribute and _rearrange_sides(call, sem) is None:
+    if type(call.func) is not cst.Attribute and rearrange_sides(call, sem.facts) is None:
         return None
     if method in {"view", "reshape"} and len(_shape_args(call)) == 3:
         return call.func.value  # type: ignore[union-attr]
@@ -67,7 +54,7 @@ def _is_merge(call: cst.Call, sem: FlowQueries) -> cst.BaseExpression | None:
         start = positional(call)[0] if positional(call) else keyword(call, "start_dim")
         if start is not None and number(start) in (2.0, -2.0):
             return call.func.value  # type: ignore[union-attr]
-    sides = _rearrange_sides(call, sem)
+    sides = rearrange_sides(call, sem.facts)
     if sides is not None and "(" in sides[1] and _count_axes(sides[1]) < _count_axes(sides[0]):
         return positional(call)[0]
     return None
@@ -101,7 +88,7 @@ class HeadQueries(ScaleQueries):
             "torch.nn.functional.conv2d",
         }:
             return True
-        operands = self.product_operands(call)
+        operands = product_operands(call, self.facts)
         return bool(operands) and any(self_attribute(_base(o)) for o in operands)
 
     def provenance(
@@ -236,7 +223,7 @@ class HeadQueries(ScaleQueries):
                 found.extend(positional(call))
         if weights:
             for node in _walk_expression(fn.node.body):
-                operands = self.product_operands(node)
+                operands = product_operands(node, self.facts)
                 if operands is not None and len(operands) == 2:
                     first, second = operands
                     if self._computed_from(first, weights, fn):

@@ -76,7 +76,7 @@ class MaskQueries(ShapeQueries):
                 if described:
                     found.binary.append(described)
             return
-        for node in _walk_expression(expr):
+        for node in _walk_expression(expr, indices=False):  # a head-pruning index is no 0/1 mask
             self._classify_mask_node(node, fn, found, depth)
 
     def _classify_mask_node(

@@ -21,6 +21,16 @@ from typing import TYPE_CHECKING, Literal
 
 import libcst as cst
 
+from attncheck.static.analysis.results import Softmax
+from attncheck.static.analysis.syntax import (
+    _PRODUCT_NAMES,
+    _PRODUCTS,
+    _SOFTMAX,
+    keyword,
+    positional,
+    short_code,
+    string_value,
+)
 from attncheck.static.facts import (
     FileFacts,
     FunctionFacts,
@@ -382,8 +392,8 @@ class Tracer:
         if fill.in_place and type(fill.target) is cst.Name:
             goal = fill.target
         for call in fn.calls:
-            taken = softmax_input(call, self.facts, fn)
-            if taken is not None and self.reads(taken, goal, fn):
+            taken = softmax_call(call, self.facts, fn)
+            if taken is not None and self.reads(taken.input, goal, fn):
                 return True
             masks = [a.value for a in call.args if a.keyword is not None and _MASK_KEYWORD.search(a.keyword.value)]
             if any(self.reads(mask, goal, fn) for mask in masks):
@@ -415,41 +425,88 @@ def _new_tracer(context: FileContext) -> Tracer:
     return Tracer(context.facts)
 
 
-def softmax_input(
-    node: cst.BaseExpression, facts: FileFacts, fn: FunctionFacts | None
-) -> cst.BaseExpression | None:
-    """The scores a softmax is taken of, for every common spelling, else None.
+# Callees named after a library function (``np.matmul(a, b)``, ``scipy.special.softmax(x)``) whose
+# receiver is a module, not the tensor a method would be called on.
+_LIBRARIES = ("torch.", "numpy.", "scipy.")
 
-    ``F.softmax(s, dim=-1)``, ``torch.softmax(s, -1)``, ``s.softmax(-1)``, and
-    ``self.softmax(s)`` where ``self.softmax = nn.Softmax(dim=-1)``.
+
+def softmax_call(node: cst.BaseExpression, facts: FileFacts, fn: FunctionFacts | None) -> Softmax | None:
+    """The softmax ``node`` takes, for every common spelling, else None: the one recogniser the
+    rules and ``Semantics.softmax`` (which memoises it) share.
+
+    ``F.softmax(s, dim=-1)``, ``torch.softmax(input=s, dim=-1)``, ``s.softmax(-1)``,
+    ``nn.Softmax(dim=-1)(s)`` and ``self.softmax(s)`` where ``self.softmax = nn.Softmax(dim=-1)``
+    (its dim read from the module's construction). ``self.softmax(s)`` is never read as a softmax
+    of ``self``, nor ``scipy.special.softmax(x)`` as one of ``scipy.special``.
     """
-    if type(node) is not cst.Call or other_method(node.func, "softmax"):
-        return None
-    canonical = facts.canonical(node.func) or ""
-    if canonical in ("torch.softmax", "torch.nn.functional.softmax", "torch.special.softmax"):
-        return argument(node, 0, "input")
-    if method_name(node) == "softmax" and not canonical.startswith(("torch.", "numpy.", "scipy.")):
-        return receiver(node)
-    attr = self_attribute(node.func)
-    if attr is None or fn is None or fn.owner is None or not node.args:
-        return None
-    built = fn.owner.constructed_as(attr, facts) or ""
-    return node.args[0].value if built.endswith("Softmax") else None
-
-
-def matmul_operands(
-    node: cst.BaseExpression, facts: FileFacts
-) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
-    """``(a, b)`` for ``a @ b``, ``torch.matmul(a, b)``, ``torch.bmm(a, b)``, ``a.matmul(b)``."""
-    if type(node) is cst.BinaryOperation and type(node.operator) is cst.MatrixMultiply:
-        return node.left, node.right
     if type(node) is not cst.Call:
         return None
-    canonical = facts.canonical(node.func) or ""
-    if canonical in ("torch.matmul", "torch.bmm") and len(node.args) >= 2:
-        return node.args[0].value, node.args[1].value
-    if method_name(node) in ("matmul", "bmm") and len(node.args) == 1 and not canonical.startswith("torch."):
-        return receiver(node), node.args[0].value
+    callee = node.func
+    if other_method(callee, "softmax"):
+        return None
+    func = facts.canonical(callee) or ""
+    if type(callee) is cst.Name and func not in _SOFTMAX:
+        return None
+    # The ``spelled`` functions capture the module, not the facts or a Semantics: a Softmax is
+    # memoised there, and a cycle would keep the whole tree alive until Python's collector runs
+    # (which lint workers pause).
+    module = facts.module
+    args = positional(node)
+    if func in _SOFTMAX:
+        scores = args[0] if args else keyword(node, "input")
+        dim = args[1] if len(args) > 1 else keyword(node, "dim")
+        if scores is None:
+            return None
+        return Softmax(node, scores, dim, dim is not None, lambda: short_code(module, callee))
+    if method_name(node) == "softmax" and not func.startswith(_LIBRARIES) and self_attribute(callee) is None:
+        scores = receiver(node)
+        dim = args[0] if args else keyword(node, "dim")
+        return Softmax(node, scores, dim, dim is not None, lambda: f"{short_code(module, scores)}.softmax")
+    built = _softmax_module(callee, facts, fn)
+    if built is None or not args:
+        return None
+    built_args = positional(built)
+    dim = built_args[0] if built_args else keyword(built, "dim")
+    return Softmax(node, args[0], dim, dim is not None, lambda: short_code(module, built), built)
+
+
+def _softmax_module(callee: cst.BaseExpression, facts: FileFacts, fn: FunctionFacts | None) -> cst.Call | None:
+    """The ``nn.Softmax(...)`` call ``callee`` is: inline, or assigned to the ``self.`` attribute it names."""
+    if type(callee) is cst.Call:
+        candidates: Sequence[cst.BaseExpression] = [callee]
+    else:
+        attr = self_attribute(callee)
+        if attr is None or fn is None or fn.owner is None:
+            return None
+        candidates = fn.owner.attributes.get(attr, [])
+    return next(
+        (v for v in candidates if type(v) is cst.Call and facts.canonical(v.func) == "torch.nn.Softmax"), None
+    )
+
+
+def product_operands(node: cst.CSTNode, facts: FileFacts) -> list[cst.BaseExpression] | None:
+    """The two factors of a product like q·kᵀ, else None: the one recogniser the rules and the
+    ``Semantics`` pipelines share.
+
+    ``a @ b``, ``torch.matmul(a, b)``, ``torch.bmm(a, b)``, ``a.matmul(b)``, ``a.bmm(b)``,
+    ``torch.baddbmm(c, a, b)``, and an einsum (or ``opt_einsum.contract``) with a literal spec.
+    ``np.matmul(a, b)`` is not read as a method of ``np``.
+    """
+    kind = type(node)
+    if kind is cst.BinaryOperation and type(node.operator) is cst.MatrixMultiply:
+        return [node.left, node.right]
+    if kind is not cst.Call or (type(node.func) is cst.Attribute and node.func.attr.value not in _PRODUCT_NAMES):
+        return None  # no alias expansion changes a dotted callee's last name
+    func = facts.canonical(node.func) or ""
+    args = positional(node)
+    if func in _PRODUCTS or func.endswith(".einsum"):
+        if "einsum" in func or func.endswith("contract"):
+            return args[1:3] if len(args) >= 3 and string_value(args[0]) is not None else None
+        if func.endswith("baddbmm"):
+            return args[1:3] if len(args) >= 3 else None
+        return args[:2] if len(args) >= 2 else None
+    if method_name(node) in ("matmul", "bmm") and len(args) == 1 and not func.startswith(_LIBRARIES):
+        return [receiver(node), args[0]]
     return None
 
 
@@ -741,7 +798,7 @@ _SCORE_NAME = re.compile(r"(score|logit|att|sim|dots|energ|qk|weight|prob|^w$|^e
 def looks_like_scores(node: cst.BaseExpression, facts: FileFacts) -> bool:
     """Named like attention scores (``scores``, ``attn``, ``att_logits``, ``dots``...)
     or a q·kᵀ product spelled inline."""
-    if matmul_operands(node, facts) is not None or einsum_output(node, facts) is not None:
+    if product_operands(node, facts) is not None or einsum_output(node, facts) is not None:
         return True
     name = base_name(node)
     return bool(name and _SCORE_NAME.search(name))
@@ -786,11 +843,11 @@ def is_heads_first_product(node: cst.BaseExpression, tracer: Tracer, fn: Functio
     output = einsum_output(node, facts)
     if output is not None:
         return len(output) == 4 and output[1] == "h"
-    operands = matmul_operands(node, facts)
+    operands = product_operands(node, facts)
     if operands is None or is_transposed(operands[1], facts):
         return False
     weights, _ = tracer.origin(operands[0], fn)
-    if softmax_input(weights, facts, fn) is not None:
+    if softmax_call(weights, facts, fn) is not None:
         return True
     name = base_name(weights)
     return bool(name and _SCORE_NAME.search(name))

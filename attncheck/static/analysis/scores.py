@@ -11,12 +11,10 @@ import libcst as cst
 
 from attncheck.static.analysis.flow import FlowQueries
 from attncheck.static.analysis.masks import MaskQueries
-from attncheck.static.analysis.patterns import method_name, other_method
+from attncheck.static.analysis.patterns import method_name, other_method, product_operands, softmax_call
 from attncheck.static.analysis.results import Factor, MaskUse, Pipeline, Softmax
 from attncheck.static.analysis.syntax import (
     _MASK_NAME,
-    _PRODUCT_NAMES,
-    _PRODUCTS,
     _SOFTMAX,
     _is_big_literal,
     _walk_expression,
@@ -24,8 +22,6 @@ from attncheck.static.analysis.syntax import (
     keyword,
     number,
     positional,
-    short_code,
-    string_value,
 )
 from attncheck.static.facts import FunctionFacts, self_attribute
 
@@ -54,10 +50,10 @@ class ScoreQueries(MaskQueries):
     # -- softmax ---------------------------------------------------------------
 
     def softmax(self, call: cst.Call, fn: FunctionFacts | None) -> Softmax | None:
-        """Recognise F.softmax, torch.softmax, x.softmax, nn.Softmax()(x) and self.softmax(x).
-        Several rules ask about every call of a file: each call is read once per function, but
-        for the commonest, told apart before that memo: a method other than ``softmax`` of
-        anything but ``self``, and a plain name other than a softmax's."""
+        """``patterns.softmax_call``, memoised: several rules ask about every call of a file, so each
+        call is read once per function, but the commonest non-softmaxes are told apart before that
+        memo: a method other than ``softmax`` of anything but ``self``, and a plain name other
+        than a softmax's."""
         callee = call.func
         if other_method(callee, "softmax"):
             return None
@@ -67,66 +63,11 @@ class ScoreQueries(MaskQueries):
         known = self._softmaxes.get(key)
         if known is not None and known[0] is call:
             return known[1]
-        found = self._read_softmax(call, fn)
+        found = softmax_call(call, self.facts, fn)
         self._softmaxes[key] = (call, found)
         return found
 
-    def _read_softmax(self, call: cst.Call, fn: FunctionFacts | None) -> Softmax | None:
-        # The ``spelled`` functions capture the module, not ``self``: a Softmax is kept in
-        # ``self._softmaxes``, and a cycle would keep the whole tree alive until Python's
-        # collector runs (which lint workers pause).
-        callee = call.func
-        module = self.module
-        func = self.facts.canonical(callee) or ""
-        args = positional(call)
-        if func in _SOFTMAX and args:
-            dim = args[1] if len(args) > 1 else keyword(call, "dim")
-            return Softmax(call, args[0], dim, dim is not None, lambda: short_code(module, call.func))
-        if (
-            method_name(call) == "softmax"
-            and not func.startswith("torch.")
-            and type(call.func) is cst.Attribute
-            and self_attribute(call.func) is None
-        ):
-            dim = args[0] if args else keyword(call, "dim")
-            receiver = call.func.value
-            return Softmax(call, receiver, dim, dim is not None, lambda: f"{short_code(module, receiver)}.softmax")
-        nn_softmax = self._softmax_module(call.func, fn)
-        if nn_softmax is not None and args:
-            margs = positional(nn_softmax)
-            dim = margs[0] if margs else keyword(nn_softmax, "dim")
-            return Softmax(call, args[0], dim, dim is not None, lambda: short_code(module, nn_softmax), nn_softmax)
-        return None
-
-    def _softmax_module(self, func: cst.BaseExpression, fn: FunctionFacts | None) -> cst.Call | None:
-        if self_attribute(func) is None and type(func) is not cst.Call:
-            return None
-        candidates = [func] if type(func) is cst.Call else [v for v, _ in self.values(func, fn)]
-        for value in candidates:
-            if type(value) is cst.Call and self.facts.canonical(value.func) == "torch.nn.Softmax":
-                return value
-        return None
-
     # -- products q·kᵀ ---------------------------------------------------------
-
-    def product_operands(self, node: cst.CSTNode) -> list[cst.BaseExpression] | None:
-        """The q and k of a q·kᵀ product (``@``, matmul, bmm, baddbmm, einsum), else None."""
-        kind = type(node)
-        if kind is cst.BinaryOperation and type(node.operator) is cst.MatrixMultiply:
-            return [node.left, node.right]
-        if kind is not cst.Call or (type(node.func) is cst.Attribute and node.func.attr.value not in _PRODUCT_NAMES):
-            return None  # no alias expansion changes a dotted callee's last name
-        func = self.facts.canonical(node.func) or ""
-        args = positional(node)
-        if func in _PRODUCTS or func.endswith(".einsum"):
-            if "einsum" in func or func.endswith("contract"):
-                return args[1:3] if len(args) >= 3 and string_value(args[0]) is not None else None
-            if func.endswith("baddbmm"):
-                return args[1:3] if len(args) >= 3 else None
-            return args[:2] if len(args) >= 2 else None
-        if method_name(node) in {"matmul", "bmm"} and type(node.func) is cst.Attribute and args:
-            return [node.func.value, args[0]]
-        return None
 
     def reaches_product(self, expr: cst.BaseExpression, fn: FunctionFacts | None, depth: int = 0) -> bool:
         """Whether the lineage of ``expr`` contains a q·kᵀ product."""
@@ -141,7 +82,7 @@ class ScoreQueries(MaskQueries):
     def _children_reach(self, expr: cst.BaseExpression, fn: FunctionFacts | None, depth: int) -> bool:
         """Whether ``expr`` is a product or one of its parts reaches one, in order, stopping at
         the first that does (what the memo of ``reaches_product`` records depends on it)."""
-        if self.product_operands(expr) is not None:
+        if product_operands(expr, self.facts) is not None:
             return True
         deeper, kind = depth + 1, type(expr)  # exact classes: isinstance on libcst's is slow
         if kind is cst.Name:
@@ -210,7 +151,7 @@ class ScoreQueries(MaskQueries):
         if id(expr) in seen:
             return
         seen.add(id(expr))
-        operands = self.product_operands(expr)
+        operands = product_operands(expr, self.facts)
         if operands is not None:
             self._record_product(expr, operands, fn, out)
             return

@@ -21,9 +21,21 @@ from attncheck.static.analysis.syntax import (
     name_quantity,
     number,
     positional,
+    rearrange_sides,
     string_value,
 )
-from attncheck.static.facts import ClassFacts, FunctionFacts, dotted_name, self_attribute, whole_number
+from attncheck.static.facts import ClassFacts, FileFacts, FunctionFacts, dotted_name, self_attribute, whole_number
+
+
+def _keeps_channels(call: cst.Call, facts: FileFacts) -> bool:
+    """An einops rearrange of four axes that keeps the second whole and groups the last two:
+    ``'b c h w -> b (h w) c'``, ``'b c h w -> b c (h w)'``."""
+    sides = rearrange_sides(call, facts)
+    if sides is None or "(" in sides[0]:
+        return False
+    axes = sides[0].split()
+    right = " ".join(sides[1].replace("(", " ( ").replace(")", " ) ").split())
+    return len(axes) == 4 and f"( {axes[2]} {axes[3]} )" in right and f" {axes[1]} " in f" {right} "
 
 
 class ShapeQueries(ModuleQueries):
@@ -148,8 +160,10 @@ class ShapeQueries(ModuleQueries):
         return len(kinds) == 3 and kinds[2] == "seq_len" and kinds[1] != "seq_len"
 
     def _flattens_image(self, tensor: cst.BaseExpression, shape: cst.BaseExpression, fn: FunctionFacts) -> bool:
-        """``tensor`` (unpacked from ``shape`` as b, c, h, w) is reshaped to (b, c, h * w):
-        an image whose channels stay whole, not a (batch, heads, seq, head_dim) tensor."""
+        """``tensor`` (unpacked from ``shape`` as b, c, h, w) is flattened to (b, c, h * w):
+        ``reshape(b, c, h * w)``, ``reshape(b, c, -1)``, ``x.flatten(2)``, ``torch.flatten(x, 2)``
+        or einops' ``'b c h w -> b (h w) c'``. An image whose channels stay whole (one head as wide as
+        the channels, LDM's SpatialSelfAttention), not a (batch, heads, seq, head_dim) tensor."""
         if type(tensor) is not cst.Name:
             return False
 
@@ -157,19 +171,30 @@ class ShapeQueries(ModuleQueries):
             found = self.index.unpacks.get((id(fn), expr.value)) if type(expr) is cst.Name else None
             return found[1] if found is not None and found[0] is shape else None
 
+        def is_tensor(expr: cst.BaseExpression) -> bool:
+            return type(expr) is cst.Name and expr.value == tensor.value
+
         for call in fn.calls:
-            if method_name(call) not in {"view", "reshape"}:
-                continue
-            receiver, args = call.func.value, _shape_args(call)  # type: ignore[attr-defined]
-            if (
-                type(receiver) is cst.Name
-                and receiver.value == tensor.value
-                and len(args) == 3
-                and unpacked_at(args[1]) == 1
-                and type(args[2]) is cst.BinaryOperation
-                and type(args[2].operator) is cst.Multiply
-                and {unpacked_at(args[2].left), unpacked_at(args[2].right)} == {2, 3}
-            ):
+            method = method_name(call)
+            if method in {"view", "reshape"} and is_tensor(call.func.value):  # type: ignore[attr-defined]
+                args = _shape_args(call)
+                if len(args) == 3 and unpacked_at(args[1]) == 1 and (
+                    number(args[2]) == -1
+                    or (type(args[2]) is cst.BinaryOperation
+                    and type(args[2].operator) is cst.Multiply
+                    and {unpacked_at(args[2].left), unpacked_at(args[2].right)} == {2, 3})
+                ):
+                    return True
+            elif method == "flatten":
+                args = positional(call)
+                if self.facts.canonical(call.func) == "torch.flatten" and args:
+                    flattened, args = args[0], args[1:]  # ``torch.flatten(x, 2)``
+                else:
+                    flattened = call.func.value  # type: ignore[attr-defined]
+                start = args[0] if args else keyword(call, "start_dim")
+                if is_tensor(flattened) and start is not None and number(start) == 2:
+                    return True
+            elif method is None and _keeps_channels(call, self.facts) and is_tensor(positional(call)[0]):
                 return True
         return False
 

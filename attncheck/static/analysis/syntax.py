@@ -224,6 +224,20 @@ def short_code(module: cst.Module, node: cst.CSTNode) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def rearrange_sides(call: cst.Call, facts: FileFacts) -> tuple[str, str] | None:
+    """The input and output sides of an einops ``rearrange(x, 'b c h w -> b (h w) c')``, else None."""
+    if not (facts.canonical(call.func) or "").endswith("rearrange"):
+        return None
+    args = positional(call)
+    if len(args) < 2:
+        return None
+    pattern = string_value(args[1])
+    if not pattern or "->" not in pattern:
+        return None
+    left, right = pattern.split("->", 1)
+    return left, right
+
+
 def _count_axes(side: str) -> int:
     return len(re.findall(r"\([^)]*\)|[A-Za-z_][A-Za-z0-9_]*|\.\.\.", side))
 
@@ -233,17 +247,21 @@ def _is_big_literal(node: cst.CSTNode) -> bool:
     return type(node) in (cst.Integer, cst.Float) and abs(number_value(node)) >= 1e4  # type: ignore[arg-type]
 
 
-def _walk_expression(expr: cst.CSTNode) -> Iterator[cst.CSTNode]:
+def _walk_expression(expr: cst.CSTNode, indices: bool = True) -> Iterator[cst.CSTNode]:
     """``expr`` and the sub-expressions its value is made of, without entering lambdas or
     nested scopes. The condition of ``a if cond else b`` and the module or function called
     (``self.pos_embed`` in ``self.pos_embed(q)``, whose constructor arguments are not its
-    output) are not part of the value."""
+    output) are not part of the value; with ``indices=False`` neither is what a subscript
+    selects with (``bias[:, keep.bool()]`` holds ``bias``'s values, not 0/1 ones)."""
     stack, readers = [expr], subtree.READERS
     while stack:
         node = stack.pop()
         yield node
         kind = type(node)
         if kind is cst.Lambda or kind is cst.FunctionDef:
+            continue
+        if kind is cst.Subscript and not indices:
+            stack.append(node.value)
             continue
         if kind is cst.Attribute:
             if self_attribute(node) is None:

@@ -25,8 +25,8 @@ from attncheck.static.analysis.patterns import (
     dim_role,
     einsum_output,
     literal_is,
-    matmul_operands,
     method_name,
+    product_operands,
     receiver,
     shape_arguments,
 )
@@ -209,9 +209,9 @@ def evident_rank(
     output = einsum_output(node, tracer.facts)
     if output is not None:
         return None if "..." in output else len(output)
-    operands = matmul_operands(node, tracer.facts)
+    operands = product_operands(node, tracer.facts)
     if operands is None and tracer.facts.canonical(node.func) == _SDPA and node.args:
-        operands = (node.args[0].value,)
+        operands = [node.args[0].value]
     if operands is not None:
         ranks = [evident_rank(o, tracer, fn, depth + 1) for o in operands]
         return max((r for r in ranks if r is not None), default=None)

@@ -9,6 +9,7 @@ import libcst as cst
 from attncheck.findings import Severity
 from attncheck.static import facts
 from attncheck.static.analysis import semantics, syntax
+from attncheck.static.analysis.patterns import product_operands
 from attncheck.static.facts import ClassFacts
 from attncheck.static.rule import Invalid, Rule
 from attncheck.static.tree import node_fields
@@ -214,7 +215,7 @@ def _computes_attention(sem: semantics.Semantics, klass: ClassFacts) -> bool:
             if func in syntax.SDPA or _ATTENTION_NAME.search(func.rsplit(".", 1)[-1]):
                 return True  # ``self.attention(q, k, v)``
     return any(
-        sem.softmax(call, fn) is not None or sem.product_operands(call) is not None
+        sem.softmax(call, fn) is not None or product_operands(call, sem.facts) is not None
         for fn in methods
         for call in fn.calls
     )

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from attncheck.static.analysis import semantics, syntax
-from attncheck.static.analysis.patterns import method_name
+from attncheck.static.analysis.patterns import method_name, product_operands
 from attncheck.static.analysis.results import Pipeline
 from attncheck.static.facts import ClassFacts, FileFacts, FunctionFacts, self_attribute
 
@@ -52,7 +52,7 @@ def root_name(expr: cst.BaseExpression) -> str | None:
 def contracts_tokens(sem: semantics.Semantics, pipeline: Pipeline) -> bool:
     """Every product is ``a.transpose(-1, -2) @ b``: channel attention, whose contraction is
     over the token axis of q and k (DaViT's 1/sqrt(N) is right there)."""
-    pairs = [sem.product_operands(p) for p in pipeline.products]
+    pairs = [product_operands(p, sem.facts) for p in pipeline.products]
     return bool(pairs) and all(
         pair is not None and len(pair) == 2 and _transposed(pair[0]) and not _transposed(pair[1])
         for pair in pairs

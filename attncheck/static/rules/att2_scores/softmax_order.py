@@ -14,7 +14,6 @@ from attncheck.static.analysis.patterns import (
     fill_site,
     literal_is,
     literal_value,
-    softmax_input,
     tracer,
 )
 from attncheck.static.context import FileContext
@@ -117,7 +116,7 @@ class SoftmaxOrder(Rule):
         if fn is not None and not self._reaches_a_softmax(fn):
             return None
         source, fn = self.tracer.origin(node, fn)
-        taken = softmax_input(source, self.context.facts, fn)
+        taken = self._scores_taken(source, fn)
         if taken is None or not isinstance(source, cst.Call):
             return None
         if semantics.of(self.context).reaches_product(taken, fn):
@@ -143,9 +142,13 @@ class SoftmaxOrder(Rule):
     def _calls_a_softmax(self, fn: FunctionFacts) -> bool:
         found = self._softmax_scopes.get(id(fn))
         if found is None:
-            facts = self.context.facts
-            found = self._softmax_scopes[id(fn)] = any(softmax_input(c, facts, fn) is not None for c in fn.calls)
+            found = self._softmax_scopes[id(fn)] = any(self._scores_taken(c, fn) is not None for c in fn.calls)
         return found
+
+    def _scores_taken(self, node: cst.BaseExpression, fn: FunctionFacts | None) -> cst.BaseExpression | None:
+        """The scores ``node`` takes the softmax of, else None."""
+        softmax = semantics.of(self.context).softmax(node, fn) if type(node) is cst.Call else None
+        return softmax.input if softmax is not None else None
 
     def _is_probabilities(self, node: cst.BaseExpression) -> bool:
         return self._softmax_of(node) is not None
@@ -197,7 +200,7 @@ class SoftmaxOrder(Rule):
         """The same mask already blocked these keys in the scores (ESPnet's and DeBERTa's guard:
         re-zeroing after the softmax keeps the weights summing to 1)."""
         fn = self.context.function
-        taken = softmax_input(softmax, self.context.facts, fn)
+        taken = self._scores_taken(softmax, fn)
         if taken is None:
             return False
         origin, _ = self.tracer.origin(taken, fn)
@@ -215,7 +218,7 @@ class SoftmaxOrder(Rule):
         if fn is None or not isinstance(scores, cst.Name):
             return
         flow = self.tracer.flow(fn)
-        softmaxes = [(call, softmax_input(call, self.context.facts, fn)) for call in fn.calls]
+        softmaxes = [(call, self._scores_taken(call, fn)) for call in fn.calls]
         reaches = semantics.of(self.context).reaches_product
         softmaxes = [(call, taken) for call, taken in softmaxes if taken is not None and reaches(taken, fn)]
         if not softmaxes or any(flow.is_after(call, node) for call, _ in softmaxes):

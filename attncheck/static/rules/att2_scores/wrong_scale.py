@@ -60,6 +60,11 @@ class WrongScale(Rule):
         "        w = torch.softmax(torch.bmm(q, k) * (int(channels) ** (-0.5)), dim=2).permute(0, 2, 1)\n"
         "        v = v.reshape(batch, channels, height * width)\n"
         "        return x + torch.bmm(v, w).reshape(batch, channels, height, width)",
+        # LDM's SpatialSelfAttention: the same single head, flattened with einops (issue 20)
+        "import torch\nfrom einops import rearrange\ndef spatial(q, k, v):\n    b, c, h, w = q.shape\n"
+        "    q = rearrange(q, 'b c h w -> b (h w) c')\n    k = rearrange(k, 'b c h w -> b c (h w)')\n"
+        "    w_ = torch.softmax(torch.einsum('bij,bjk->bik', q, k) * (int(c) ** (-0.5)), dim=2)\n"
+        "    return torch.einsum('bij,bkj->bik', rearrange(v, 'b c h w -> b c (h w)'), w_)",
         # EfficientLoFTR: dual-softmax feature matching, both features divided by sqrt(C)
         "import torch\ndef fine_matching(f0, f1):\n    f0 = f0 / f0.shape[-1] ** 0.5\n"
         "    f1 = f1 / f1.shape[-1] ** 0.5\n    sim = f0 @ f1.transpose(-1, -2)\n"

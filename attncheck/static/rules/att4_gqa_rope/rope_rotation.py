@@ -295,11 +295,25 @@ def _divides(node: cst.CSTNode) -> bool:
     return False
 
 
+# Methods that convert a tensor without changing what it holds.
+_VALUE_KEEPING = frozenset(
+    {"to", "float", "double", "half", "bfloat16", "type", "type_as", "cuda", "cpu", "contiguous"}
+)
+
+
 def _reciprocal(index: rp.RopeIndex, power: rp.FrequencyPower) -> bool:
-    """``1 / base ** e``, ``base ** e`` bound to a name later divided by, or ``.reciprocal()``."""
-    parent = index.parent(power.node)
+    """``1 / base ** e``, ``base ** e`` bound to a name later divided by, or ``.reciprocal()``,
+    through conversions that keep the values (``1. / (base ** e).to(device)``)."""
+    node, parent = power.node, index.parent(power.node)
+    while (
+        isinstance(parent, cst.Attribute)
+        and parent.attr.value in _VALUE_KEEPING
+        and isinstance(call := index.parent(parent), cst.Call)
+        and call.func is parent
+    ):
+        node, parent = call, index.parent(call)
     if isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, cst.Divide):
-        return parent.right is power.node
+        return parent.right is node
     if isinstance(parent, cst.Attribute) and parent.attr.value == "reciprocal":
         return True
     if isinstance(parent, cst.Arg) and isinstance(index.parent(parent), cst.Call):

@@ -165,7 +165,7 @@ def intended_causal(judge: JudgeView) -> Causal:
     return fit.causal if fit is not None and fit.causal != "none" else "top-left"
 
 
-def _settings(judge: JudgeView) -> list[Setting]:
+def settings_for_judge(judge: JudgeView) -> list[Setting]:
     fit = judge.fit
     heads = judge.binding.dims.heads
     if judge.style == "function":
@@ -187,15 +187,18 @@ def diagnose_judge(judge: JudgeView, names: Sequence[str], combo: str | None = N
     causal = intended_causal(judge)
     observations = [observation(judge, name, causal) for name in names if judge.ran(name)]
     if combo is not None and judge.ran(f"mask/{combo}"):
-        keep = torch.from_numpy(judge.plan.keep[f"mask/{combo.split('/')[0]}"])
-        if keep.ndim == 3:  # (b, q, k) -> (b, 1, q, k)
-            keep = keep.unsqueeze(1)
-        observations.append(observation(judge, f"mask/{combo}", causal, keep))
+        observations.append(observation(judge, f"mask/{combo}", causal, planned_keep(judge, combo)))
     if not observations:
         return None
     return explain(
-        observations, _settings(judge), judge.tol, style=judge.style, static_codes=judge.static_codes
+        observations, settings_for_judge(judge), judge.tol, style=judge.style, static_codes=judge.static_codes
     )
+
+
+def planned_keep(judge: JudgeView, combo: str) -> torch.Tensor:
+    """The keep mask (b, 1, q, k) or (b, 1, 1, k) the mask experiment ``combo`` ("shape/convention") expressed."""
+    keep = torch.from_numpy(judge.plan.keep[f"mask/{combo.split('/')[0]}"])
+    return keep.unsqueeze(1) if keep.ndim == 3 else keep  # (b, q, k) -> (b, 1, q, k)
 
 
 def rope_for(spec: RopeSpec | None, query: torch.Tensor, key: torch.Tensor) -> RopeHook | None:

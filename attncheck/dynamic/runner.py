@@ -20,7 +20,7 @@ import torch
 
 from attncheck.catalogue import CODES
 from attncheck.dynamic import crashes as crashes_module
-from attncheck.dynamic import rope_targets
+from attncheck.dynamic import evidence, rope_targets
 from attncheck.dynamic.binding import Binding, bind
 from attncheck.dynamic.probes import Judge, Plan, plan
 from attncheck.findings import Check, Finding, Target, TargetResult
@@ -178,12 +178,14 @@ def judge(
     checks: list[Check] = []
     findings: list[Finding] = []
     static_codes = {f.code for f in result.findings if f.target == target.name}
-    for verdict in Judge(target_plan, facts, tensors, static_codes).verdicts():
+    judging = Judge(target_plan, facts, tensors, static_codes)
+    for verdict in judging.verdicts():
         checks.append(verdict.check)
         if verdict.code and not any(f.code == verdict.code for f in findings):
             findings.append(_finding(verdict.code, verdict.message, target, result, [verdict.check.detail]))
     status = "failed" if any(c.status == "failed" for c in checks) else "passed"
-    return TargetResult(target, status, checks=checks, device=device), findings
+    seen = evidence.refuted(judging, checks)
+    return TargetResult(target, status, checks=checks, device=device, refuted=seen), findings
 
 
 def _unbound(

@@ -264,3 +264,14 @@ def test_missing_third_party_module_is_a_module_not_found(tmp_path: Path) -> Non
     source = read_path(tmp_path / "script.py")
     assert isinstance(source, Source)
     assert _load(source)["error"] == "ModuleNotFoundError"
+
+
+def test_exiting_at_import_is_left_for_the_import_to_report() -> None:
+    top = definitions.read("import sys\nsys.exit(0)\n")
+    assert top is not None
+    assert top.work == ()
+
+
+def test_a_file_given_without_instructions_is_imported_whole_from_disk() -> None:
+    built = request.from_disk(LOADING / "training_script.py")
+    assert (built["mode"], built["text"]) == ("full", None)

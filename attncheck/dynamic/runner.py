@@ -22,6 +22,8 @@ from attncheck.catalogue import CODES
 from attncheck.dynamic import crashes as crashes_module
 from attncheck.dynamic import evidence, rope_targets
 from attncheck.dynamic.binding import Binding, bind
+from attncheck.dynamic.loading import failures
+from attncheck.dynamic.loading import request as loading_request
 from attncheck.dynamic.probes import Judge, Plan, plan
 from attncheck.findings import Check, Finding, Target, TargetResult
 from attncheck.static.result import FileResult
@@ -115,27 +117,31 @@ def check_file(result: FileResult, options: DynamicOptions, child: Child) -> tup
         else:
             outcomes[index] = TargetResult(target, "skipped", f"{binding.reason}; {binding.hint}")
     path = Path(result.source.path)
+    load = loading_request.build(result.source)
     findings: dict[int, list[Finding]] = {}
     while pending:
         request = {
             "seed": SEED,
             "device": getattr(options, "device", "auto"),
             "targets": [dict(p.unit, id=str(i)) for i, p in pending],
+            "load": load,
         }
         tensors = {name: array for _, p in pending for name, array in p.tensors.items()}
         outcome = child(path, request, tensors)
         where = {"device": _device(request["device"]), "isolation": getattr(outcome, "isolation", None)}
         replies = {str(r.facts.get("unit")): r for r in outcome.replies}
         if "import" in replies:
-            reason = _import_reason(replies["import"].facts)
-            outcomes.update({i: TargetResult(p.binding.target, "error", reason, **where) for i, p in pending})
+            status, reason = failures.import_outcome(replies["import"].facts, load)
+            outcomes.update({i: TargetResult(p.binding.target, status, reason, **where) for i, p in pending})
             break
+        how = replies["load"].facts.get("how", "") if "load" in replies else ""
         for index, target_plan in pending:
             reply = replies.get(str(index))
             if reply is not None:
                 tensors_back = {k: torch.from_numpy(np.asarray(v)) for k, v in reply.tensors.items()}
                 outcomes[index], findings[index] = judge(target_plan, reply.facts, tensors_back, result)
                 outcomes[index].isolation = where["isolation"]
+                outcomes[index].reason = "; ".join(filter(None, [outcomes[index].reason, how]))
         remaining = [(i, p) for i, p in pending if str(i) not in replies]
         if not remaining:
             break
@@ -152,13 +158,6 @@ def _device(wanted: str) -> str:
     if wanted == "cpu":
         return "cpu"
     return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def _import_reason(facts: Mapping[str, Any]) -> str:
-    error = facts.get("error") or {}
-    if isinstance(error, Mapping):
-        return f"importing the module failed: {error.get('type', 'Error')}: {error.get('message', '')}".rstrip(": ")
-    return f"importing the module failed: {error}"
 
 
 def judge(

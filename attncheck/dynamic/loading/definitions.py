@@ -35,6 +35,11 @@ SETUP_CALLS = frozenset({
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")  # lines as the tokenizer counts them
 
 
+# Calls that end the process. A module that exits while being imported refuses to be imported:
+# not work to leave out, but what the import reports (definitions-only loading still drops them).
+EXITS = frozenset({"exit", "quit", "_exit", "abort"})
+
+
 @dataclass(frozen=True)
 class Work:
     """A top-level statement that does real work, for the target's reason."""
@@ -102,7 +107,7 @@ def _work(statement: ast.stmt) -> list[Work]:
         return [w for inner in _branches(statement) for w in _work(inner)][:1]
     found = [Work(call.lineno, f"{_callee(call)}()") for call in _calls(statement) if _callee(call) in WORK_CALLS]
     value = statement.value if isinstance(statement, ast.Expr) else None
-    if isinstance(value, ast.Call) and not found and _callee(value) not in SETUP_CALLS:
+    if isinstance(value, ast.Call) and not found and _callee(value) not in SETUP_CALLS | EXITS:
         found.append(Work(statement.lineno, f"a call of {_callee(value) or 'an expression'}()"))
     return found[:1]
 

@@ -18,16 +18,8 @@ def build(source: Source) -> dict:
     """The child's loading instructions for ``source`` (plain JSON data)."""
     location = project.locate(source.path)
     top = definitions.read(source.text)
-    request: dict = {
-        "path": str(location.path),
-        "module": location.module,
-        "package": location.package,
-        "private": project.private_name(location.path),
-        "roots": [str(root) for root in location.roots],
-        "text": None if _unchanged_on_disk(source, location.path) else source.text,
-        "encoding": source.encoding,
-        "mode": "full",
-    }
+    text = None if _unchanged_on_disk(source, location.path) else source.text
+    request = _whole(location, text, source.encoding)
     if top is None:
         return request
     request.update(definitions=top.definitions, dropped=[list(span) for span in top.dropped])
@@ -35,6 +27,26 @@ def build(source: Source) -> dict:
         request["mode"] = "definitions"
         request["why"] = _why(source, top)
     return request
+
+
+def from_disk(path: Path) -> dict:
+    """Import the whole file from disk through its package: for a caller that sent no instructions
+    (the sandbox run directly, as its own tests do), so that it runs exactly what it was given."""
+    return _whole(project.locate(path), None, "utf-8")
+
+
+def _whole(location: project.Location, text: str | None, encoding: str) -> dict:
+    """Import the whole module: from disk when ``text`` is None."""
+    return {
+        "path": str(location.path),
+        "module": location.module,
+        "package": location.package,
+        "private": project.private_name(location.path),
+        "roots": [str(root) for root in location.roots],
+        "text": text,
+        "encoding": encoding,
+        "mode": "full",
+    }
 
 
 def _why(source: Source, top: definitions.TopLevel) -> str:

@@ -51,12 +51,14 @@ class JudgeView(Protocol):
 
 @dataclass(frozen=True)
 class Explanation:
-    """A diagnosis worded for the report: the code, the message and the check detail."""
+    """A diagnosis worded for the report: the code, the message and the check detail; ``codes``
+    are those of every mistake it names (two for a pair), ``code`` the first."""
 
     code: str
     message: str
     detail: str
     diagnosis: Diagnosis
+    codes: tuple[str, ...] = ()
 
 
 def _as_tokens(x: torch.Tensor) -> torch.Tensor:
@@ -123,7 +125,7 @@ def explain(
         )
         message += f" (output differs from the reference by {found.reference_error:.3g}, tolerance {tol:g})"
         detail = f"behaves like: {' + '.join(m.name for m in chosen)} (within {found.max_error:.3g})"
-        return Explanation(chosen[0].code, message, detail, found)
+        return Explanation(chosen[0].code, message, detail, found, tuple(m.code for m in chosen))
     return None
 
 

@@ -445,7 +445,7 @@ class Judge:
                 f"(best {errors[best_combo]:.3g} with {_combo_text(best_combo)}, tolerance {self.tol:g})"
             )
             combo = self.choose_combo(matches, documented, ran)
-            found = explain.diagnose_judge(self, ["plain", "self"], combo)
+            found = explain.diagnose_judge(self, ["plain", "self"], combo) if self.diagnosable() else None
             code = found.code if found is not None and self.fit_ok() else _mask_code(found)
             if found is not None and code is not None:
                 yield Verdict(Check("reference-masked", "failed", f"{text}; {found.detail}"), code, found.message)
@@ -462,6 +462,11 @@ class Judge:
         yield self.convention_check(matches, documented)
         yield leak
         yield self.fully_masked(self.choose_combo(matches, documented, ran))
+
+    def diagnosable(self) -> bool:
+        """A reference configuration was fitted (the output had the expected shape, and a class's
+        layers were mapped): the diagnosis has a setting to mutate."""
+        return self.fit is not None and (self.style == "function" or self.fit.assignment is not None)
 
     def fit_ok(self) -> bool:
         """The unmasked output matches the reference: a mask failure is the mask's alone."""

@@ -8,6 +8,7 @@ child for the targets not yet answered.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -139,7 +140,7 @@ def check_file(result: FileResult, options: DynamicOptions, child: Child) -> tup
             reply = replies.get(str(index))
             if reply is not None:
                 tensors_back = {k: torch.from_numpy(np.asarray(v)) for k, v in reply.tensors.items()}
-                outcomes[index], findings[index] = judge(target_plan, reply.facts, tensors_back, result)
+                outcomes[index], findings[index] = _judged(target_plan, reply.facts, tensors_back, result)
                 outcomes[index].isolation = where["isolation"]
                 outcomes[index].reason = "; ".join(filter(None, [outcomes[index].reason, how]))
         remaining = [(i, p) for i, p in pending if str(i) not in replies]
@@ -158,6 +159,20 @@ def _device(wanted: str) -> str:
     if wanted == "cpu":
         return "cpu"
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _judged(
+    target_plan: Plan, facts: dict[str, Any], tensors: dict[str, torch.Tensor], result: FileResult
+) -> tuple[TargetResult, list[Finding]]:
+    """``judge``, where a fault of attncheck's own judging ends this target in an error, not the
+    whole dynamic stage (every target of every file) as it would by raising."""
+    try:
+        return judge(target_plan, facts, tensors, result)
+    except Exception as error:
+        if os.environ.get("ATTNCHECK_DEBUG") == "1":
+            raise
+        reason = f"attncheck could not judge this target: {type(error).__name__}: {error} (please report this)"
+        return TargetResult(target_plan.binding.target, "error", reason, device=facts.get("device")), []
 
 
 def judge(

@@ -139,7 +139,7 @@ def _matched_combo(judge: Any) -> str | None:
     matches = [c for c in ran if judge.masked_error(c) <= judge.tol]
     if not matches:
         return None
-    documented = judge.binding.declared_mask or documented_convention(judge.docs())
+    documented = judge.binding.declared_mask or documented_convention(judge.mask_docs())
     return judge.choose_combo(matches, documented, ran)
 
 

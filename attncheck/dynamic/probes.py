@@ -433,7 +433,7 @@ class Judge:
             return
         errors = {c: self.masked_error(c) for c in ran}
         matches = [c for c in ran if errors[c] <= self.tol]
-        documented = self.binding.declared_mask or documented_convention(self.docs())
+        documented = self.binding.declared_mask or documented_convention(self.mask_docs())
         leak = self.masked_keys(self.choose_combo(matches, documented, ran))
         if matches:
             best = min(errors.values())
@@ -483,6 +483,10 @@ class Judge:
 
     def docs(self) -> str:
         return "\n".join(filter(None, [self.binding.target.docstring, self.facts.get("docs")]))
+
+    def mask_docs(self) -> str:
+        """Where the module states its mask convention: its docstrings and its comments."""
+        return "\n".join(filter(None, [self.docs(), self.facts.get("comments")]))
 
     @staticmethod
     def choose_combo(matches: list[str], documented: MaskConvention | None, ran: list[str]) -> str:

@@ -275,3 +275,16 @@ def test_exiting_at_import_is_left_for_the_import_to_report() -> None:
 def test_a_file_given_without_instructions_is_imported_whole_from_disk() -> None:
     built = request.from_disk(LOADING / "training_script.py")
     assert (built["mode"], built["text"]) == ("full", None)
+
+
+def test_the_users_environment_is_found_after_attncheck_s_own(tmp_path: Path) -> None:
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    _write(tmp_path, {"pyproject.toml": "", f".venv/lib/{version}/site-packages/userlib.py": "VALUE = 5\n",
+                      "script.py": "from userlib import VALUE\n"})
+    site_packages = tmp_path / ".venv" / "lib" / version / "site-packages"
+    assert project.environment_packages(tmp_path, {}) == (site_packages,)
+    assert project.environment_packages(None, {"VIRTUAL_ENV": str(tmp_path / ".venv")}) == (site_packages,)
+    assert project.environment_packages(None, {"VIRTUAL_ENV": sys.prefix}) == ()  # attncheck's own
+    source = read_path(tmp_path / "script.py")
+    assert isinstance(source, Source)
+    assert _load(source)["value"] == 5

@@ -256,7 +256,9 @@ def _command(workdir: Path, module_path: Path, isolation: str) -> list[str]:
     python = [sys.executable, "-m", "attncheck.dynamic.child", str(workdir)]
     if isolation != BUBBLEWRAP:
         return python
-    readable = [*project.locate(module_path).roots, Path(sys.prefix), Path(sys.executable).resolve().parent]
+    location = project.locate(module_path)
+    readable = [*location.roots, *project.environment_packages(location.project, os.environ)]
+    readable += [Path(sys.prefix), Path(sys.executable).resolve().parent]
     readable += [Path(path) for path in _python_paths()]
     prefix = _bwrap_prefix([workdir], readable)
     assert prefix is not None, "isolation_available() found bwrap"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import site
 import sys
 import traceback
 from dataclasses import dataclass
@@ -37,6 +38,8 @@ def load(request: dict) -> Loaded:
     for root in reversed(request.get("roots", [])):
         if root not in sys.path:
             sys.path.insert(0, root)
+    for folder in request.get("site", []):  # the user's environment, after attncheck's own
+        site.addsitedir(folder)
     definitions = request.get("definitions")
     if request.get("mode") == "definitions" and definitions is not None:
         return Loaded(_run_text(request, definitions), request.get("why", "its definitions only"))

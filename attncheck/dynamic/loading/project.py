@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import keyword
+import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +38,7 @@ class Location:
     module: str
     package: str
     roots: tuple[Path, ...]
+    project: Path | None = None  # the folder with the project's marker, if any
 
     @property
     def in_package(self) -> bool:
@@ -57,10 +60,28 @@ def locate(path: Path | str) -> Location:
         roots += [project, project / "src"]
     existing = tuple(dict.fromkeys(root for root in roots if root.is_dir()))
     if not in_package:
-        return Location(path, private_name(path), "", existing)
+        return Location(path, private_name(path), "", existing, project)
     module = ".".join(parts)
     package = module if path.stem == "__init__" else module.rpartition(".")[0]
-    return Location(path, module, package, existing)
+    return Location(path, module, package, existing, project)
+
+
+def environment_packages(project: Path | None, environ: Mapping[str, str]) -> tuple[Path, ...]:
+    """The site-packages of the user's own environment when attncheck runs from another one (pipx,
+    a tool venv): the active virtual environment, else the project's ``.venv``/``venv``, for
+    this Python version. The child reads them after its own, so the packages the user's code
+    imports are found, and attncheck's torch is the one that runs."""
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    candidates = [Path(environ["VIRTUAL_ENV"])] if environ.get("VIRTUAL_ENV") else []
+    if project is not None:
+        candidates += [project / ".venv", project / "venv"]
+    ours = Path(sys.prefix).resolve()
+    found = [
+        env / "lib" / version / "site-packages"
+        for env in candidates
+        if env.resolve() != ours and (env / "lib" / version / "site-packages").is_dir()
+    ]
+    return tuple(dict.fromkeys(found))
 
 
 def project_root(folder: Path) -> Path | None:

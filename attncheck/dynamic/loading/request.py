@@ -8,6 +8,7 @@ on disk unchanged is imported from disk, through its package. The static look at
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from attncheck.dynamic.loading import definitions, project
@@ -43,6 +44,7 @@ def _whole(location: project.Location, text: str | None, encoding: str) -> dict:
         "package": location.package,
         "private": project.private_name(location.path),
         "roots": [str(root) for root in location.roots],
+        "site": [str(folder) for folder in project.environment_packages(location.project, os.environ)],
         "text": text,
         "encoding": encoding,
         "mode": "full",

@@ -222,7 +222,7 @@ def test_missing_path_is_a_usage_error(tmp_path):
 def test_diff_shows_fixes_and_fix_writes_them(project, monkeypatch):
     from attncheck import pipeline
     from attncheck.findings import Edit
-    from attncheck.static.rules.sqrt_of_number import SqrtOfNumber
+    from attncheck.static.rules.att2_scores.sqrt_of_number import SqrtOfNumber
 
     class FixingSqrt(SqrtOfNumber):
         def report(self, node, message, **kwargs):

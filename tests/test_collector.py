@@ -12,9 +12,9 @@ import pytest
 
 from attncheck import collector
 from attncheck.sources import Source
-from attncheck.static import fast_tree
 from attncheck.static.engine import lint
 from attncheck.static.rules import all_rules
+from attncheck.static.tree import fast_tree
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = sorted((ROOT / "fixtures" / "buggy").rglob("*.py")) + sorted((ROOT / "fixtures" / "correct").rglob("*.py"))

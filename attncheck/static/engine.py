@@ -11,21 +11,21 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import cache as memoized
-from functools import cached_property
-from typing import Any, TypeVar
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from attncheck.findings import Edit, Finding, Severity, Span
+from attncheck.findings import Finding, Span
 from attncheck.sources import Source
-from attncheck.static import fast_tree, walk
-from attncheck.static.facts import ClassFacts, FileFacts, FunctionFacts
-from attncheck.static.layout import Layout, line_starts
-from attncheck.static.regions import Reduced, attention_regions
+from attncheck.static import rule_timing
+from attncheck.static.context import FileContext
+from attncheck.static.facts import ClassFacts
 from attncheck.static.result import FileResult
 from attncheck.static.rule import Rule, visitor_methods
 from attncheck.static.targets import find_targets
+from attncheck.static.tree import fast_tree, walk
+from attncheck.static.tree.layout import Layout
+from attncheck.static.tree.regions import Reduced, attention_regions
 
 # Suppression comments: ``attncheck: ignore``, ``attncheck: ignore[ATT201, ATT3]``,
 # and flake8-style ``noqa`` followed by a colon and ATT codes.
@@ -33,94 +33,6 @@ _SUPPRESSION = re.compile(
     r"#\s*(?:attncheck:\s*ignore(?:\[(?P<codes>[^\]]*)\])?|noqa:\s*(?P<noqa>ATT\d+(?:\s*,\s*ATT\d+)*))",
     re.IGNORECASE,
 )
-
-T = TypeVar("T")
-
-
-class FileContext:
-    """Shared state of one file's traversal, handed to every rule.
-
-    ``module`` may be parsed from only the attention-relevant lines of a large
-    file (``regions``); ``file_line`` turns its line numbers into the file's.
-    """
-
-    def __init__(self, source: Source, module: cst.Module, reduced: Reduced | None = None) -> None:
-        self.source = source
-        self.module = module
-        self.reduced = reduced
-        self.findings: list[Finding] = []
-        self.function_stack: list[FunctionFacts] = []
-        self.class_stack: list[ClassFacts] = []
-        self._shared: dict[Callable[[FileContext], Any], Any] = {}
-
-    def shared(self, build: Callable[[FileContext], T]) -> T:
-        """The one ``build(self)`` of this file.
-
-        Analyses that several rules read (the semantics index, the tracer's
-        per-function flows, the RoPE index) are built by the first rule that asks
-        and reused by the others, and live exactly as long as the file's context.
-        """
-        if build not in self._shared:
-            self._shared[build] = build(self)
-        return self._shared[build]
-
-    @cached_property
-    def facts(self) -> FileFacts:
-        return FileFacts(self.module)
-
-    @property
-    def function(self) -> FunctionFacts | None:
-        """The innermost function being visited, if any."""
-        return self.function_stack[-1] if self.function_stack else None
-
-    @property
-    def klass(self) -> ClassFacts | None:
-        """The innermost class being visited, if any."""
-        return self.class_stack[-1] if self.class_stack else None
-
-    @cached_property
-    def _line_starts(self) -> list[int]:
-        return line_starts(self.source.text)
-
-    def file_line(self, line: int) -> int:
-        """The file's line number for a line of the parsed module."""
-        return self.reduced.original_line(line) if self.reduced is not None else line
-
-    def offset(self, line: int, column: int) -> int:
-        """Character offset in the file of a module position (1-based line, 0-based column), for Edits."""
-        return self._line_starts[self.file_line(line) - 1] + column
-
-    def add(
-        self,
-        *,
-        code: str,
-        severity: Severity,
-        message: str,
-        start: tuple[int, int],
-        end: tuple[int, int],
-        hint: str | None = None,
-        evidence: list[str] | None = None,
-        fix: tuple[Edit, ...] = (),
-    ) -> None:
-        target = None
-        if self.klass is not None:
-            target = self.klass.name
-        elif self.function is not None:
-            target = self.function.name
-        self.findings.append(
-            Finding(
-                code=code,
-                severity=severity,
-                message=message,
-                path=self.source.path,
-                span=self.source.locate(self.file_line(start[0]), start[1], self.file_line(end[0]), end[1]),
-                target=target,
-                hint=hint,
-                evidence=evidence or [],
-                fix=fix,
-            )
-        )
-
 
 class LazyMetadata(Mapping[type, Mapping[cst.CSTNode, object]]):
     """The metadata the rules declare, resolved on first use.
@@ -224,7 +136,7 @@ def lint(source: Source, rules: Sequence[type[Rule]]) -> FileResult:
 
     The tree comes from ``fast_tree``: everything a rule reads of it is what it
     would read of libcst's own tree (checked finding by finding on every fixture
-    in ``tests/test_fast_tree.py``). Where the fast tree cannot answer (a
+    in ``tests/static/test_tree_fast_tree.py``). Where the fast tree cannot answer (a
     construct it does not model, a position it did not record, the code of a node
     it did not place), it says so, and the file is linted on libcst's tree.
     """
@@ -257,10 +169,15 @@ def _lint_module(
     wanted = [rule for rule in rules if rule.wants(contains)]
     context = FileContext(source, module, reduced)
     if wanted:
-        visitors: list[cst.BatchableCSTVisitor] = [_ScopeTracker(context)]
-        visitors += [rule(context) for rule in wanted]
+        running = [rule(context) for rule in wanted]
+        times_file = rule_timing.destination()
+        seconds: dict[str, float] = {}
+        if times_file is not None:
+            rule_timing.instrument(running, seconds)
         providers = {p for rule in wanted for p in rule.get_inherited_dependencies()}
-        walk.visit_batched(module, visitors, LazyMetadata(module, providers, positions))
+        walk.visit_batched(module, [_ScopeTracker(context), *running], LazyMetadata(module, providers, positions))
+        if times_file is not None:
+            rule_timing.append(times_file, source.path, seconds)
     result.findings = _unsuppressed(context.findings, source)
     result.targets = find_targets(context)
     return result

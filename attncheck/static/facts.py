@@ -21,8 +21,8 @@ from functools import cached_property
 
 import libcst as cst
 
-from attncheck.static import subtree, walk
-from attncheck.static.construct import new
+from attncheck.static.tree import subtree, walk
+from attncheck.static.tree.construct import new
 
 # Module aliases people import attention code with, mapped to the canonical
 # module, so that ``F.softmax``, ``nn.functional.softmax`` and

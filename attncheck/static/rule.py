@@ -21,18 +21,21 @@ from attncheck.catalogue import CODES
 from attncheck.findings import Edit, Severity
 
 if TYPE_CHECKING:
-    from attncheck.static.engine import FileContext
+    from attncheck.static.context import FileContext
 
 
 @dataclass(frozen=True)
 class Invalid:
     """An example a rule must flag: the code, and optionally the 1-based line
-    of the finding and a substring of its message."""
+    of the finding, a substring of its message, and (for a rule with a fix) the
+    whole text after its ``--fix`` (Fixit's ``expected_replacement``), which the
+    example test applies, compares and relints."""
 
     code: str
     line: int | None = None
     message: str | None = None
     severity: Severity | None = None
+    fixed: str | None = None
 
 
 @cache

@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from attncheck.findings import Parameter, Target
-from attncheck.static import semantics
+from attncheck.static.analysis import semantics, syntax
 from attncheck.static.facts import ClassFacts, FunctionFacts
-from attncheck.static.regions import DEFINITION
+from attncheck.static.tree.regions import DEFINITION
 
 if TYPE_CHECKING:
-    from attncheck.static.engine import FileContext
+    from attncheck.static.context import FileContext
 
 _ATTENTION_NAME = re.compile(r"attention|attn|mha|multihead|selfatten", re.I)
 _ROPE_NAME = re.compile(r"rotary|rope", re.I)
@@ -72,7 +72,7 @@ def _is_module(klass: ClassFacts, classes: dict[str, ClassFacts], depth: int = 0
 
 def _computes_attention(sem: semantics.Semantics, fn: FunctionFacts) -> bool:
     for call in fn.calls:
-        if (sem.facts.canonical(call.func) or "") in semantics.SDPA:
+        if (sem.facts.canonical(call.func) or "") in syntax.SDPA:
             return True
         softmax = sem.softmax(call, fn)
         if softmax is not None and sem.pipeline(softmax, fn) is not None:

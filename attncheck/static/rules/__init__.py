@@ -1,4 +1,6 @@
-"""One module per rule. ``all_rules()`` imports them all and returns the classes by code."""
+"""One module per rule, in one folder per family (``att1_projections``, ``att2_scores``,
+``att3_masks``, ``att4_gqa_rope``) beside the helpers only that family uses.
+``all_rules()`` imports every module of every family and returns the rule classes by code."""
 
 from __future__ import annotations
 
@@ -13,8 +15,8 @@ from attncheck.static.rule import Rule
 def all_rules() -> tuple[type[Rule], ...]:
     """Every rule class of this package, sorted by code."""
     found: dict[str, type[Rule]] = {}
-    for info in pkgutil.iter_modules(__path__):
-        module = importlib.import_module(f"{__name__}.{info.name}")
+    for info in pkgutil.walk_packages(__path__, prefix=f"{__name__}."):
+        module = importlib.import_module(info.name)
         for value in vars(module).values():
             if isinstance(value, type) and issubclass(value, Rule) and value.__dict__.get("code"):
                 found[value.code] = value

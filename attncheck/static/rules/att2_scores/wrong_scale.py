@@ -1,0 +1,219 @@
+"""ATT201 wrong-scale: attention scores must be scaled by 1/sqrt(head_dim), once."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import libcst as cst
+
+from attncheck.findings import Edit, Severity
+from attncheck.static.analysis import semantics, syntax
+from attncheck.static.analysis.results import Pipeline, Term
+from attncheck.static.analysis.syntax import DESCRIPTION
+from attncheck.static.rule import Invalid, Rule
+from attncheck.static.rules.att2_scores import scale_conventions, scale_fixes
+from attncheck.static.rules.att2_scores.scale_conventions import root_name
+
+_HINT = "scale the scores by 1/sqrt(head_dim): scores = q @ k.transpose(-2, -1) / math.sqrt(head_dim)"
+
+_MHA = """
+import math, torch, torch.nn as nn, torch.nn.functional as F
+class MHA(nn.Module):
+    def __init__(self, d_model, num_heads):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, d_model // num_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        {line}
+        return self.out((F.softmax(s, dim=-1) @ v).transpose(1, 2).reshape(B, T, C))
+"""
+
+
+def _mha(line: str) -> str:
+    return _MHA.replace("{line}", line)
+
+
+class WrongScale(Rule):
+    code = "ATT201"
+    PREFILTER = ("softmax", "Softmax")
+    VALID = (
+        _mha("s = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)"),
+        _mha("s = torch.matmul(q, k.transpose(-2, -1)) * self.head_dim ** -0.5"),
+        _mha("s = torch.einsum('bhqd,bhkd->bhqk', q * self.head_dim ** -0.5, k)"),
+        _mha("s = (q @ k.transpose(-2, -1)).div(math.sqrt(q.size(-1)))"),
+        _mha("s = q @ k.transpose(-2, -1) / math.sqrt(C // self.num_heads)"),
+        "import torch\ndef attn(q, k, v):\n    q = q * q.shape[-1] ** -0.25\n"
+        "    k = k * k.shape[-1] ** -0.25\n"
+        "    return torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ v",
+        "import torch\ndef attn(q, k, v, scale):\n"
+        "    return torch.softmax(torch.bmm(q, k.transpose(1, 2)) * scale, -1) @ v",
+        # VQ-GAN (Chameleon, Janus, LTX-2 audio): one head over the channels of a (b, c, h, w) map
+        "import torch, torch.nn as nn\nclass AttnBlock(nn.Module):\n    def __init__(self, c):\n"
+        "        super().__init__()\n        self.q, self.k, self.v = (nn.Conv2d(c, c, 1) for _ in range(3))\n"
+        "    def forward(self, x):\n        q, k, v = self.q(x), self.k(x), self.v(x)\n"
+        "        batch, channels, height, width = q.shape\n"
+        "        q = q.reshape(batch, channels, height * width).permute(0, 2, 1)\n"
+        "        k = k.reshape(batch, channels, height * width)\n"
+        "        w = torch.softmax(torch.bmm(q, k) * (int(channels) ** (-0.5)), dim=2).permute(0, 2, 1)\n"
+        "        v = v.reshape(batch, channels, height * width)\n"
+        "        return x + torch.bmm(v, w).reshape(batch, channels, height, width)",
+        # EfficientLoFTR: dual-softmax feature matching, both features divided by sqrt(C)
+        "import torch\ndef fine_matching(f0, f1):\n    f0 = f0 / f0.shape[-1] ** 0.5\n"
+        "    f1 = f1 / f1.shape[-1] ** 0.5\n    sim = f0 @ f1.transpose(-1, -2)\n"
+        "    return torch.softmax(sim, 1) * torch.softmax(sim, 2)",
+    )
+    INVALID = (
+        Invalid(_mha("s = q @ k.transpose(-2, -1) / math.sqrt(T)"), line=12, message="T = x.shape[1]"),
+        Invalid(_mha("s = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(C)"), line=12, message="d_model"),
+        Invalid(  # channels-first (b, c, t) named so, split into heads: sqrt(channels) is sqrt(d_model)
+            "import torch\ndef attn(q, k, heads):\n    batch, channels, seq_len = q.shape\n"
+            "    q = q.reshape(batch * heads, channels // heads, seq_len).permute(0, 2, 1)\n"
+            "    k = k.reshape(batch * heads, channels // heads, seq_len)\n"
+            "    return torch.softmax(torch.bmm(q, k) / channels ** 0.5, dim=-1)",
+            line=6,
+            message="d_model",
+        ),
+        Invalid(_mha("s = torch.einsum('bhqd,bhkd->bhqk', q, k)"), line=12, message="unscaled"),
+        Invalid(_mha("s = q @ k.transpose(-2, -1) * math.sqrt(self.head_dim)"), message="multiplied"),
+        Invalid(
+            _mha("s = (q / math.sqrt(self.head_dim)) @ k.transpose(-2, -1) / math.sqrt(self.head_dim)"),
+            message="twice",
+        ),
+        Invalid(  # one arm of the ``if`` scales a second time: that path is wrong
+            _mha(
+                "s = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)\n        if self.training:\n"
+                "            s = s / math.sqrt(self.head_dim)\n        else:\n            s = s.float()"
+            ),
+            message="twice",
+        ),
+        Invalid(
+            "import torch\ndef attn(q, k, v):\n    w = torch.bmm(q, k.transpose(1, 2))\n"
+            "    return torch.softmax(w, dim=-1) @ v",
+            line=3,
+        ),
+        Invalid(
+            "import torch\ndef attn(q, k, v):\n    '''T5-style attention: no scaling, folded into init.'''\n"
+            "    return torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ v",
+            severity=Severity.WARNING,
+        ),
+        Invalid(  # LongT5: a T5 relative attention bias, the scale folded into the initialisation
+            _mha("s = q @ k.transpose(-2, -1)").replace(
+                "self.qkv = nn.Linear", "self.has_relative_attention_bias = True\n        self.qkv = nn.Linear"
+            ),
+            severity=Severity.WARNING,
+            message="has_relative_attention_bias",
+        ),
+        Invalid(  # GPT-Neo: its flash subclass passes softmax_scale=1.0, trained unscaled
+            _mha("s = q @ k.transpose(-2, -1)")
+            + "class MHAFlash(MHA):\n    def forward(self, q, k, v):\n"
+            "        return flash_attn_func(q, k, v, softmax_scale=1.0)\n",
+            severity=Severity.WARNING,
+            message="softmax_scale=1.0",
+        ),
+        Invalid(  # unbound from the last axis of (b, s, h, d, 3): full heads, still unscaled
+            _mha("s = q @ k.transpose(-2, -1)").replace(
+                "q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)",
+                "q, k, v = self.qkv(x).view(B, T, self.num_heads, self.head_dim, 3).unbind(-1)",
+            ),
+            message="unscaled",
+        ),
+        Invalid(  # a unit scale in an unrelated class of the file is no evidence
+            _mha("s = q @ k.transpose(-2, -1)")
+            + "class Other(nn.Module):\n    def forward(self, q, k, v):\n"
+            "        return F.scaled_dot_product_attention(q, k, v, scale=1.0)\n",
+            severity=Severity.ERROR,
+        ),
+    )
+
+    def visit_Call(self, node: cst.Call) -> None:
+        sem = semantics.of(self.context)
+        fn = self.context.function
+        softmax = sem.softmax(node, fn)
+        if softmax is None:
+            return
+        pipeline = sem.pipeline(softmax, fn)
+        if pipeline is None or not pipeline.products or sem.dual_softmax(softmax, fn):
+            return  # a dual softmax matches features (LoFTR): its temperature is its own
+        if scale_conventions.contracts_tokens(sem, pipeline) or scale_conventions.one_wide_features(sem, pipeline):
+            return
+        operands = frozenset(filter(None, (root_name(o) for o in pipeline.operands)))
+        terms = [
+            (factor, term)
+            for factor in pipeline.factors
+            for term in sem.terms(factor.value, factor.fn, -1.0 if factor.divides else 1.0, operands)
+        ]
+        self._judge(pipeline, terms, sem)
+
+    def _judge(self, pipeline: Pipeline, terms: list, sem: semantics.Semantics) -> None:
+        heads = sem.has_heads(pipeline.fn)
+        powers: dict[str, float] = defaultdict(float)
+        by_kind: dict[str, list] = defaultdict(list)
+        for factor, term in terms:
+            kind = term.kind if heads or term.kind != "d_model" else "head_dim"
+            powers[kind] += term.power
+            by_kind[kind].append((factor, term))
+        for kind in ("seq_len", "d_model", "num_heads", "batch"):
+            if abs(powers[kind]) > 1e-9:
+                factor, term = by_kind[kind][0]
+                where = "multiplied by" if term.power > 0 else "divided by"
+                self._flag(
+                    factor.node,
+                    pipeline,
+                    f"scores {where} {_root(term)}, where {term.evidence} is {DESCRIPTION[kind]}; "
+                    "scale by 1/sqrt(head_dim)",
+                    fix=scale_fixes.replace_factor(self, sem, pipeline, factor),
+                )
+                return
+        if by_kind[None] or by_kind["const"] or pipeline.scale_argument:
+            return
+        self._judge_head_dim(pipeline, powers["head_dim"], by_kind["head_dim"])
+
+    def _judge_head_dim(self, pipeline: Pipeline, power: float, found: list) -> None:
+        if abs(power + 0.5) < 1e-9:
+            return
+        if not found:
+            sem = semantics.of(self.context)
+            if scale_conventions.scaled_by_caller(sem, pipeline, self.context.source.text):
+                return
+            design = scale_conventions.unscaled_by_design(sem, pipeline, self.context.source.text)
+            self._flag(
+                pipeline.products[0],
+                pipeline,
+                "scores q·kᵀ reach the softmax unscaled"
+                + (f" ({design})" if design else "")
+                + "; without 1/sqrt(head_dim) the softmax saturates as head_dim grows",
+                severity=Severity.WARNING if design else None,
+                fix=() if design else scale_fixes.add_scale(self, sem, pipeline),
+            )
+            return
+        factor, term = found[0]
+        fix = scale_fixes.replace_factor(self, semantics.of(self.context), pipeline, factor)
+        if abs(power - 0.5) < 1e-9:
+            message = f"scores multiplied by sqrt({term.evidence}) instead of divided"
+        elif abs(power + 1) < 1e-9 and len(found) > 1:
+            message = (
+                f"scores scaled by 1/sqrt(head_dim) twice ({len(found)} factors), i.e. by 1/{term.evidence}"
+            )
+            fix = scale_fixes.drop_repeated_factor(self, pipeline, [t for _, t in found])
+        else:
+            message = f"scores scaled by head_dim ** {power:g} ({term.evidence}) instead of head_dim ** -0.5"
+        self._flag(factor.node, pipeline, message, fix=fix)
+
+    def _flag(
+        self,
+        node: cst.CSTNode,
+        pipeline: Pipeline,
+        message: str,
+        severity: Severity | None = None,
+        fix: tuple[Edit, ...] = (),
+    ) -> None:
+        anchor = syntax.located(self, node, pipeline.products[0], pipeline.softmax.call)
+        self.report(anchor, message, severity=severity, hint=_HINT, fix=fix)
+
+
+def _root(term: Term) -> str:
+    name = term.evidence.split(" = ")[0]
+    return f"sqrt({name})" if abs(abs(term.power) - 0.5) < 1e-9 else f"{name} ** {abs(term.power):g}"

@@ -1,0 +1,120 @@
+"""ATT303 fully-masked-nan: ``-inf`` fill with no guard against rows with no visible key."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import libcst as cst
+
+from attncheck.static.analysis.patterns import FillSite, constant_value, fill_site, method_name, tracer
+from attncheck.static.context import FileContext
+from attncheck.static.facts import FileFacts, FunctionFacts
+from attncheck.static.rule import Invalid, Rule
+
+# Calls that show the function deals with all-masked rows.
+_GUARDS = frozenset({"nan_to_num", "nan_to_num_", "isnan", "isfinite", "isinf", "clamp_min", "clamp_min_"})
+# A causal mask always leaves the diagonal visible, so no row is fully masked.
+# A fill target named like this is an additive mask that scores will be added to.
+_ADDITIVE_MASK = re.compile(r"mask|bias", re.IGNORECASE)
+_CAUSAL = re.compile(r"(tril|triu|causal|future|subsequent|look_?ahead|\bbias\b)", re.IGNORECASE)
+
+
+class FullyMaskedNan(Rule):
+    code = "ATT303"
+    PREFILTER = ("inf",)
+    VALID = (
+        "def f(s, mask):\n    s = s.masked_fill(mask == 0, torch.finfo(s.dtype).min)\n"
+        "    return s.softmax(-1)",
+        "def f(s, mask):\n    s = s.masked_fill(~mask, float('-inf'))\n"
+        "    return torch.nan_to_num(s.softmax(-1), nan=0.0)",
+        "def f(self, att, T):\n    att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float('-inf'))\n"
+        "    return F.softmax(att, dim=-1)",
+        "def f(s, causal_mask):\n    return s.masked_fill(causal_mask, -math.inf).softmax(-1)",
+        # Generation logits processors: a vocabulary mask on sampling logits, never a softmax here.
+        "def f(self, input_ids, scores):\n    banned = scores.new_zeros(scores.shape, dtype=torch.bool)\n"
+        "    return scores.masked_fill(banned, -float('inf'))",
+        # DeepSeek-V3.2's sparse-attention indexer: masked scores pick the top-k keys, no softmax.
+        "def f(self, q, k, attention_mask):\n    scores = torch.matmul(q, k.transpose(-1, -2))\n"
+        "    scores = scores.masked_fill(~attention_mask, float('-inf'))\n"
+        "    return scores.topk(self.index_topk, dim=-1).indices",
+        # timm ZLPR loss: log-sum-exp with an appended zero logit.
+        "def f(x, pos, zeros):\n    neg = torch.cat([x.masked_fill(pos, float('-inf')), zeros], -1)\n"
+        "    return torch.logsumexp(neg, -1)",
+    )
+    INVALID = (
+        Invalid(
+            "def f(s, mask):\n    s = s.masked_fill(mask == 0, float('-inf'))\n    return s.softmax(-1)",
+            line=2,
+            message="NaN",
+        ),
+        Invalid("def f(s, pad):\n    return torch.softmax(s.masked_fill(pad, -float('inf')), -1)", line=2),
+        Invalid("def f(s, m):\n    return F.softmax(torch.where(m, s, -torch.inf), dim=-1)", line=2),
+        Invalid('def f(s, m):\n    s.masked_fill_(m, float("-inf"))\n    return s.softmax(-1)', line=2),
+        # NeMo-style relative position term handed to the attention function as its mask.
+        Invalid(
+            "def f(self, q, k, v, bd, attention_mask):\n"
+            "    bd = bd.masked_fill_(attention_mask.logical_not(), float('-inf'))\n"
+            "    return attention_interface(self, q, k, v, attention_mask=bd)",
+            line=2,
+        ),
+    )
+
+    def __init__(self, context: FileContext) -> None:
+        super().__init__(context)
+        self.tracer = tracer(context)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        facts = self.context.facts
+        site = fill_site(node, facts)
+        fn = self.context.function
+        if site is None:
+            return
+        value, _ = self.tracer.origin(site.value, fn, through=frozenset())
+        number = constant_value(value, facts)
+        if number is None or not (math.isinf(number) and number < 0):
+            return
+        if not self._fills_attention(site, fn):
+            return
+        mask = self.context.module.code_for_node(site.mask)
+        if _CAUSAL.search(mask) or self._mask_is_causal(site.mask, fn) or _guarded(fn, facts):
+            return
+        self.report(
+            node,
+            f"positions selected by `{mask}` are filled with -inf and nothing guards a query whose "
+            "keys are all masked: its softmax is 0/0 and the whole output row becomes NaN",
+            hint="fill with torch.finfo(scores.dtype).min instead, or zero the fully masked rows "
+            "after the softmax (torch.nan_to_num / masked_fill of rows where the mask is all blocked)",
+            evidence=[f"-inf fill under mask `{mask}`", "no nan_to_num/isnan/finfo guard in this function"],
+        )
+
+    def _fills_attention(self, site: FillSite, fn: FunctionFacts | None) -> bool:
+        """The fill writes attention scores that a softmax takes here or that go to attention as
+        its mask, or it builds an additive attention mask (``attn_bias.masked_fill_(~m, -inf)``).
+
+        A vocabulary mask on sampling logits (generation processors, a loss's
+        log-sum-exp), a sparse-attention indexer's scores before ``topk`` and a
+        detection head's class logits are none of these: no softmax turns their
+        fully masked rows into NaN.
+        """
+        if site.target is None:
+            return False
+        if _ADDITIVE_MASK.search(self.context.module.code_for_node(site.target)):
+            return True
+        return self.tracer.feeds_attention(site, fn)
+
+    def _mask_is_causal(self, mask: cst.BaseExpression, fn: FunctionFacts | None) -> bool:
+        origin, _ = self.tracer.origin(mask, fn, through=frozenset({"bool", "to", "unsqueeze", "view"}))
+        return bool(_CAUSAL.search(self.context.module.code_for_node(origin)))
+
+
+def _guarded(fn: FunctionFacts | None, facts: FileFacts) -> bool:
+    if fn is None:
+        return False
+    for call in fn.calls:
+        name = method_name(call) or (facts.canonical(call.func) or "").rsplit(".", 1)[-1]
+        if name in _GUARDS or (
+            name == "clamp" and any(a.keyword and a.keyword.value == "min" for a in call.args)
+        ):
+            return True
+    return False

@@ -1,0 +1,1 @@
+"""ATT4xx: grouped-query attention and rotary position embeddings."""

@@ -105,3 +105,11 @@ def test_stdin_buffer_is_what_the_dynamic_check_runs() -> None:
     assert target["status"] == "failed"
     att202 = [f for f in report["findings"] if f["code"] == "ATT202"]
     assert [(f["severity"], f["source"]) for f in att202] == [("error", "both")]
+
+
+def test_package_repo_and_notebook_repros_exit_clean() -> None:
+    """The README lines: ``attncheck package-repo`` and ``attncheck notebook/correct.ipynb`` check
+    every target dynamically and exit 0."""
+    code, report = _attncheck(str(LOADING / "package-repo"), str(LOADING / "notebook" / "correct.ipynb"))
+    assert code == 0, report["targets"]
+    assert [t["status"] for t in report["targets"]] == ["passed", "passed", "passed"]

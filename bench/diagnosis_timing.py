@@ -16,10 +16,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from attncheck.dynamic.diagnosis import diagnose
-from attncheck.dynamic.mutants import Case, Knobs, Setting, mutated_mha
-from attncheck.dynamic.reference import Linear, Projections
-from attncheck.dynamic.rope import RopeSpec
+from attncheck.dynamic.diagnosis.diagnose import diagnose
+from attncheck.dynamic.reference.mha import Linear, Projections
+from attncheck.dynamic.reference.mutants import Case, Knobs, Setting, mutated_mha
+from attncheck.dynamic.reference.rope import RopeSpec
 
 
 def _setup(kv_heads: int = 4, rope: RopeSpec | None = None) -> tuple[Setting, list[Case]]:

@@ -152,7 +152,7 @@ def measured_command(arguments: list[str]) -> None:
         sandbox.StartedChild.run = timed_run
 
     started_mono = time.monotonic()
-    sys.meta_path.insert(0, _AfterImport("attncheck.dynamic.sandbox", patch))
+    sys.meta_path.insert(0, _AfterImport("attncheck.dynamic.harness.sandbox", patch))
     sys.argv = ["attncheck", *arguments]
     from attncheck.cli import main
 
@@ -218,7 +218,7 @@ def diagnosis_cost(repeat: int) -> None:
     """Per buggy fixture: check time with and without the diagnosis, and the codes it names."""
     from unittest import mock
 
-    from attncheck.dynamic import explain
+    from attncheck.dynamic.diagnosis import explain
     from attncheck.dynamic.runner import check_file
     from attncheck.sources import Source
     from attncheck.static.engine import lint

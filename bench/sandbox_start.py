@@ -17,7 +17,7 @@ import numpy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from attncheck.dynamic import sandbox
+from attncheck.dynamic.harness import sandbox
 
 MODULE = Path(__file__).resolve().parents[1] / "fixtures" / "hostile" / "well_behaved.py"
 REQUEST = {"entry": "tests.sandbox_entries:forward"}

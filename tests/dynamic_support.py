@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from attncheck.dynamic import executor
+from attncheck.dynamic.inside import executor
 from attncheck.sources import Source
 from attncheck.static.engine import FileResult, lint
 from attncheck.static.rules import all_rules

@@ -1,6 +1,6 @@
 """Hand-written attention "as a student would write it", with one switch per known bug.
 
-This code is deliberately independent of ``attncheck.dynamic.mutants``: it uses
+This code is deliberately independent of ``attncheck.dynamic.reference.mutants``: it uses
 nn.Linear-style ``functional.linear``, ``view``/``transpose`` and ``masked_fill`` the way user
 code does, so the diagnosis tests compare two separate implementations and can fail.
 """
@@ -12,7 +12,7 @@ import math
 import torch
 from torch.nn import functional
 
-from attncheck.dynamic.reference import Linear, Projections
+from attncheck.dynamic.reference.mha import Linear, Projections
 
 BUGS = {
     # bug switch -> catalogue code the diagnosis must name

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from attncheck.dynamic.binding import bind
+from attncheck.dynamic.binding.bind import bind
 from attncheck.findings import Parameter, Target
 
 

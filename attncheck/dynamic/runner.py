@@ -20,12 +20,15 @@ import numpy as np
 import torch
 
 from attncheck.catalogue import CODES
-from attncheck.dynamic import crashes as crashes_module
-from attncheck.dynamic import evidence, rope_targets
-from attncheck.dynamic.binding import Binding, bind
+from attncheck.dynamic import codes
+from attncheck.dynamic.binding.bind import Binding, bind
+from attncheck.dynamic.diagnosis import crashes as crashes_module
 from attncheck.dynamic.loading import failures
 from attncheck.dynamic.loading import request as loading_request
-from attncheck.dynamic.probes import Judge, Plan, plan
+from attncheck.dynamic.probes import evidence
+from attncheck.dynamic.probes import rope_functions as rope_targets
+from attncheck.dynamic.probes.base import Plan
+from attncheck.dynamic.probes.judge import Judge, plan
 from attncheck.findings import Check, Finding, Target, TargetResult
 from attncheck.static.result import FileResult
 
@@ -55,11 +58,11 @@ Child = Callable[[Path, dict, dict[str, np.ndarray]], Outcome]
 def sandbox_child(options: DynamicOptions) -> Child:
     """The real isolated child process, with the time limit from the options.
 
-    A child already started for the file (``launch.prestart``, ``launch.run_dynamic``) is used
+    A child already started for the file (``prestarted``) is used
     when there is one: its Python and ``import torch`` are then (partly) done.
     """
-    from attncheck.dynamic.launch import limits_for, take
-    from attncheck.dynamic.sandbox import run_child
+    from attncheck.dynamic.harness.prestarted import limits_for, take
+    from attncheck.dynamic.harness.sandbox import run_child
 
     def child(path: Path, request: dict, tensors: dict[str, np.ndarray]) -> Outcome:
         limits = limits_for(options, len(request.get("targets", [])))
@@ -216,7 +219,8 @@ def _unbound(
         line_text = _source_line(result, error["line"])
         head_dim = binding.dims.d_model // binding.dims.heads
         named = crashes_module.classify(error["type"], error["message"], line_text, head_dim)
-        code, text = (named.code, f"{named.message} (line {error['line']})") if named else ("ATT901", message)
+        crash = (codes.FORWARD_CRASH, message)
+        code, text = (named.code, f"{named.message} (line {error['line']})") if named else crash
         evidence = [f"bound with {crashes[0]['label']}", f"raised at line {error['line']}"]
         finding = _finding(code, text, target, result, evidence)
         return TargetResult(target, "failed", message, [check], device), [finding]

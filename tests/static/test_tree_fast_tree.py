@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # Every fixture, and three of our own modules for breadth (f-strings, decorators, comprehensions).
 FILES = sorted([*ROOT.glob("fixtures/**/*.py"),
                 *(ROOT / "attncheck" / name
-                  for name in ("cli.py", "static/analysis/patterns.py", "dynamic/probes.py"))])
+                  for name in ("cli.py", "static/analysis/patterns.py", "dynamic/binding/bind.py"))])
 _LEAVES = {cst.Name: "value", cst.Integer: "value", cst.Float: "value", cst.Imaginary: "value",
            cst.SimpleString: "value", cst.Param: "star", cst.Arg: "star", cst.FormattedString: "start",
            cst.FormattedStringText: "value", cst.FormattedStringExpression: "conversion"}

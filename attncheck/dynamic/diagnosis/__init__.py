@@ -1,0 +1,1 @@
+"""Which known mistake explains a difference or a crash."""

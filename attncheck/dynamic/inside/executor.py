@@ -1,0 +1,463 @@
+"""Runs inside the child: build each target, run the parent's experiments, report raw results.
+
+This is the only dynamic code that touches the user's objects. It decides
+nothing: it constructs a target with the first candidate binding that
+constructs and forwards, runs every planned experiment (catching each
+failure separately), and yields facts plus float64 tensors for the parent to
+judge. One reply per target, so a crash in one target keeps the others.
+
+Request layout (built by ``probes.judge.plan``; each experiment is ``harness.protocol.Experiment``)::
+
+    {"seed": 0, "device": "auto", "targets": [{
+        "id": "0", "name": "Attention", "is_class": True,
+        "candidates": [InitCandidate.to_request()...], "forward": ForwardPlan.to_request(),
+        "experiments": [{"name", "instance": "exact" | "dropout", "mode": "eval" | "train",
+                         "inputs": {role: tensor name}, "mask": tensor name | None,
+                         "record": bool, "cotangent": tensor name | None,
+                         "keywords": {param: tensor name}, "constants": {param: JSON value}}...]}]}
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import inspect
+import time
+import tokenize
+import traceback
+import types
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+from attncheck.dynamic.binding.bind import all_sizes, size_for
+from attncheck.dynamic.harness.protocol import Experiment
+from attncheck.dynamic.inside import kv_cache, kv_perturb
+
+Tensors = dict[str, torch.Tensor]
+DROPOUT_RATE = 0.5
+
+
+def run(module: types.ModuleType, request: dict, tensors: Tensors) -> Iterator[tuple[dict, Tensors]]:
+    """Yield ``(facts, tensors)`` for each target of the request, in order."""
+    # The tensors are tiny: one intra-op thread avoids thread-pool wake-ups that cost more than the maths.
+    torch.set_num_threads(1)
+    device = _device(request.get("device", "auto"))
+    inputs = {name: t.to(device) for name, t in tensors.items()}
+    for unit in request["targets"]:
+        wall, cpu = time.perf_counter(), time.process_time()
+        with _default_dtype(torch.float64):
+            facts, out = _run_target(module, unit, inputs, device, int(request.get("seed", 0)))
+        # For bench/dynamic.py: where a check's time goes. process_cpu_s includes the child's start-up.
+        facts["timing"] = {
+            "experiments_s": time.perf_counter() - wall,
+            "cpu_s": time.process_time() - cpu,
+            "process_cpu_s": time.process_time(),
+        }
+        yield facts, out
+
+
+@contextlib.contextmanager
+def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    """User code runs in float64: its Python-scalar tensors (``torch.where(m, 0.0, finfo.min)``,
+    ``torch.zeros(...)``) must be float64 too, or they overflow or mix dtypes."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def _device(wanted: str) -> torch.device:
+    if wanted in ("cuda", "auto") and torch.cuda.is_available():
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def error_facts(exc: BaseException, module_file: str | None) -> dict[str, Any]:
+    """Type, message and the innermost line of the user's file in the traceback."""
+    line = function = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if module_file and frame.filename == module_file:
+            line, function = frame.lineno, frame.name
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return {"type": type(exc).__name__, "message": message[:500], "line": line, "function": function}
+
+
+class _Target:
+    """One target being exercised: its instances and how to call them."""
+
+    def __init__(self, module: types.ModuleType, unit: dict, tensors: Tensors, device: torch.device, seed: int):
+        self.module, self.unit, self.tensors, self.device, self.seed = module, unit, tensors, device, seed
+        self.obj = getattr(module, unit["name"])
+        self.file = getattr(module, "__file__", None)
+        self.instances: dict[str, Any] = {}
+        self.candidate: dict | None = None
+        self.dropout_calls = 0
+
+    def construct(self, candidate: dict, rate: float) -> nn.Module:
+        kwargs = dict(candidate["kwargs"])
+        for name in candidate["dropout_names"]:
+            kwargs[name] = rate
+        if candidate["config"]:
+            kwargs[candidate["config"]["param"]] = _build_config(self.module, candidate["config"]["class"], rate)
+        torch.manual_seed(self.seed)
+        instance = self.obj(*candidate["args"], **kwargs)
+        if not isinstance(instance, nn.Module):
+            raise TypeError(f"{self.unit['name']}(...) is not a torch.nn.Module")
+        return _cast(instance.to(self.device), torch.float64).eval()
+
+    def instance(self, kind: str) -> Any:
+        if not self.unit["is_class"]:
+            return self.obj
+        if kind not in self.instances:
+            assert self.candidate is not None
+            if kind in LOW_PRECISION:  # same seed, same weights as "exact", rounded to the dtype
+                self.instances[kind] = _cast(self.construct(self.candidate, 0.0), LOW_PRECISION[kind])
+                return self.instances[kind]
+            made = self.construct(self.candidate, DROPOUT_RATE)
+            for sub in made.modules():
+                if isinstance(sub, nn.modules.dropout._DropoutNd):
+                    # A nested module built with its own default p=0 (BERT's SelfAttention) still gets 0.5.
+                    sub.p = DROPOUT_RATE
+                    sub.register_forward_hook(self._count_dropout)
+            self.instances[kind] = made
+        return self.instances[kind]
+
+    def _count_dropout(self, *_: Any) -> None:
+        self.dropout_calls += 1
+
+    def call(self, instance: Any, experiment: Experiment, extra: dict[str, Any] | None = None) -> Any:
+        plan = self.unit["forward"]
+        dtype = LOW_PRECISION.get(experiment.dtype or "")
+        args = [_lowered(self.tensors[experiment.inputs[role]], dtype) for _, role in plan["roles"]]
+        kwargs = dict(plan["extra"])
+        kwargs.update({k: _lowered(self.tensors[v], dtype) for k, v in experiment.keywords.items()})
+        kwargs.update(experiment.constants)  # plain JSON values: an integer position offset
+        mask = experiment.mask
+        if plan["mask_name"] and (mask is not None or plan["mask_required"]):
+            kwargs[plan["mask_name"]] = _lowered(self.tensors[mask], dtype) if mask is not None else None
+        kwargs.update(extra or {})
+        return instance(*args, **kwargs)
+
+    def kv_cache(self, instance: nn.Module, experiment: Experiment) -> tuple[torch.Tensor, torch.Tensor]:
+        """The (k, v) cache of the experiment's prefix, cut from a run of the module on it (``kv_cache``)."""
+        spec = experiment.kv_cache or {}
+        prefix = self.tensors[spec["prefix"]]
+        with kv_cache.capture(instance, prefix, _is_projection) as seen:
+            self.call(instance, Experiment(f"{experiment.name}/prefix", {"x": spec["prefix"]}))
+        return kv_cache.cut(seen, spec["d_model"], spec["head_dim"])
+
+
+LOW_PRECISION = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def _lowered(tensor: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    """Floating inputs in the experiment's low precision; masks and positions unchanged."""
+    return tensor.to(dtype) if dtype is not None and tensor.is_floating_point() else tensor
+
+
+def _cast(module: nn.Module, dtype: torch.dtype) -> nn.Module:
+    """Real floating parameters and buffers to ``dtype``; complex ones (Meta's freqs_cis) stay complex."""
+    return module._apply(lambda t: t.to(dtype) if t.is_floating_point() else t)
+
+
+def _build_config(module: types.ModuleType, class_name: str | None, rate: float) -> Any:
+    """The module's own config class filled with small sizes, or a namespace of every known size."""
+    cls = getattr(module, class_name, None) if class_name else None
+    if cls is None:
+        return types.SimpleNamespace(**all_sizes(rate))
+    if dataclasses.is_dataclass(cls):
+        names = [f.name for f in dataclasses.fields(cls) if f.init]
+    else:
+        names = [p for p in inspect.signature(cls).parameters if p not in ("self", "args", "kwargs")]
+    values = {name: size_for(name, rate) for name in names}
+    config = cls(**{name: value for name, value in values.items() if value is not None})
+    for name, value in values.items():  # fields a plain __init__ might not store
+        if value is not None and not hasattr(config, name):
+            setattr(config, name, value)
+    return config
+
+
+def _run_target(
+    module: types.ModuleType, unit: dict, tensors: Tensors, device: torch.device, seed: int
+) -> tuple[dict, Tensors]:
+    facts: dict[str, Any] = {
+        "unit": unit["id"],
+        "target": unit["name"],
+        "device": device.type,
+        "experiments": {},
+        "attempts": [],
+    }
+    out: Tensors = {}
+    target = _Target(module, unit, tensors, device, seed)
+    experiments = [Experiment.from_request(e) for e in unit["experiments"]]
+    if unit.get("independent"):  # variants of one call (e.g. cos/sin layouts): each may fail alone
+        for experiment in experiments:
+            _run_experiment(target, experiment, facts, out)
+        facts["binding"] = "function"
+        return facts, out
+    if not _choose_binding(target, experiments[0], facts, out):
+        return facts, out
+    for experiment in experiments[1:]:
+        _run_experiment(target, experiment, facts, out)
+    instance = target.instance("exact")
+    facts["docs"] = _docs(target.obj)
+    facts["comments"] = _comments(target.obj)
+    if unit["is_class"]:
+        facts["causal_buffer"] = _has_causal_buffer(instance)
+        facts["attrs"] = {k: v for k, v in vars(instance).items() if isinstance(v, int) and not isinstance(v, bool)}
+        facts["flags"] = {k: v for k, v in vars(instance).items() if isinstance(v, bool)}
+        facts["dropout"] = {
+            "configured": bool(target.candidate and (target.candidate["dropout_names"] or target.candidate["config"])),
+            "modules": sum(isinstance(m, nn.modules.dropout._DropoutNd) for m in instance.modules()),
+            "calls": target.dropout_calls,
+        }
+    return facts, out
+
+
+def _choose_binding(target: _Target, first: Experiment, facts: dict, out: Tensors) -> bool:
+    """Try each candidate on the first experiment; keep the first that constructs and forwards."""
+    candidates = target.unit["candidates"] if target.unit["is_class"] else [None]
+    for candidate in candidates:
+        label = candidate["label"] if candidate else "function"
+        try:
+            if candidate is not None:
+                target.candidate = candidate
+                target.instances = {"exact": target.construct(candidate, 0.0)}
+        except Exception as exc:  # any failure of user code is a fact, never a crash of the child
+            facts["attempts"].append({"label": label, "stage": "construct", "error": error_facts(exc, target.file)})
+            continue
+        if _run_experiment(target, first, facts, out):
+            facts["binding"] = label
+            return True
+        facts["attempts"].append(
+            {"label": label, "stage": "forward", "error": facts["experiments"][first.name]["error"]}
+        )
+    facts["binding"] = None
+    return False
+
+
+def _run_experiment(target: _Target, experiment: Experiment, facts: dict, out: Tensors) -> bool:
+    name = experiment.name
+    cotangent = experiment.cotangent
+    recorder = None
+    perturbing: list[Any] = []
+    try:
+        instance = target.instance(experiment.instance)
+        if experiment.record:
+            recorder = _Recorder(instance, target.tensors, experiment.inputs)
+        if experiment.perturb_kv and isinstance(instance, nn.Module):
+            perturbing = kv_perturb.install(instance, experiment.perturb_kv, _is_projection)
+        if isinstance(instance, nn.Module):
+            instance.train(experiment.mode == "train")
+            instance.zero_grad(set_to_none=True)
+        with torch.set_grad_enabled(cotangent is not None):
+            extra = {}
+            if experiment.kv_cache and isinstance(instance, nn.Module):
+                cache = target.kv_cache(instance, experiment)
+                extra[experiment.kv_cache["param"]] = cache
+                out[f"{name}/cache_k"], out[f"{name}/cache_v"] = (t.to("cpu", torch.float64).clone() for t in cache)
+            result = target.call(instance, experiment, extra)
+            output, weights = _split_output(result, target, experiment)
+            if cotangent is not None and isinstance(instance, nn.Module):
+                if output.requires_grad:  # else no parameter reaches the output: every grad stays None
+                    (output * target.tensors[cotangent]).sum().backward()
+                facts["grads"] = {
+                    n: (None if p.grad is None else float(p.grad.norm()))
+                    for n, p in instance.named_parameters()
+                    if p.requires_grad
+                }
+    except Exception as exc:
+        facts["experiments"][name] = {"ok": False, "error": error_facts(exc, target.file)}
+        return False
+    finally:
+        for handle in perturbing:
+            handle.remove()
+        if recorder is not None:
+            recorder.close()
+            facts["softmax"] = recorder.softmax
+    facts["experiments"][name] = {"ok": True, "shape": list(output.shape), "weights": weights is not None}
+    out[f"{name}/out"] = output.detach().to("cpu", torch.float64)
+    if experiment.all_outputs:  # a rotary function's second tensor (its rotated k)
+        for index, item in enumerate(_tensors(result)[1:], 1):
+            out[f"{name}/out{index}"] = item.detach().to("cpu", torch.float64)
+    if weights is not None:
+        out[f"{name}/weights"] = weights.detach().to("cpu", torch.float64)
+    if recorder is not None:
+        facts["layers"] = recorder.report(out)
+    return True
+
+
+def _split_output(result: Any, target: _Target, experiment: Experiment) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The output tensor and, when returned alongside, the attention weights."""
+    items = _items(result)
+    if not items or not isinstance(items[0], torch.Tensor):
+        raise TypeError(f"forward returned {type(result).__name__}, not a tensor or a tuple starting with one")
+    roles = dict(experiment.inputs)
+    query = target.tensors[roles.get("query", roles.get("x"))]
+    key = target.tensors[roles.get("key", roles.get("kv", roles.get("x")))]
+    q_len, k_len = query.shape[-2], key.shape[-2]
+    weights = next(
+        (
+            t
+            for t in items[1:]
+            if isinstance(t, torch.Tensor) and t.ndim in (3, 4) and tuple(t.shape[-2:]) == (q_len, k_len)
+        ),
+        None,
+    )
+    return items[0], weights
+
+
+def _items(result: Any) -> list[Any]:
+    """What a forward returned, as a list (a dict's values, a tuple's items, or the one value)."""
+    if isinstance(result, dict):
+        return list(result.values())
+    return list(result) if isinstance(result, (tuple, list)) else [result]
+
+
+def _tensors(result: Any) -> list[torch.Tensor]:
+    """The floating tensors among what a forward returned, in order."""
+    return [t for t in _items(result) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+
+
+def _docs(obj: Any) -> str:
+    parts = [inspect.getdoc(obj) or ""]
+    forward = getattr(obj, "forward", None)
+    if forward is not None:
+        parts.append(inspect.getdoc(forward) or "")
+    return "\n".join(p for p in parts if p)[:4000]
+
+
+def _comments(obj: Any) -> str:
+    """The ``#`` comments of a target's code (a class's methods), where a mask convention is often
+    stated ("# True = masked"): the mask probes expect the convention stated there."""
+    functions = [m for m in vars(obj).values() if inspect.isfunction(m)] if isinstance(obj, type) else [obj]
+    return "\n".join(filter(None, map(_function_comments, functions)))[:4000]
+
+
+def _function_comments(function: Any) -> str:
+    try:
+        lines = inspect.getsource(function).splitlines(keepends=True)
+        tokens = tokenize.generate_tokens(iter(lines).__next__)
+        return "\n".join(token.string.lstrip("# ") for token in tokens if token.type == tokenize.COMMENT)
+    except (OSError, TypeError, tokenize.TokenError, IndentationError, SyntaxError):
+        return ""
+
+
+def _has_causal_buffer(instance: nn.Module) -> bool:
+    """A square 0/1 triangular buffer: the usual sign of a causal module."""
+    for buffer in instance.buffers():
+        if buffer.ndim < 2 or buffer.shape[-1] != buffer.shape[-2] or buffer.shape[-1] < 2:
+            continue
+        square = buffer.reshape(-1, *buffer.shape[-2:])[0]
+        if not bool(((square == 0) | (square == 1)).all()):
+            continue
+        lower, upper = torch.equal(square, square.tril()), torch.equal(square, square.triu())
+        if lower != upper:
+            return True
+    return False
+
+
+def _is_projection(layer: nn.Module) -> bool:
+    if isinstance(layer, nn.Linear):
+        return True
+    if isinstance(layer, nn.Conv1d):
+        return layer.kernel_size == (1,) and layer.groups == 1
+    weight = getattr(layer, "weight", None)
+    # GPT-2's Conv1D: a 2-D (in, out) weight and ``nf`` (out features); ``nx`` is not always stored.
+    return isinstance(weight, torch.Tensor) and weight.ndim == 2 and getattr(layer, "nf", None) == weight.shape[1]
+
+
+def _weight(layer: nn.Module) -> torch.Tensor:
+    """The weight in ``nn.Linear`` layout (out_features, in_features)."""
+    if isinstance(layer, nn.Linear):
+        return layer.weight
+    if isinstance(layer, nn.Conv1d):
+        return layer.weight.squeeze(-1)
+    return layer.weight.T  # GPT-2 Conv1D stores (in, out)
+
+
+class _Recorder(TorchFunctionMode):
+    """Forward hooks on every projection: which tensor each one read, and its weights.
+
+    As a torch function mode it also records every softmax (input shape and dim),
+    however spelled (``torch.softmax``, ``F.softmax``, ``Tensor.softmax``, ``nn.Softmax``).
+    """
+
+    def __init__(self, instance: Any, tensors: Tensors, roles: dict[str, str]):
+        super().__init__()
+        self.softmax: list[dict[str, Any]] = []
+        self.calls: list[tuple[str, nn.Module, str]] = []
+        self.handles = []
+        self.outputs: list[torch.Tensor] = []  # kept alive so storage pointers stay unique
+        self.pointers: dict[int, str] = {}
+        for role, name in roles.items():
+            self.pointers.setdefault(_pointer(tensors[name]), role)
+        if isinstance(instance, nn.Module):
+            for layer_name, layer in instance.named_modules():
+                if _is_projection(layer):
+                    self.handles.append(layer.register_forward_hook(self._hook(layer_name)))
+        self.__enter__()
+        self.active = True
+
+    def _hook(self, layer_name: str):
+        def hook(layer: nn.Module, args: tuple, output: Any) -> None:
+            read = "other"
+            if args and isinstance(args[0], torch.Tensor):
+                read = self.pointers.get(_pointer(args[0]), "other")
+            self.calls.append((layer_name, layer, read))
+            if isinstance(output, torch.Tensor):
+                self.outputs.append(output)
+                self.pointers.setdefault(_pointer(output), f"layer:{layer_name}")
+
+        return hook
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _SOFTMAX and args and isinstance(args[0], torch.Tensor):
+            dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
+            if isinstance(dim, int) and len(self.softmax) < 32:
+                self.softmax.append({"shape": list(args[0].shape), "dim": dim % max(args[0].ndim, 1)})
+        return func(*args, **kwargs)
+
+    def close(self) -> None:
+        if self.active:
+            self.__exit__(None, None, None)
+            self.active = False
+        for handle in self.handles:
+            handle.remove()
+        self.handles = []
+
+    def report(self, out: Tensors) -> list[dict[str, Any]]:
+        layers = []
+        for index, (name, layer, read) in enumerate(self.calls):
+            weight = _weight(layer).detach().to("cpu", torch.float64)
+            out[f"layer{index}/weight"] = weight
+            bias = getattr(layer, "bias", None)
+            if isinstance(bias, torch.Tensor):
+                out[f"layer{index}/bias"] = bias.detach().to("cpu", torch.float64)
+            layers.append(
+                {
+                    "name": name,
+                    "read": read,
+                    "out": weight.shape[0],
+                    "in": weight.shape[1],
+                    "bias": isinstance(bias, torch.Tensor),
+                }
+            )
+        self.outputs = []
+        return layers
+
+
+_SOFTMAX = {torch.softmax, torch.nn.functional.softmax, torch.Tensor.softmax, torch.special.softmax}
+
+
+def _pointer(tensor: torch.Tensor) -> int:
+    with contextlib.suppress(RuntimeError):
+        return tensor.untyped_storage().data_ptr()
+    return id(tensor)

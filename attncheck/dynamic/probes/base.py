@@ -1,0 +1,122 @@
+"""The probe contract: what a probe declares, when it applies, what it asks the child, how it judges.
+
+A probe is one module under ``dynamic/probes/`` holding a ``PROBE`` object that satisfies
+:class:`Probe`. ``registry.PROBES`` finds them; ``judge.plan`` lets each wanted probe add its
+experiments through a :class:`Planner`, and ``judge.Judge`` hands each a :class:`JudgeView` of
+the child's replies. Both sides are typed here so that a probe never reaches into the judge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from attncheck.dynamic.binding.bind import Binding
+from attncheck.dynamic.binding.weights import Assignment
+from attncheck.dynamic.harness.protocol import Experiment
+from attncheck.dynamic.reference import mha as reference
+from attncheck.dynamic.reference.rope import RopeSpec
+from attncheck.findings import Check
+
+Outcome = tuple[Check, str | None, str]  # a check, and when it failed the code and message of its finding
+
+
+@dataclass
+class Plan:
+    """Everything one target's unit needs: the request part, its tensors, and what the parent keeps."""
+
+    binding: Binding
+    unit: dict[str, Any]
+    tensors: dict[str, np.ndarray]
+    keep: dict[str, np.ndarray] = field(default_factory=dict)  # parent-only: keep masks, perturbed rows
+
+    @property
+    def style(self) -> str:
+        return self.binding.style
+
+
+@dataclass
+class Fit:
+    """The reference configuration that best explains the plain output."""
+
+    assignment: Assignment | None
+    causal: reference.Causal
+    error: float
+    rope: RopeSpec | None = None
+
+
+class Planner(Protocol):
+    """What a probe's ``plan`` may read and add: the target, its plain inputs, named tensors, experiments."""
+
+    binding: Binding
+    plain: dict[str, str]  # role -> tensor name of the plain run's inputs
+    base: np.ndarray  # the plain query input, (batch, seq, d) or (batch, heads, seq, dh)
+    masks: dict[str, str]  # "shape/convention" -> tensor name of the padding masks planned
+    positions: tuple[int, int]  # (batch, seq) of the plain query
+
+    def tensor(self, name: str, value: np.ndarray) -> str: ...
+    def add(self, name: str, inputs: dict[str, str], mask: str | None = None, **options: Any) -> None: ...
+
+
+class JudgeView(Protocol):
+    """What a probe's ``judge`` (and the diagnosis) reads from ``judge.Judge``."""
+
+    style: str
+    tol: float
+    static_codes: Collection[str]  # codes the static pass found on this target
+    found_codes: Sequence[str | None]  # codes of the checks judged before this probe
+    fit: Fit | None
+    binding: Binding
+    plan: Plan
+    facts: dict[str, Any]
+    out: dict[str, torch.Tensor]
+    experiments: dict[str, Experiment]
+
+    def is_causal(self) -> tuple[bool, str]: ...
+    def ran(self, name: str) -> bool: ...
+    def output(self, name: str) -> torch.Tensor: ...
+    def role_inputs(self, name: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
+    def reference(self, name: str, keep: torch.Tensor | None, fit: Fit) -> torch.Tensor: ...
+    def masked_error(self, combo: str) -> float: ...
+
+
+class Probe(Protocol):
+    """One property checked on a bound target.
+
+    ``order`` places its checks among the other probes' (a probe that defers to another's codes
+    comes after it); ``codes`` are the catalogue codes its findings may carry.
+    """
+
+    name: str
+    codes: tuple[str, ...]
+    order: int
+
+    def wanted(self, binding: Binding) -> bool: ...
+    def plan(self, planner: Planner) -> None: ...
+    def judge(self, view: JudgeView) -> list[Outcome]: ...
+
+
+@dataclass(frozen=True)
+class FunctionProbe:
+    """A :class:`Probe` made of a module's functions: what most probe modules export as ``PROBE``."""
+
+    name: str
+    codes: tuple[str, ...]
+    order: int
+    wanted: Callable[[Binding], bool]
+    plan: Callable[[Planner], None]
+    judge: Callable[[JudgeView], list[Outcome]]
+
+
+def every_target(binding: Binding) -> bool:
+    """``wanted`` of a probe planned for every bound target."""
+    return True
+
+
+def as_list(outcome: Outcome | None) -> list[Outcome]:
+    """A ``verdict`` that may be None (probe not planned) as ``judge``'s list."""
+    return [] if outcome is None else [outcome]

@@ -1,0 +1,72 @@
+"""The GQA head-dependency probe, parent side: which KV head does each query head read?
+
+Planned for class targets that take a KV-head count: one run per KV head with
+that head perturbed in the child (``kv_perturb``). The module's output is
+(b, s, d) after the output projection; the per-query-head outputs are recovered
+by undoing the recorded output projection (a square, invertible W_o), so no
+change to the module is needed. ``gqa.name_mapping`` then names the grouping:
+query head h on KV head h // g (HF ``repeat_kv``, SDPA ``enable_gqa``) passes;
+the tiling of ``.repeat`` (h % Hkv) is ATT401.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from attncheck.dynamic.binding.bind import HEADS, KV_HEAD_NAMES, KV_HEADS, Binding
+from attncheck.dynamic.probes.base import FunctionProbe, JudgeView, Outcome, Planner, as_list
+from attncheck.dynamic.probes.gqa_mapping import dependency_matrix, name_mapping
+from attncheck.findings import Check
+
+MOVED = 1e-9  # a query head "moved" when its output changed by more than this
+
+
+def wanted(binding: Binding) -> bool:
+    """A class whose constructor (or config) takes a KV-head count."""
+    if not binding.target.is_class:
+        return False
+    names = {p.name.lower() for p in binding.target.init_params}
+    return bool(names & KV_HEAD_NAMES) or "gqa" in binding.target.kinds
+
+
+def plan(planner: Planner) -> None:
+    """One experiment per KV head, with the plain inputs and that head perturbed."""
+    binding = planner.binding
+    spec = {"kv_heads": KV_HEADS, "head_dim": binding.dims.d_model // binding.dims.heads}
+    for head in range(KV_HEADS):
+        planner.add(f"gqa/kv{head}", planner.plain, perturb_kv={**spec, "head": head, "d_model": binding.dims.d_model})
+
+
+def per_head(judge: JudgeView, name: str, heads: int) -> torch.Tensor:
+    """(b, Hq, s, dh) outputs before the output projection (the recorded W_o undone when there is one)."""
+    out = judge.output(name)
+    o = judge.fit.assignment.projections.o if judge.fit and judge.fit.assignment else None
+    if o is not None:
+        out = out - o.bias if o.bias is not None else out
+        out = out @ torch.linalg.pinv(o.weight.T)
+    b, s, d = out.shape
+    return out.reshape(b, s, heads, d // heads).transpose(1, 2)
+
+
+def verdict(judge: JudgeView) -> Outcome | None:
+    """The gqa-grouping check, or None when the probe was not planned."""
+    names = [f"gqa/kv{j}" for j in range(KV_HEADS)]
+    if names[0] not in judge.experiments:
+        return None
+    fit = judge.fit
+    if fit is None or fit.assignment is None or fit.assignment.kv_heads != KV_HEADS:
+        return Check("gqa-grouping", "skipped", "the module does not use 2 KV heads for 4 query heads"), None, ""
+    if not all(judge.ran(n) for n in ["plain", *names]):
+        return Check("gqa-grouping", "skipped", "a head-dependency experiment raised"), None, ""
+    base = per_head(judge, "plain", HEADS)
+    changed = dependency_matrix(base, [per_head(judge, n, HEADS) for n in names], MOVED)
+    found = name_mapping(changed)
+    status = "failed" if found.code else ("passed" if found.mapping == "grouped" else "failed")
+    if found.mapping == "other":
+        return Check("gqa-grouping", "failed", found.message), None, ""
+    return Check("gqa-grouping", status, found.message), found.code, found.message
+
+
+PROBE = FunctionProbe(
+    "gqa-grouping", ("ATT401",), 20, wanted, plan, lambda view: as_list(verdict(view))
+)

@@ -1,0 +1,191 @@
+"""Every fixture through the whole dynamic checker, in process (the dynamic twin of test_fixtures_static).
+
+The ``dyn_*`` fixtures: correct ones pass every check, buggy ones are named by their ``# dynamic:`` codes.
+Every fixture with targets:
+
+- ``correct/``: every target passes every check, or is in LEGITIMATE_SKIPS (skipped, for the reason given);
+  a ``# dynamic: none`` header marks a static-only fragment (real-world snippets kept as regressions).
+- ``buggy/`` and ``seeds/`` with a ``# dynamic: CODES`` header: those codes are reported (each buggy
+  fixture is named by its catalogue code, not only ATT903); ``# dynamic: none`` files are not run.
+
+Targets come from the real static target finder, so a target that the finder reports but the
+binder cannot build fails here unless its skip is listed with why.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from attncheck.dynamic.runner import check_file
+from attncheck.sources import Source
+from attncheck.static.engine import FileResult, lint
+from tests.dynamic_support import FIXTURES, Options, expected_codes, file_result, in_process_child
+
+CORRECT = sorted((FIXTURES / "correct").glob("dyn_*.py"))
+BUGGY = sorted((FIXTURES / "buggy").glob("dyn_*.py"))
+
+
+@pytest.mark.parametrize("path", CORRECT, ids=lambda p: p.stem)
+def test_correct_fixture_passes_every_check(path):
+    findings, results = check_file(file_result(path), Options(), in_process_child)
+    assert results, "the fixture has no target"
+    for result in results:
+        failed = [(c.name, c.detail) for c in result.checks if c.status in ("failed", "error")]
+        assert result.status == "passed", (result.reason, failed)
+        assert {c.name for c in result.checks} >= {
+            "forward",
+            "output-shape",
+            "reference",
+            "batch-independence",
+        }
+    assert findings == []
+
+
+@pytest.mark.parametrize("path", BUGGY, ids=lambda p: p.stem)
+def test_buggy_fixture_reports_its_codes(path):
+    findings, results = check_file(file_result(path), Options(), in_process_child)
+    expected = expected_codes(path)
+    assert expected, "buggy fixture without a '# dynamic:' header"
+    assert expected <= {f.code for f in findings}
+    assert all(r.status == "failed" for r in results)
+    target_lines = {r.target.line for r in results}
+    for finding in findings:
+        assert finding.source == "dynamic"
+        assert finding.span.line in target_lines
+        assert any(char.isdigit() for char in finding.message) or finding.code in ("ATT303", "ATT907")
+
+
+def test_weight_mapping_is_reported_for_fused_and_conv1d_layers():
+    details = {}
+    for name in ("dyn_fused_qkv.py", "dyn_gpt2_conv1d.py", "dyn_hf_gqa.py"):
+        _, results = check_file(file_result(FIXTURES / "correct" / name), Options(), in_process_child)
+        details[name] = next(c.detail for c in results[0].checks if c.name == "reference")
+    assert "QKV=qkv (fused, split 32/32/32), O=proj" in details["dyn_fused_qkv.py"]
+    assert "QKV=c_attn (fused" in details["dyn_gpt2_conv1d.py"]
+    assert "causal: top-left" in details["dyn_gpt2_conv1d.py"]
+    assert "Q=q_proj, K=k_proj, V=v_proj, O=o_proj" in details["dyn_hf_gqa.py"]
+
+
+def test_mask_convention_and_fully_masked_rows_are_described():
+    _, results = check_file(
+        file_result(FIXTURES / "correct" / "dyn_cross_attention.py"), Options(), in_process_child
+    )
+    checks = {c.name: c for c in results[0].checks}
+    assert "True = masked" in checks["mask-convention"].detail
+    assert "documented as bool, True = masked" in checks["mask-convention"].detail
+    assert checks["fully-masked-rows"].status == "passed"
+    assert checks["query-independence"].status == "passed"
+    _, results = check_file(
+        file_result(FIXTURES / "correct" / "dyn_sdpa_function.py"), Options(), in_process_child
+    )
+    checks = {c.name: c for c in results[0].checks}
+    assert checks["weights-sum"].status == "passed"
+    assert "0 (like SDPA)" not in checks["fully-masked-rows"].detail  # finfo.min fill gives mean(V)
+
+
+def test_same_seed_gives_same_results():
+    path = FIXTURES / "buggy" / "dyn_wrong_scale.py"
+    first = check_file(file_result(path), Options(), in_process_child)
+    second = check_file(file_result(path), Options(), in_process_child)
+    assert [f.message for f in first[0]] == [f.message for f in second[0]]
+
+
+_HEADER = re.compile(r"^#\s*dynamic:\s*(none|ATT\d{3}(?:\s*,\s*ATT\d{3})*)\s*$", re.M)
+
+# Targets the checker cannot run yet, and why (none today: add one only with its reason).
+LEGITIMATE_SKIPS: dict[tuple[str, str], str] = {}
+
+# Fixtures whose mistake no probe reaches yet. Strict: they fail the suite once fixed.
+NEEDS_PROBE: dict[str, str] = {}
+
+
+def _name(path: Path) -> str:
+    return f"{path.parent.name}/{path.name}"
+
+
+def _header(text: str) -> set[str] | None:
+    """The codes of ``# dynamic:``; None for ``none`` or no header."""
+    match = _HEADER.search(text)
+    if match is None or match.group(1) == "none":
+        return None
+    return {code.strip() for code in match.group(1).split(",")}
+
+
+_TARGETS: dict[Path, FileResult] = {}
+
+
+def _static(path: Path) -> FileResult:
+    """The file's targets as the static pass finds them (no rules: the static harness runs those)."""
+    if path not in _TARGETS:
+        result = lint(Source(str(path), path.read_text(encoding="utf-8")), ())
+        assert result.error is None, result.error
+        _TARGETS[path] = result
+    return _TARGETS[path]
+
+
+def _collect() -> list[object]:
+    params = []
+    for folder in ("correct", "buggy", "seeds"):
+        for path in sorted((FIXTURES / folder).glob("*.py")):
+            text = path.read_text(encoding="utf-8")
+            if _header(text) is None and (folder != "correct" or _HEADER.search(text)):
+                continue  # `# dynamic: none`: a static-only fragment (and buggy files need a header)
+            if not _static(path).targets:
+                continue
+            reason = NEEDS_PROBE.get(_name(path))
+            marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+            params.append(pytest.param(path, id=_name(path), marks=marks))
+    return params
+
+
+FIXTURE_FILES = _collect()
+
+
+def test_the_harness_covers_every_folder_and_style():
+    names = {param.id for param in FIXTURE_FILES}
+    assert {name.split("/")[0] for name in names} == {"correct", "buggy", "seeds"}
+    # cross-attention, causal, bare-function, config-object and GQA styles are all among them
+    assert {"correct/dyn_cross_attention.py", "correct/causal_gpt.py", "correct/dyn_sdpa_function.py"} <= names
+    assert {"correct/dyn_gpt2_conv1d.py", "correct/gqa_seed004.py", "seeds/seed004_attention.py"} <= names
+    assert all(key[0] in names for key in LEGITIMATE_SKIPS)
+
+
+def test_header_reading():
+    assert _header("x\n# dynamic: ATT201, ATT903\n") == {"ATT201", "ATT903"}
+    assert _header("# dynamic: none\n") is None
+    assert _header("no header\n") is None
+
+
+@pytest.mark.parametrize("path", FIXTURE_FILES)
+def test_fixture_dynamic_behaviour(path: Path):
+    name = _name(path)
+    result = _static(path)
+    findings, results = check_file(result, Options(device="cpu"), in_process_child)
+    assert [r.target.name for r in results] == [t.name for t in result.targets]
+    for target_result in results:
+        key = (name, target_result.target.name)
+        if target_result.status == "skipped":
+            assert key in LEGITIMATE_SKIPS, f"{key} skipped: {target_result.reason}"
+            assert target_result.reason, "a skip always says why"
+        else:
+            assert key not in LEGITIMATE_SKIPS, f"{key} now runs: drop it from LEGITIMATE_SKIPS"
+        assert target_result.status != "error", target_result.reason
+    target_lines = {r.target.line for r in results}
+    assert all(f.source == "dynamic" and f.span.line in target_lines for f in findings)
+    if path.parent.name == "correct":
+        for target_result in results:
+            if target_result.status == "skipped":
+                continue
+            failed = [
+                (c.name, c.detail) for c in target_result.checks if c.status != "passed" and c.status != "skipped"
+            ]
+            assert target_result.status == "passed", (target_result.target.name, failed)
+        assert findings == [], [(f.code, f.message) for f in findings]
+        return
+    expected = _header(path.read_text(encoding="utf-8"))
+    assert expected is not None
+    reported = {f.code for f in findings}
+    assert expected <= reported, {"missing": sorted(expected - reported), "reported": sorted(reported)}

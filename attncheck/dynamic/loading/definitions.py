@@ -65,10 +65,6 @@ class TopLevel:
     def skipped(self) -> int:
         return len(self.dropped)
 
-    def drops_line(self, line: int) -> bool:
-        """Whether ``line`` lies in a statement definitions-only loading leaves out."""
-        return any(first <= line <= last for first, last in self.dropped)
-
 
 def read(text: str) -> TopLevel | None:
     """The top level of ``text``; None when it does not parse (the import then says why)."""
@@ -90,7 +86,7 @@ def read(text: str) -> TopLevel | None:
 
 
 def describe(work: Iterable[Work], limit: int = 3) -> str:
-    """``a for loop at line 12, input() at line 3`` for the first few statements of work."""
+    """``a loop at line 12, input() at line 3`` for the first few statements of work."""
     items = list(work)
     text = ", ".join(f"{w.what} at line {w.line}" for w in items[:limit])
     return text + (f" and {len(items) - limit} more" if len(items) > limit else "")
@@ -134,9 +130,9 @@ def _kept(statement: ast.stmt, defined: set[str], skipped: set[str]) -> bool:
 
 
 def _simple(expression: ast.expr, defined: set[str], skipped: set[str]) -> bool:
-    """An expression that only computes a value: calls only setup helpers or outside callables
-    that are neither work nor the file's own (an instance of the file's model is work), and uses
-    no name a left-out statement binds."""
+    """An expression that only computes a value: it calls nothing that works and none of the file's
+    own functions or classes (an instance of the file's model is left out), and uses no name a
+    left-out statement binds."""
     for node in ast.walk(expression):
         if isinstance(node, ast.Name) and node.id in skipped:
             return False

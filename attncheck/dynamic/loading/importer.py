@@ -30,7 +30,7 @@ class Loaded:
 
 
 def load(request: dict) -> Loaded:
-    """Load the module ``request`` (a ``loading.request.Request`` as a dict) describes."""
+    """Load the module that ``request`` (what ``loading.request.build`` made, as JSON) describes."""
     path = Path(request["path"])
     top = request.get("package", "").partition(".")[0]
     if top and top in sys.modules:  # a package of this process (torch, attncheck): not the user's to import

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from attncheck.version import __version__
+
 __all__ = ["Report", "__version__", "assert_attention", "check"]
 
 

@@ -16,10 +16,10 @@ from typing import TextIO
 
 import click
 
-from attncheck import __version__
 from attncheck.config import DEVICES, ConfigError
 from attncheck.findings import Severity
 from attncheck.sources import STDIN, FileError, Source, from_bytes
+from attncheck.version import __version__
 
 EXIT_CLEAN, EXIT_PROBLEMS, EXIT_ERROR = 0, 1, 2
 

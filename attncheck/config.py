@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from attncheck.catalogue import CODES, lookup
 from attncheck.discovery import gitignore_spec
+from attncheck.errors import ConfigError
 
 if TYPE_CHECKING:
     import pathspec
@@ -24,10 +25,6 @@ if TYPE_CHECKING:
 
 DEVICES = ("cpu", "cuda", "auto")
 KEYS = ("select", "ignore", "per-file-ignores", "exclude", "timeout", "device", "targets")
-
-
-class ConfigError(ValueError):
-    """A configuration or option that cannot be used, said in one sentence."""
 
 
 @dataclass(frozen=True)

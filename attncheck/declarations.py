@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, get_args
 
-from attncheck.config import ConfigError
+from attncheck.errors import ConfigError
 
 
 def validate(targets: Mapping[str, Mapping[str, Any]], path: Path) -> None:

@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 from typing import Any, TextIO
 
-from attncheck import __version__
 from attncheck.catalogue import CODES
 from attncheck.findings import Finding, TargetResult
 from attncheck.pipeline import Outcome
 from attncheck.report import summary, target_kind
 from attncheck.sources import FileError
+from attncheck.version import __version__
 
 
 def document(outcome: Outcome) -> dict[str, Any]:

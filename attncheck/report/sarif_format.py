@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import quote
 
-from attncheck import __version__
 from attncheck.catalogue import CODES, doc
 from attncheck.findings import Finding, Severity, Span
 from attncheck.pipeline import Outcome
 from attncheck.report import cell_prefix, in_file, target_error_message, target_errors
 from attncheck.sources import STDIN
+from attncheck.version import __version__
 
 SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}

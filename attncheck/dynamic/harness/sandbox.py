@@ -143,9 +143,9 @@ class StartedChild:
                     stdout=stdout,
                     stderr=stderr,
                     cwd=self.workdir,
-                    env=_environment(self.workdir),
+                    env=environment(self.workdir),
                     start_new_session=True,
-                    preexec_fn=_preexec(limits, _nproc_limit()),
+                    preexec_fn=preexec(limits, nproc_limit()),
                 )
             except OSError as error:
                 self.failure = f"could not start the child: {error}"
@@ -165,8 +165,8 @@ class StartedChild:
             except (TypeError, ValueError, AttributeError) as error:
                 self._stop()
                 return ChildOutcome("error", f"cannot send the request: {error}", [], "", "", self.isolation)
-            ending = _watch(self.process, self.workdir, limits, self.started)
-            return _outcome(self.run_dir, self.workdir, self.module_path, limits, self.isolation, ending)
+            ending = watch(self.process, self.workdir, limits, self.started)
+            return outcome(self.run_dir, self.workdir, self.module_path, limits, self.isolation, ending)
         finally:
             shutil.rmtree(self.run_dir, ignore_errors=True)
 
@@ -228,7 +228,7 @@ def _under(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
 
 
-def _python_paths() -> list[str]:
+def python_paths() -> list[str]:
     """The folder holding the attncheck package, then this interpreter's site-packages."""
     package_root = str(Path(__file__).resolve().parents[3])
     paths = [package_root, sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
@@ -236,13 +236,13 @@ def _python_paths() -> list[str]:
     return list(dict.fromkeys(paths))
 
 
-def _environment(workdir: Path) -> dict[str, str]:
+def environment(workdir: Path) -> dict[str, str]:
     """Only what Python and torch need: nothing else from the parent's environment."""
     return {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(workdir),
         "LANG": os.environ.get("LANG", "C.UTF-8"),
-        "PYTHONPATH": os.pathsep.join(_python_paths()),
+        "PYTHONPATH": os.pathsep.join(python_paths()),
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONHASHSEED": "0",
         "PYTHONNOUSERSITE": "1",
@@ -259,13 +259,13 @@ def _command(workdir: Path, module_path: Path, isolation: str) -> list[str]:
     location = project.locate(module_path)
     readable = [*location.roots, *project.environment_packages(location.project, os.environ)]
     readable += [Path(sys.prefix), Path(sys.executable).resolve().parent]
-    readable += [Path(path) for path in _python_paths()]
+    readable += [Path(path) for path in python_paths()]
     prefix = _bwrap_prefix([workdir], readable)
     assert prefix is not None, "isolation_available() found bwrap"
     return [*prefix, *python]
 
 
-def _nproc_limit() -> int | None:
+def nproc_limit() -> int | None:
     """RLIMIT_NPROC counts every task of the real uid, so allow what it already has plus headroom.
 
     Root is exempt from it (also inside bubblewrap's user namespace): None there; the
@@ -283,7 +283,7 @@ def _nproc_limit() -> int | None:
     return tasks + NPROC_HEADROOM
 
 
-def _preexec(limits: Limits, nproc: int | None):
+def preexec(limits: Limits, nproc: int | None):
     """Runs in the forked child before exec: rlimits and death with the parent."""
     memory = limits.memory_mb * 1024 * 1024
     cpu = limits.cpu_seconds
@@ -304,7 +304,7 @@ def _preexec(limits: Limits, nproc: int | None):
 
 
 @dataclass
-class _Ending:
+class Ending:
     returncode: int
     timed_out: bool = False
     over_disk: bool = False
@@ -312,8 +312,8 @@ class _Ending:
     start_s: float | None = None  # launch to ready; None when the child never got ready
 
 
-def _outcome(
-    run_dir: Path, workdir: Path, module_path: Path, limits: Limits, isolation: str, ending: _Ending
+def outcome(
+    run_dir: Path, workdir: Path, module_path: Path, limits: Limits, isolation: str, ending: Ending
 ) -> ChildOutcome:
     replies, refused = channel.read_replies(workdir)
     status, reason = _judge(ending, replies, refused, channel.finished(workdir), limits, isolation)
@@ -326,7 +326,7 @@ def _outcome(
     return ChildOutcome(status, reason, replies, out_text, err_text, isolation, ending.start_s)
 
 
-def _watch(process: subprocess.Popen, workdir: Path, limits: Limits, started: float) -> _Ending:
+def watch(process: subprocess.Popen, workdir: Path, limits: Limits, started: float) -> Ending:
     """Wait for the child, killing its process group on timeout or a too-large work dir.
 
     The deadline is ``start_s`` after launch until the child says it is ready, then ``timeout_s``
@@ -355,7 +355,7 @@ def _watch(process: subprocess.Popen, workdir: Path, limits: Limits, started: fl
     process.returncode = os.waitstatus_to_exitcode(status)
     _kill_group(process.pid)  # anything left behind in the group
     start_s = (ready_at - started) if ready_at is not None else None
-    return _Ending(process.returncode, timed_out, over_disk, usage.ru_utime + usage.ru_stime, start_s)
+    return Ending(process.returncode, timed_out, over_disk, usage.ru_utime + usage.ru_stime, start_s)
 
 
 def _kill_group(pgid: int) -> None:
@@ -374,7 +374,7 @@ def _tree_bytes(folder: Path) -> int:
 
 
 def _judge(
-    ending: _Ending, replies: list[Reply], refused: str | None, finished: bool, limits: Limits, isolation: str
+    ending: Ending, replies: list[Reply], refused: str | None, finished: bool, limits: Limits, isolation: str
 ) -> tuple[Status, str]:
     """The status and the one line that explains it to the user."""
     if ending.timed_out and ending.start_s is None:
@@ -396,7 +396,7 @@ def _judge(
     return "ok", "completed"
 
 
-def _signal_reason(signum: signal.Signals, ending: _Ending, limits: Limits) -> str:
+def _signal_reason(signum: signal.Signals, ending: Ending, limits: Limits) -> str:
     if signum == signal.SIGXCPU or (signum == signal.SIGKILL and ending.cpu_s >= limits.cpu_seconds):
         return f"used more than {limits.cpu_seconds} s of CPU time (killed by {signum.name})"
     if signum == signal.SIGKILL:

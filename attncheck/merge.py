@@ -17,6 +17,7 @@ from attncheck import catalogue
 from attncheck.findings import Finding, Severity, TargetResult
 
 REFUTED_REASON = "the dynamic check could see this mistake on its inputs and did not"
+DESIGN_CONFIRMED = "the reference ran the design this finding declares and the module matched it"
 UNSEEN_NOTE = (
     "dynamic: the check ran this target but could not confirm or refute this finding "
     "(no experiment it ran could show this mistake)"
@@ -62,6 +63,8 @@ def _weighed(finding: Finding, result: TargetResult | None) -> Finding:
     if result is None:
         return finding
     how = result.refuted.get(finding.code)
+    if how is None and result.status == "passed" and catalogue.by_design(finding.code, finding.severity):
+        how = DESIGN_CONFIRMED  # the reference ran the declared design (e.g. T5's scale 1) and matched
     if how is None:
         return replace(finding, evidence=[*finding.evidence, UNSEEN_NOTE])
     if result.status != "passed" or finding.severity == Severity.INFO:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import re
 import sys
+import textwrap
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,13 @@ class Outcome:
 
 
 _MODULES: dict[Path, object] = {}
+
+
+def write_module(folder: Path, text: str) -> Path:
+    """A user's module (dedented ``text``) as ``user_attention.py`` in ``folder``."""
+    path = folder / "user_attention.py"
+    path.write_text(textwrap.dedent(text))
+    return path
 
 
 def import_path(path: Path):

@@ -2,18 +2,10 @@
 
 from __future__ import annotations
 
-import textwrap
-
 from attncheck.dynamic.runner import check_file, run_dynamic
-from tests.dynamic_support import FIXTURES, Options, Outcome, file_result, in_process_child
+from tests.dynamic_support import FIXTURES, Options, Outcome, file_result, in_process_child, write_module
 
 TWO = FIXTURES / "correct" / "dyn_self_attention.py"
-
-
-def _module(tmp_path, text: str):
-    path = tmp_path / "user_attention.py"
-    path.write_text(textwrap.dedent(text))
-    return path
 
 
 def test_a_dying_child_marks_its_target_and_a_fresh_child_runs_the_rest():
@@ -36,7 +28,7 @@ def test_a_dying_child_marks_its_target_and_a_fresh_child_runs_the_rest():
 
 
 def test_import_failure_errors_every_target(tmp_path):
-    path = _module(tmp_path, "import torch\nraise RuntimeError('no GPU here')\nclass Attention: pass\n")
+    path = write_module(tmp_path, "import torch\nraise RuntimeError('no GPU here')\nclass Attention: pass\n")
     result = file_result(path)
     result.targets = file_result(TWO).targets
     _, results = check_file(result, Options(), in_process_child)
@@ -45,7 +37,7 @@ def test_import_failure_errors_every_target(tmp_path):
 
 
 def test_crash_inside_forward_is_att901_with_the_line(tmp_path):
-    path = _module(
+    path = write_module(
         tmp_path,
         """
         import torch
@@ -68,7 +60,7 @@ def test_crash_inside_forward_is_att901_with_the_line(tmp_path):
 
 
 def test_unbindable_constructor_is_skipped_with_a_hint_and_declaration_fixes_it(tmp_path):
-    path = _module(
+    path = write_module(
         tmp_path,
         """
         import math

@@ -24,6 +24,7 @@ from attncheck.catalogue import CODES
 from attncheck.dynamic import codes
 from attncheck.dynamic.binding.bind import Binding, bind
 from attncheck.dynamic.diagnosis import crashes as crashes_module
+from attncheck.dynamic.diagnosis import fault
 from attncheck.dynamic.loading import failures
 from attncheck.dynamic.loading import request as loading_request
 from attncheck.dynamic.probes import evidence
@@ -120,7 +121,7 @@ def check_file(
         if rope_targets.applies(target) and target.name not in declarations:
             pending.append((index, rope_targets.plan(target, index)))  # type: ignore[arg-type]
             continue
-        binding = bind(target, declarations.get(target.name))
+        binding = bind(target, declarations.get(target.name), result.source.text)
         if binding.ok:
             pending.append((index, plan(binding, index, seed)))
         else:
@@ -208,12 +209,18 @@ def judge(
         checks.append(verdict.check)
         if verdict.code and not any(f.code == verdict.code for f in findings):
             findings.append(_finding(verdict.code, verdict.message, target, result, [verdict.check.detail]))
-    status = "failed" if any(c.status == "failed" for c in checks) else "passed"
+    if any(c.status == "failed" for c in checks):
+        seen = evidence.refuted(judging, checks)
+        return TargetResult(target, "failed", checks=checks, device=device, refuted=seen), findings
+    # The properties held, but the reference could not say whether the output is right: a construct it
+    # does not model (judging.unmodelled), or a declared variant outside its vocabulary (the reference skipped).
     reference = next((c for c in checks if c.name == "reference"), None)
-    if status == "passed" and reference is not None and reference.status == "skipped":
-        return TargetResult(target, "skipped", reference.detail, checks, device), findings  # an unmodelled variant
+    unmodelled = judging.unmodelled or (reference.detail if reference is not None and reference.status == "skipped"
+                                        else "")
+    if unmodelled:
+        return TargetResult(target, "skipped", unmodelled, checks=checks, device=device), findings
     seen = evidence.refuted(judging, checks)
-    return TargetResult(target, status, checks=checks, device=device, refuted=seen), findings
+    return TargetResult(target, "passed", checks=checks, device=device, refuted=seen), findings
 
 
 def _unbound(
@@ -230,6 +237,10 @@ def _unbound(
         line_text = _source_line(result, error["line"])
         head_dim = binding.dims.d_model // binding.dims.heads
         named = crashes_module.classify(error["type"], error["message"], line_text, head_dim)
+        guess = None if named else fault.harness_guess(binding, error, line_text)
+        if guess is not None:
+            reason = f"{message}, on an input the harness guessed ({guess}); {binding.filled_hint}"
+            return TargetResult(target, "skipped", reason, [Check("forward", "skipped", reason)], device), []
         crash = (codes.FORWARD_CRASH, message)
         code, text = (named.code, f"{named.message} (line {error['line']})") if named else crash
         evidence = [f"bound with {crashes[0]['label']}", f"raised at line {error['line']}"]

@@ -37,6 +37,7 @@ _NOT_INPUTS = re.compile(
     r"mask|pos|position|cache|past|cos|sin|freq|ids|return|output_|use_|need_|training", re.I
 )
 _TORCH_MODULE = {"torch.nn.Module", "torch.nn.modules.module.Module"}
+_NORM = re.compile(r"Norm\b|Norm$")
 
 
 def find_targets(context: FileContext) -> list[Target]:
@@ -46,10 +47,10 @@ def find_targets(context: FileContext) -> list[Target]:
     attention_classes = {name for name, klass in facts.classes.items() if _is_attention_class(sem, klass)}
     targets = []
     for name, klass in facts.classes.items():
-        uses = any(
-            sem.module_kind(klass, attr) in attention_classes | {"torch.nn.MultiheadAttention"}
-            for attr in klass.attributes
-        )
+        kinds = {sem.module_kind(klass, attr) or "" for attr in klass.attributes}
+        uses = bool(kinds & (attention_classes | {"torch.nn.MultiheadAttention"}))
+        if uses and any(_NORM.search(kind) for kind in kinds):
+            continue  # a block (norm + attention + MLP): its attention child is the target
         if (
             name in attention_classes or (uses and _is_module(klass, facts.classes))
         ) and "forward" in klass.methods:

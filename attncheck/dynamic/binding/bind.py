@@ -13,11 +13,20 @@ to declare it under ``[tool.attncheck.targets]``.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from attncheck.dynamic.binding import source_facts
+from attncheck.dynamic.binding.mask_docs import (
+    MaskConvention,
+    MaskShape,
+    documented_convention,
+    documented_float,
+    documented_shape,
+)
 from attncheck.findings import Parameter, Target
 
 D_MODEL = 32
@@ -177,7 +186,6 @@ DECLARATION_KEYS = ("init", "forward", "mask", "causal", "d_model", "heads")
 
 Role = Literal["x", "query", "key", "value", "kv", "mask"]
 Style = Literal["self", "cross", "function"]
-MaskConvention = Literal["keep", "blocked", "additive"]
 
 _ROLE_ALIASES: dict[str, Role] = {
     "x": "x",
@@ -196,6 +204,20 @@ _ROLE_ALIASES: dict[str, Role] = {
     "mask": "mask",
 }
 ROLE_NAMES = tuple(_ROLE_ALIASES)  # what a declaration's forward may name (config.py validates it)
+# Required forward arguments bound by their names (``forward(values, keys, query, mask)``), before their count.
+_NAMED_ROLES: dict[str, Role] = {
+    **{name: role for name, role in _ROLE_ALIASES.items() if role != "mask"},
+    "queries": "query",
+    "keys": "key",
+    "values": "value",
+    "inputs": "x",
+    "src": "x",
+    "hidden": "x",
+    "encoder_hidden_states": "kv",
+    "encoder_out": "kv",
+    "key_value_states": "kv",
+}
+_ROLE_SETS = ({"x"}, {"query", "kv"}, {"query", "key", "value"})
 
 
 def size_for(name: str, dropout: float = 0.0) -> Any:
@@ -253,6 +275,8 @@ class InitCandidate:
     config: Mapping[str, Any] | None = None
     dropout_names: tuple[str, ...] = ()
     heads: int = HEADS  # query heads this construction gives, for the reference
+    sets_width: bool = False  # an argument of this construction is the model width (by name or use)
+    by_use: tuple[str, ...] = ()  # arguments whose value was chosen from their use in __init__, not their name
 
     def to_request(self) -> dict[str, Any]:
         return {
@@ -275,6 +299,13 @@ class ForwardPlan:
     per_head: bool = False  # inputs are (batch, heads, seq, head_dim), as for a bare function
     position_name: str | None = None  # an optional forward parameter that sets token positions
     position_kind: PositionKind | None = None  # "ids": a tensor of positions; "offset": an int added to them
+    rank: int = 0  # 3: a function on (batch, seq, dim), called with the one head of (batch, 1, seq, dim) inputs
+    # A required mask: the all-keep masks to try, (shape, convention) in order, for calls that test no mask.
+    neutral: tuple[tuple[MaskShape, MaskConvention | Literal["keep-float"]], ...] = ()
+    mask_shape: MaskShape | None = None  # the mask's shape its documentation gives
+    mask_float: bool = False  # documented as a float 0/1 mask: keep and blocked masks go as 1.0/0.0
+    # Required non-hidden inputs the child builds per call: (name, "ids" | "offset" | a helper's name for freqs_cis)
+    generated: tuple[tuple[str, str], ...] = ()
 
     @property
     def style(self) -> Style:
@@ -289,6 +320,10 @@ class ForwardPlan:
             "mask_name": self.mask_name,
             "mask_required": self.mask_required,
             "extra": dict(self.extra),
+            "neutral": [list(spec) for spec in self.neutral],
+            "rank": self.rank,
+            "generated": [list(pair) for pair in self.generated],
+            "mask_float": self.mask_float,
         }
 
 
@@ -304,6 +339,19 @@ class Binding:
     declared_causal: bool | None = None
     reason: str = ""
     hint: str = ""
+    code_not_causal: bool = False  # every causal switch in the code is off (is_causal=False, causal=False)
+
+    @property
+    def filled_hint(self) -> str:
+        """The declaration hint with the constructor values the first candidate tried."""
+        return declaration_hint(self.target, self.candidates[0].kwargs if self.candidates else None)
+
+    @property
+    def width_guessed(self) -> bool:
+        """No constructor argument, config or declaration sets the input width: 32 is the harness's guess."""
+        if not self.target.is_class or any(c.config or c.label == DECLARED for c in self.candidates):
+            return False
+        return not any(c.sets_width for c in self.candidates)
 
     @property
     def ok(self) -> bool:
@@ -324,10 +372,12 @@ class Binding:
         return replace(self, dims=replace(self.dims, heads=candidate.heads))
 
 
-def declaration_hint(target: Target) -> str:
-    """A one-line ``pyproject.toml`` declaration the user can fill in for this target."""
+def declaration_hint(target: Target, values: Mapping[str, Any] | None = None) -> str:
+    """A one-line ``pyproject.toml`` declaration the user can fill in for this target
+    (with the constructor ``values`` the harness tried, where it has them)."""
+    values = values or {}
     inits = [p.name for p in target.init_params if p.name != "self" and p.default is None][:3] or ["d_model"]
-    init = ", ".join(f"{name} = ..." for name in inits)
+    init = ", ".join(f"{name} = {json.dumps(values[name]) if name in values else '...'}" for name in inits)
     forward = ", ".join(f'"{p.name}"' for p in _call_params(target)) or '"query", "key", "value", "mask"'
     head = f"[tool.attncheck.targets.{target.name}]"
     init_part = f"init = {{{init}}}, " if target.is_class else ""
@@ -346,8 +396,11 @@ def _skip(target: Target, reason: str) -> Binding:
     return Binding(target, reason=reason, hint=declaration_hint(target))
 
 
-def bind(target: Target, declaration: Mapping[str, Any] | None = None) -> Binding:
-    """Candidate constructions and the forward plan for ``target``; a skip reason when none fits."""
+def bind(target: Target, declaration: Mapping[str, Any] | None = None, source: str = "") -> Binding:
+    """Candidate constructions and the forward plan for ``target``; a skip reason when none fits.
+
+    ``source`` is the file's text: how the code uses its arguments decides what names do not.
+    """
     declaration = declaration or {}
     unknown = sorted(set(declaration) - set(DECLARATION_KEYS))
     if unknown:
@@ -356,14 +409,25 @@ def bind(target: Target, declaration: Mapping[str, Any] | None = None) -> Bindin
     if mask is not None and mask not in ("keep", "blocked", "additive"):
         return _skip(target, f'mask = "{mask}" is not one of "keep", "blocked", "additive"')
     causal = declaration.get("causal")
-    forward = _declared_forward(target, declaration["forward"]) if "forward" in declaration else _infer_forward(target)
+    code = source_facts.read(source, target.name, target.line) if source else source_facts.CodeFacts()
+    declared = "forward" in declaration
+    forward = _declared_forward(target, declaration["forward"]) if declared else _infer_forward(target, code)
     if isinstance(forward, str):
         return _skip(target, forward)
-    if "forward" not in declaration and _is_per_head_class(target, forward):
+    if not declared and _is_per_head_class(target, forward):
         forward = replace(forward, per_head=True)
     forward = _with_positions(target, forward)
+    forward = _with_mask_order(target, forward, mask, "\n".join(filter(None, [target.docstring, code.forward_doc])))
+    if not declared:
+        forward = _with_rank(target, forward, code)
+        if isinstance(forward, str):
+            return _skip(target, forward)
+    not_causal = code.causal_off
     if not target.is_class:
-        return Binding(target, forward=forward, declared_mask=mask, declared_causal=causal)
+        dims = Dims(D_MODEL, 1) if forward.rank == 3 else Dims()
+        return Binding(
+            target, forward=forward, dims=dims, declared_mask=mask, declared_causal=causal, code_not_causal=not_causal
+        )
     if "init" in declaration:
         init = declaration["init"]
         if not isinstance(init, Mapping):
@@ -371,11 +435,51 @@ def bind(target: Target, declaration: Mapping[str, Any] | None = None) -> Bindin
         candidates: tuple[InitCandidate, ...] | str = (_declared_candidate(init, declaration),)
         dims = _declared_dims(init, declaration)
     else:
-        candidates = _infer_candidates(target)
-        dims = _single_head_dims(target) or Dims()
+        candidates = _infer_candidates(target, code)
+        dims = _single_head_dims(target) or _one_head_by_structure(target, code) or Dims()
     if isinstance(candidates, str):
         return _skip(target, candidates)
-    return Binding(target, candidates, forward, dims, mask, causal)
+    return Binding(target, candidates, forward, dims, mask, causal, code_not_causal=not_causal)
+
+
+_NEUTRAL_SHAPES: tuple[MaskShape, ...] = ("b11k", "bk", "b1qk", "bqk")
+_NEUTRAL_CONVENTIONS: tuple[MaskConvention | Literal["keep-float"], ...] = ("keep", "keep-float", "additive", "blocked")
+
+
+def _with_mask_order(target: Target, forward: ForwardPlan, declared: Any, docs: str) -> ForwardPlan:
+    """The plan with the mask's documented shape and, for a required mask, the all-keep masks to try.
+
+    A required mask is never given None: calls that test no mask get a mask that keeps every
+    key, in the first (shape, convention) the code accepts, documented ones first.
+    """
+    if forward.mask_name is None:
+        return forward
+    shape = documented_shape(docs, forward.mask_name)
+    forward = replace(forward, mask_shape=shape, mask_float=documented_float(docs, forward.mask_name))
+    if not forward.mask_required:
+        return forward
+    convention = declared or documented_convention(docs)
+    shapes = sorted(_NEUTRAL_SHAPES, key=lambda s: s != shape)
+    conventions = sorted(_NEUTRAL_CONVENTIONS, key=lambda c: c != convention)
+    neutral = tuple((s, c) for c in conventions for s in shapes)
+    return replace(forward, neutral=neutral)
+
+
+def _with_rank(target: Target, forward: ForwardPlan, code: source_facts.CodeFacts) -> ForwardPlan | str:
+    """Inputs of the rank the code unpacks: a function on 3-D tensors gets 3-D ones; a class whose
+    input is unpacked into 2 or 4+ names (an image) is not sequence attention the reference models."""
+    first = forward.roles[0][0]
+    rank = code.ranks.get(first)
+    if rank is None:
+        return forward
+    if not target.is_class or forward.per_head:
+        return replace(forward, rank=3) if rank == 3 else forward
+    if rank != 3:
+        return (
+            f"forward unpacks {first}.shape into {rank} names: a {rank}-D input, and the reference models "
+            "(batch, seq, dim) sequences"
+        )
+    return forward
 
 
 def _with_positions(target: Target, forward: ForwardPlan) -> ForwardPlan:
@@ -419,6 +523,20 @@ def _single_head_dims(target: Target) -> Dims | None:
     return Dims(D_MODEL, 1, inner=D_MODEL // HEADS)
 
 
+def _one_head_by_structure(target: Target, code: source_facts.CodeFacts) -> Dims | None:
+    """Single-head attention: no head count in the constructor's arguments, their uses, or the
+    attributes __init__ assigns (``SelfAttention(d_model)`` with q, k, v as wide as the model)."""
+    if not (target.is_class and code.found):
+        return None
+    names = {p.name.lower() for p in target.init_params}
+    counted = HEAD_NAMES | KV_HEAD_NAMES | HEAD_DIM_NAMES | CONFIG_NAMES
+    if names & counted or "heads" in code.init_uses.values():
+        return None
+    if any(attr.lower() in counted or "head" in attr.lower() for attr in code.stored):
+        return None
+    return Dims(D_MODEL, 1)
+
+
 def _is_per_head_class(target: Target, forward: ForwardPlan) -> bool:
     """A class with no size to build projections from, called on q, k, v: a scaled-dot-product core.
 
@@ -431,11 +549,14 @@ def _is_per_head_class(target: Target, forward: ForwardPlan) -> bool:
     return not any(param.name.lower() in sized for param in target.init_params)
 
 
+DECLARED = "declared in pyproject.toml"
+
+
 def _declared_candidate(init: Mapping[str, Any], declaration: Mapping[str, Any]) -> InitCandidate:
     dropout = tuple(name for name in init if size_for(name) == 0.0 and isinstance(init[name], float))
     kwargs = {name: (0.0 if name in dropout else value) for name, value in init.items()}
     heads = _declared_dims(init, declaration).heads
-    return InitCandidate("declared in pyproject.toml", kwargs, dropout_names=dropout, heads=heads)
+    return InitCandidate(DECLARED, kwargs, dropout_names=dropout, heads=heads)
 
 
 def _declared_dims(init: Mapping[str, Any], declaration: Mapping[str, Any]) -> Dims:
@@ -445,8 +566,14 @@ def _declared_dims(init: Mapping[str, Any], declaration: Mapping[str, Any]) -> D
     return Dims(int(declaration.get("d_model", d_model)), int(declaration.get("heads", heads)))
 
 
-def _infer_candidates(target: Target) -> tuple[InitCandidate, ...] | str:
+_BY_USE: dict[str, Any] = {"width": D_MODEL, "heads": HEADS, "dropout": 0.0, "positions": MAX_POSITIONS, "flag": False}
+
+
+def _infer_candidates(target: Target, code: source_facts.CodeFacts) -> tuple[InitCandidate, ...] | str:
     """Every known size at its test value; then head counts left at their defaults.
+
+    An argument whose name is not a known size gets the value its use in __init__ calls for
+    (``nn.Linear(d_in, d_out)``: widths; ``feats // n_att``: a head count).
 
     The second try covers classes that insist on their default (``assert num_heads == 1``
     for a single head, ``assert num_kv_heads == 1`` for multi-query attention).
@@ -456,11 +583,15 @@ def _infer_candidates(target: Target) -> tuple[InitCandidate, ...] | str:
     dropout: list[str] = []
     config: dict[str, Any] | None = None
     unknown: list[str] = []
+    by_use: list[str] = []
     for param in params:
         value = size_for(param.name)
+        if value is None and param.default is None and not _is_config(param, target):
+            value = _BY_USE.get(code.init_uses.get(param.name, ""))
+            by_use += [param.name] if value is not None else []
         if value is not None:
             kwargs[param.name] = value
-            if isinstance(value, float):
+            if isinstance(value, float) and not isinstance(value, bool):
                 dropout.append(param.name)
         elif _is_config(param, target):
             config = {"param": param.name, "class": _config_class(param, target)}
@@ -469,7 +600,7 @@ def _infer_candidates(target: Target) -> tuple[InitCandidate, ...] | str:
     if unknown:
         hint_names = ", ".join(unknown)
         return f"cannot tell what to pass for constructor argument(s) {hint_names}"
-    heads = 1 if _single_head_dims(target) else HEADS
+    heads = 1 if _single_head_dims(target) or _one_head_by_structure(target, code) else HEADS
     candidates = [_candidate(kwargs, config, tuple(dropout), heads)]
     if config is not None and config["class"] is not None:
         candidates.append(_candidate(kwargs, {"param": config["param"], "class": None}, tuple(dropout), HEADS))
@@ -478,7 +609,8 @@ def _infer_candidates(target: Target) -> tuple[InitCandidate, ...] | str:
         kept = {name: value for name, value in kwargs.items() if name not in defaults}
         heads = next((int(v) for k, v in defaults.items() if k.lower() in HEAD_NAMES and v.isdigit()), HEADS)
         candidates.append(_candidate(kept, config, tuple(dropout), heads, note="head counts at defaults"))
-    return tuple(candidates)
+    widths = {n for n in kwargs if n.lower() in MODEL_DIM_NAMES | HEAD_DIM_NAMES or code.init_uses.get(n) == "width"}
+    return tuple(replace(c, sets_width=bool(widths & set(c.kwargs)), by_use=tuple(by_use)) for c in candidates)
 
 
 _COUNT_NAMES = HEAD_NAMES | KV_HEAD_NAMES
@@ -527,38 +659,90 @@ def _mask_param(target: Target, params: list[Parameter]) -> Parameter | None:
     for name in MASK_NAMES:
         if name in by_name:
             return by_name[name]
-    return next((p for p in params if "mask" in p.name.lower() and "head" not in p.name.lower()), None)
+    return next(
+        (p for p in params if re.search("mask|padding", p.name, re.IGNORECASE) and "head" not in p.name.lower()),
+        None,
+    )
 
 
 def _dropout_extras(params: list[Parameter]) -> dict[str, Any]:
-    return {p.name: 0.0 for p in params if p.default is not None and p.name.lower() in DROPOUT_NAMES}
+    return {p.name: 0.0 for p in params if p.default not in (None, "None") and p.name.lower() in DROPOUT_NAMES}
 
 
-def _infer_forward(target: Target) -> ForwardPlan | str:
+def _infer_forward(target: Target, code: source_facts.CodeFacts) -> ForwardPlan | str:
     params = _call_params(target)
     if not params and not target.forward_params:
         return "no forward signature was found"
     mask = _mask_param(target, params)
     required = [p for p in params if p.default is None and p is not mask and p.kind == "positional"]
-    names = [p.name for p in required]
-    others = [name for name in names if NOT_HIDDEN.search(name)]
-    if others:
-        return f"forward needs {', '.join(others)}, which are not hidden states: cannot tell what to pass"
-    roles: tuple[Role, ...]
-    if len(required) == 1:
-        roles = ("x",)
-    elif len(required) == 2:
-        roles = ("query", "kv")
-    elif len(required) == 3:
-        roles = ("query", "key", "value")
+    named = _roles_by_name(required, code)
+    generated: tuple[tuple[str, str], ...] = ()
+    if named is not None:
+        roles, extra = named
     else:
-        what = "no tensor argument" if not required else f"{len(required)} required arguments ({', '.join(names)})"
-        return f"forward takes {what}: cannot tell which are query, key and value"
-    if not target.is_class and roles == ("x",):
+        generated = _generated_inputs([p.name for p in required if NOT_HIDDEN.search(p.name)], code)
+        names = [p.name for p in required if p.name not in dict(generated)]
+        others = [name for name in names if NOT_HIDDEN.search(name)]
+        if others:
+            return f"forward needs {', '.join(others)}, which are not hidden states: cannot tell what to pass"
+        by_count = _roles_by_count(names)
+        if isinstance(by_count, str):
+            return by_count
+        roles, extra = by_count, {}
+    if not target.is_class and [role for _, role in roles] == ["x"]:
         return "a function of one tensor is not an attention function on (q, k, v)"
-    extra = _dropout_extras(params) if not target.is_class else {}
+    if not target.is_class:
+        extra = {**_dropout_extras(params), **extra}
     mask_name = mask.name if mask else None
-    return ForwardPlan(tuple(zip(names, roles, strict=True)), mask_name, bool(mask and mask.default is None), extra)
+    required_mask = bool(mask and mask.default is None)
+    return ForwardPlan(roles, mask_name, required_mask, extra, generated=generated)
+
+
+_FREQS_HELPER = re.compile(r"freqs_cis|precompute_freqs|precompute_rope", re.IGNORECASE)
+
+
+def _generated_inputs(names: list[str], code: source_facts.CodeFacts) -> tuple[tuple[str, str], ...]:
+    """Required rotary inputs the child can build: position ids, a start offset, and ``freqs_cis`` from
+    the file's own helper (``precompute_freqs_cis(head_dim, seq_len)``)."""
+    helper = next((name for name in sorted(code.functions) if _FREQS_HELPER.search(name)), None)
+    built: list[tuple[str, str]] = []
+    for name in names:
+        lowered = name.lower()
+        if lowered in POSITION_TENSOR_NAMES:
+            built.append((name, "ids"))
+        elif lowered in POSITION_OFFSET_NAMES:
+            built.append((name, "offset"))
+        elif "freqs_cis" in lowered and helper is not None:
+            built.append((name, helper))
+    return tuple(built)
+
+
+def _roles_by_count(names: list[str]) -> tuple[tuple[str, Role], ...] | str:
+    """One tensor: x; two: query and key/value; three: query, key, value."""
+    by_count: dict[int, tuple[Role, ...]] = {1: ("x",), 2: ("query", "kv"), 3: ("query", "key", "value")}
+    if len(names) not in by_count:
+        what = "no tensor argument" if not names else f"{len(names)} required arguments ({', '.join(names)})"
+        return f"forward takes {what}: cannot tell which are query, key and value"
+    return tuple(zip(names, by_count[len(names)], strict=True))
+
+
+def _roles_by_name(
+    required: list[Parameter], code: source_facts.CodeFacts
+) -> tuple[tuple[tuple[str, Role], ...], dict[str, Any]] | None:
+    """Roles from the arguments' names (``values, keys, query``), when they name a whole role set.
+
+    Other required arguments that the code compares with None (``if alibi is None``) get None;
+    None when the names do not settle the roles (the count decides then).
+    """
+    roles = [(p.name, _NAMED_ROLES[p.name.lower()]) for p in required if p.name.lower() in _NAMED_ROLES]
+    kinds = {role for _, role in roles}
+    if kinds == {"x", "kv"}:
+        roles = [(name, "query" if role == "x" else role) for name, role in roles]
+        kinds = {"query", "kv"}
+    rest = [p.name for p in required if p.name.lower() not in _NAMED_ROLES]
+    if len(kinds) != len(roles) or kinds not in _ROLE_SETS or not all(name in code.none_checked for name in rest):
+        return None
+    return tuple(roles), dict.fromkeys(rest)
 
 
 def _declared_forward(target: Target, forward: Any) -> ForwardPlan | str:

@@ -31,11 +31,11 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.overrides import TorchFunctionMode
 
 from attncheck.dynamic.binding.bind import all_sizes, size_for
 from attncheck.dynamic.harness.protocol import Experiment
 from attncheck.dynamic.inside import kv_cache, kv_perturb, variant_facts
+from attncheck.dynamic.inside.recorder import Recorder, is_projection
 
 Tensors = dict[str, torch.Tensor]
 DROPOUT_RATE = 0.5
@@ -97,6 +97,7 @@ class _Target:
         self.file = getattr(module, "__file__", None)
         self.instances: dict[str, Any] = {}
         self.candidate: dict | None = None
+        self.neutral: list | None = None  # the (shape, convention) of the all-keep mask a required mask gets
         self.dropout_calls = 0
         self.no_grad: str | None = None  # why the forwards run without gradients (flex_attention on CPU)
 
@@ -136,20 +137,59 @@ class _Target:
         plan = self.unit["forward"]
         dtype = LOW_PRECISION.get(experiment.dtype or "")
         args = [_lowered(self.tensors[experiment.inputs[role]], dtype) for _, role in plan["roles"]]
+        if plan.get("rank") == 3:  # a function on (batch, seq, dim): the one head of (batch, 1, seq, dim)
+            args = [arg.squeeze(1) for arg in args]
         kwargs = dict(plan["extra"])
         kwargs.update({k: _lowered(self.tensors[v], dtype) for k, v in experiment.keywords.items()})
         kwargs.update(experiment.constants)  # plain JSON values: an integer position offset
         mask = experiment.mask
-        if plan["mask_name"] and (mask is not None or plan["mask_required"]):
-            kwargs[plan["mask_name"]] = _lowered(self.tensors[mask], dtype) if mask is not None else None
+        if plan["mask_name"] and mask is not None:
+            kwargs[plan["mask_name"]] = self.as_accepted(_lowered(self.tensors[mask], dtype), args[0])
+        elif plan["mask_name"] and plan["mask_required"]:
+            kwargs[plan["mask_name"]] = self.neutral_mask(args)
+        kwargs.update(self.generated(args))
         kwargs.update(extra or {})
         return instance(*args, **kwargs)
+
+    def generated(self, args: list[torch.Tensor]) -> dict[str, Any]:
+        """Rotary inputs a forward requires, built for these inputs: positions 0..s-1, a start offset
+        of 0, ``freqs_cis`` from the module's own helper for one head's width."""
+        query = args[0]
+        b, s = query.shape[0], query.shape[-2]
+        built: dict[str, Any] = {}
+        for name, kind in self.unit["forward"].get("generated", []):
+            if kind == "ids":
+                built[name] = torch.arange(s, device=query.device).expand(b, s)
+            elif kind == "offset":
+                built[name] = 0
+            else:
+                built[name] = getattr(self.module, kind)(self.unit["head_dim"], s).to(query.device)
+        return built
+
+    def as_accepted(self, mask: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
+        """A bool mask as 1.0/0.0 where the module takes float 0/1 masks (documented so, or the
+        all-keep mask it accepted was float ones)."""
+        accepted_floats = self.neutral is not None and self.neutral[1] == "keep-float"
+        floats = self.unit["forward"].get("mask_float") or accepted_floats
+        return mask.to(query.dtype) if floats and mask.dtype == torch.bool else mask
+
+    def neutral_mask(self, args: list[torch.Tensor]) -> torch.Tensor | None:
+        """A mask that keeps every key, in the chosen shape and convention, sized for these inputs."""
+        if self.neutral is None:
+            return None
+        shape, convention = self.neutral
+        query, key = args[0], args[1] if len(args) > 1 else args[0]
+        b, q, k = query.shape[0], query.shape[-2], key.shape[-2]
+        size = {"b11k": (b, 1, 1, k), "bk": (b, k), "bqk": (b, q, k), "b1qk": (b, 1, q, k)}[shape]
+        if convention in ("keep", "blocked"):
+            return torch.full(size, convention == "keep", dtype=torch.bool, device=query.device)
+        return torch.full(size, 1.0 if convention == "keep-float" else 0.0, dtype=query.dtype, device=query.device)
 
     def kv_cache(self, instance: nn.Module, experiment: Experiment) -> tuple[torch.Tensor, torch.Tensor]:
         """The (k, v) cache of the experiment's prefix, cut from a run of the module on it (``kv_cache``)."""
         spec = experiment.kv_cache or {}
         prefix = self.tensors[spec["prefix"]]
-        with kv_cache.capture(instance, prefix, _is_projection) as seen:
+        with kv_cache.capture(instance, prefix, is_projection) as seen:
             self.call(instance, Experiment(f"{experiment.name}/prefix", {"x": spec["prefix"]}))
         return kv_cache.cut(seen, spec["d_model"], spec["head_dim"])
 
@@ -224,8 +264,10 @@ def _run_target(
 
 
 def _choose_binding(target: _Target, first: Experiment, facts: dict, out: Tensors) -> bool:
-    """Try each candidate on the first experiment; keep the first that constructs and forwards."""
+    """Try each candidate (and, for a required mask, each all-keep mask) on the first experiment;
+    keep the first that constructs and forwards, with an output that is no fully masked one."""
     candidates = target.unit["candidates"] if target.unit["is_class"] else [None]
+    neutral = target.unit["forward"].get("neutral") or [None]
     for candidate in candidates:
         label = candidate["label"] if candidate else "function"
         try:
@@ -235,14 +277,28 @@ def _choose_binding(target: _Target, first: Experiment, facts: dict, out: Tensor
         except Exception as exc:  # any failure of user code is a fact, never a crash of the child
             facts["attempts"].append({"label": label, "stage": "construct", "error": error_facts(exc, target.file)})
             continue
-        if _run_experiment(target, first, facts, out):
-            facts["binding"] = label
-            return True
-        facts["attempts"].append(
-            {"label": label, "stage": "forward", "error": facts["experiments"][first.name]["error"]}
-        )
+        for spec in neutral:
+            target.neutral = spec
+            tried = label if spec is None else f"{label}, all-keep mask {spec[1]} {spec[0]}"
+            ran = _run_experiment(target, first, facts, out)
+            if ran and (spec is None or _informative(out[f"{first.name}/out"])):
+                facts["binding"] = label
+                facts["neutral_mask"] = spec
+                return True
+            error = facts["experiments"][first.name].get("error") or _MASKED_EVERYTHING
+            facts["attempts"].append({"label": tried, "stage": "forward", "error": error})
     facts["binding"] = None
     return False
+
+
+_MASKED_EVERYTHING = {"type": "", "message": "the output is the same for every query (every key masked)", "line": None}
+
+
+def _informative(output: torch.Tensor) -> bool:
+    """Finite and different across queries: the all-keep mask did not mask every key."""
+    if output.ndim < 2 or not bool(output.isfinite().all()):
+        return False
+    return float((output - output.mean(dim=-2, keepdim=True)).abs().max()) > 1e-9
 
 
 def _run_experiment(target: _Target, experiment: Experiment, facts: dict, out: Tensors) -> bool:
@@ -254,9 +310,9 @@ def _run_experiment(target: _Target, experiment: Experiment, facts: dict, out: T
     try:
         instance = target.instance(experiment.instance)
         if experiment.record:
-            recorder = _Recorder(instance, target.tensors, experiment.inputs)
+            recorder = Recorder(instance, target.tensors, experiment.inputs)
         if experiment.perturb_kv and isinstance(instance, nn.Module):
-            perturbing = kv_perturb.install(instance, experiment.perturb_kv, _is_projection)
+            perturbing = kv_perturb.install(instance, experiment.perturb_kv, is_projection)
         if isinstance(instance, nn.Module):
             instance.train(experiment.mode == "train")
             instance.zero_grad(set_to_none=True)
@@ -311,6 +367,8 @@ def _split_output(result: Any, target: _Target, experiment: Experiment) -> tuple
     items = _items(result)
     if not items or not isinstance(items[0], torch.Tensor):
         raise TypeError(f"forward returned {type(result).__name__}, not a tensor or a tuple starting with one")
+    if target.unit["forward"].get("rank") == 3:  # back to the (batch, 1, seq, dim) the parent planned
+        items = [t.unsqueeze(1) if isinstance(t, torch.Tensor) and t.ndim == 3 else t for t in items]
     roles = dict(experiment.inputs)
     query = target.tensors[roles.get("query", roles.get("x"))]
     key = target.tensors[roles.get("key", roles.get("kv", roles.get("x")))]
@@ -374,103 +432,3 @@ def _has_causal_buffer(instance: nn.Module) -> bool:
         if lower != upper:
             return True
     return False
-
-
-def _is_projection(layer: nn.Module) -> bool:
-    if isinstance(layer, nn.Linear):
-        return True
-    if isinstance(layer, nn.Conv1d):
-        return layer.kernel_size == (1,) and layer.groups == 1
-    weight = getattr(layer, "weight", None)
-    # GPT-2's Conv1D: a 2-D (in, out) weight and ``nf`` (out features); ``nx`` is not always stored.
-    return isinstance(weight, torch.Tensor) and weight.ndim == 2 and getattr(layer, "nf", None) == weight.shape[1]
-
-
-def _weight(layer: nn.Module) -> torch.Tensor:
-    """The weight in ``nn.Linear`` layout (out_features, in_features)."""
-    if isinstance(layer, nn.Linear):
-        return layer.weight
-    if isinstance(layer, nn.Conv1d):
-        return layer.weight.squeeze(-1)
-    return layer.weight.T  # GPT-2 Conv1D stores (in, out)
-
-
-class _Recorder(TorchFunctionMode):
-    """Forward hooks on every projection: which tensor each one read, and its weights.
-
-    As a torch function mode it also records every softmax (input shape and dim),
-    however spelled (``torch.softmax``, ``F.softmax``, ``Tensor.softmax``, ``nn.Softmax``).
-    """
-
-    def __init__(self, instance: Any, tensors: Tensors, roles: dict[str, str]):
-        super().__init__()
-        self.softmax: list[dict[str, Any]] = []
-        self.calls: list[tuple[str, nn.Module, str]] = []
-        self.handles = []
-        self.outputs: list[torch.Tensor] = []  # kept alive so storage pointers stay unique
-        self.pointers: dict[int, str] = {}
-        for role, name in roles.items():
-            self.pointers.setdefault(_pointer(tensors[name]), role)
-        if isinstance(instance, nn.Module):
-            for layer_name, layer in instance.named_modules():
-                if _is_projection(layer):
-                    self.handles.append(layer.register_forward_hook(self._hook(layer_name)))
-        self.__enter__()
-        self.active = True
-
-    def _hook(self, layer_name: str):
-        def hook(layer: nn.Module, args: tuple, output: Any) -> None:
-            read = "other"
-            if args and isinstance(args[0], torch.Tensor):
-                read = self.pointers.get(_pointer(args[0]), "other")
-            self.calls.append((layer_name, layer, read))
-            if isinstance(output, torch.Tensor):
-                self.outputs.append(output)
-                self.pointers.setdefault(_pointer(output), f"layer:{layer_name}")
-
-        return hook
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func in _SOFTMAX and args and isinstance(args[0], torch.Tensor):
-            dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
-            if isinstance(dim, int) and len(self.softmax) < 32:
-                self.softmax.append({"shape": list(args[0].shape), "dim": dim % max(args[0].ndim, 1)})
-        return func(*args, **kwargs)
-
-    def close(self) -> None:
-        if self.active:
-            self.__exit__(None, None, None)
-            self.active = False
-        for handle in self.handles:
-            handle.remove()
-        self.handles = []
-
-    def report(self, out: Tensors) -> list[dict[str, Any]]:
-        layers = []
-        for index, (name, layer, read) in enumerate(self.calls):
-            weight = _weight(layer).detach().to("cpu", torch.float64)
-            out[f"layer{index}/weight"] = weight
-            bias = getattr(layer, "bias", None)
-            if isinstance(bias, torch.Tensor):
-                out[f"layer{index}/bias"] = bias.detach().to("cpu", torch.float64)
-            layers.append(
-                {
-                    "name": name,
-                    "read": read,
-                    "out": weight.shape[0],
-                    "in": weight.shape[1],
-                    "bias": isinstance(bias, torch.Tensor),
-                }
-            )
-        self.outputs = []
-        return layers
-
-
-_SOFTMAX = {torch.softmax, torch.nn.functional.softmax, torch.Tensor.softmax, torch.special.softmax}
-
-
-def _pointer(tensor: torch.Tensor) -> int:
-    with contextlib.suppress(RuntimeError):
-        return tensor.untyped_storage().data_ptr()
-    return id(tensor)

@@ -20,6 +20,7 @@ import torch
 
 from attncheck.dynamic import codes
 from attncheck.dynamic.binding.bind import Binding, MaskConvention
+from attncheck.dynamic.binding.mask_docs import documented_convention
 from attncheck.dynamic.binding.weights import Assignment, assignments, layers_from
 from attncheck.dynamic.diagnosis import explain
 from attncheck.dynamic.harness.protocol import Experiment
@@ -27,7 +28,7 @@ from attncheck.dynamic.probes import structure
 from attncheck.dynamic.probes.base import Fit, Plan
 from attncheck.dynamic.probes.registry import all_probes
 from attncheck.dynamic.reference import mha as reference
-from attncheck.dynamic.reference import variant_fit, variants
+from attncheck.dynamic.reference import unmodelled, variant_fit, variants
 from attncheck.dynamic.reference.tolerance import max_error, tolerance
 from attncheck.findings import Check
 
@@ -181,6 +182,7 @@ def plan(binding: Binding, index: int, seed: int) -> Plan:
     unit = {
         "name": binding.target.name,
         "is_class": is_class,
+        "head_dim": binding.dims.width // binding.dims.heads,
         "candidates": [c.to_request() for c in binding.candidates],
         "forward": binding.forward.to_request() if binding.forward else None,
         "experiments": [experiment.to_request() for experiment in planner.experiments],
@@ -239,6 +241,7 @@ class Judge:
         self.fit: Fit | None = None
         self.found_codes: list[str | None] = []  # codes of the checks judged so far (base.JudgeView)
         self.declared_readings: list[Fit] = []  # when nothing fits: the declared variant's readings, closest first
+        self.unmodelled = ""  # why the reference cannot model this target (the target is skipped, never ATT903)
 
     # -- helpers
 
@@ -316,7 +319,9 @@ class Judge:
         return found
 
     def _verdicts(self) -> Iterator[Verdict]:
-        yield Verdict(Check("forward", "passed", f"bound with {self.facts.get('binding')}"))
+        neutral = self.facts.get("neutral_mask")
+        mask = f"; the required mask, when no mask is tested: all-keep {neutral[1]} {neutral[0]}" if neutral else ""
+        yield Verdict(Check("forward", "passed", f"bound with {self.facts.get('binding')}{mask}"))
         shape_ok = tuple(self.facts["experiments"]["plain"]["shape"]) == self.expected_shape()
         yield self.shape(shape_ok)
         self.fit = self.best_fit() if shape_ok else None
@@ -423,11 +428,36 @@ class Judge:
         found = explain.diagnose_judge(self, ["plain", "self"])
         if found is not None:
             return Verdict(Check("reference", "failed", f"{detail}; {found.detail}"), found.code, found.message)
+        self.unmodelled = self.unmodelled_construct()
+        if self.unmodelled:
+            return Verdict(Check("reference", "skipped", f"{detail}; {self.unmodelled}"))
         return Verdict(
             Check("reference", "failed", detail),
             codes.REFERENCE_MISMATCH,
             f"output differs from the reference by {worst:.3g} (tolerance {self.tol:g}) on {worst_kind}",
         )
+
+    def unmodelled_construct(self) -> str:
+        """Why the reference cannot model the plain output ('' when it could have)."""
+        query, key, _ = self.role_inputs("plain")
+        axis = unmodelled.other_axis(self.facts.get("softmax"), query.shape[-2], key.shape[-2])
+        if axis or "ATT201" in self.static_codes or self.fit is None or self.style == "function":
+            return axis or ""
+        dims, causal = self.binding.dims, self.fit.causal
+        head_dim, value = dims.width // dims.heads, self.role_inputs("plain")[2]
+        layers = layers_from(self.facts.get("layers", []), self.out)
+        for assignment in assignments(layers, dims.width, dims.heads):
+
+            def scaled(scale: float, assignment: Assignment = assignment) -> torch.Tensor:
+                return reference.mha(
+                    query, key, value, assignment.projections, dims.heads,
+                    num_kv_heads=assignment.kv_heads, causal=causal, scale=scale,
+                )
+
+            factor = unmodelled.fitted_scale(self.output("plain"), scaled, head_dim, self.tol)
+            if factor is not None:
+                return unmodelled.scale_text(factor, head_dim)
+        return ""
 
     def mask_checks(self) -> Iterator[Verdict]:
         if not (self.binding.forward and self.binding.forward.mask_name):
@@ -435,13 +465,9 @@ class Judge:
             return
         combos = [f"{s}/{c}" for s in SHAPES for c in CONVENTIONS]
         ran = [c for c in combos if self.ran(f"mask/{c}")]
-        if not ran:
-            error = self.facts["experiments"][f"mask/{combos[0]}"]["error"]
-            yield Verdict(
-                Check("reference-masked", "failed", f"every mask convention raised: {error['message']}"),
-                codes.FORWARD_CRASH,
-                f"forward raises when given a mask: {error['type']}: {error['message']}",
-            )
+        refused = self.refused_mask(combos, ran)
+        if refused is not None:
+            yield refused
             return
         errors = {c: self.masked_error(c) for c in ran}
         matches = [c for c in ran if errors[c] <= self.tol]
@@ -479,6 +505,34 @@ class Judge:
         """A reference configuration was fitted (the output had the expected shape, and a class's
         layers were mapped): the diagnosis has a setting to mutate."""
         return self.fit is not None and (self.style == "function" or self.fit.assignment is not None)
+
+    def refused_mask(self, combos: list[str], ran: list[str]) -> Verdict | None:
+        """ATT901 when the mask its documentation promises raises (even if another shape works);
+        skipped when every mask the harness guessed raised and nothing promises one of them."""
+        shape = self.binding.forward.mask_shape if self.binding.forward else None
+        declared = self.binding.declared_mask
+        promised = [
+            combo
+            for combo in combos
+            if (shape or declared) and combo.split("/")[0] == (shape or combo.split("/")[0])
+            and combo.split("/")[1] == (declared or combo.split("/")[1])
+        ]
+        if ran and (not promised or set(promised) & set(ran)):
+            return None
+        first = (promised or combos)[0]
+        error = self.facts["experiments"][f"mask/{first}"]["error"]
+        if promised:
+            source = "declared" if declared else "documented"
+            what = f"a mask as {source} ({_combo_text(first)})"
+            raised = f"{error['type']}: {error['message']}"
+            return Verdict(
+                Check("reference-masked", "failed", f"{what} raised {raised}"),
+                codes.FORWARD_CRASH,
+                f"forward raises on {what}: {raised}",
+            )
+        tried = "every mask shape and convention the harness tried raised"
+        hint = 'declare the mask in pyproject.toml (mask = "keep" | "blocked" | "additive") or document its shape'
+        return Verdict(Check("reference-masked", "skipped", f"{tried} ({error['type']}: {error['message']}); {hint}"))
 
     def fit_ok(self) -> bool:
         """The unmasked output matches the reference: a mask failure is the mask's alone."""
@@ -527,6 +581,15 @@ class Judge:
                 "mask polarity is inverted (1 = keep vs 1 = masked): the module drops the keys its "
                 "documentation says to keep "
                 f"(documented {CONVENTION_TEXT[documented]}, behaves as {CONVENTION_TEXT[inverse]})",
+            )
+        tried = any(self.ran(f"mask/{shape}/{documented}") for shape in SHAPES)
+        if found == {"additive"} and tried:  # the documented 0/1 mask ran and did not mask: it is added
+            return Verdict(
+                Check("mask-convention", "failed", detail),
+                "ATT301",
+                "a 0/1 mask is added to the scores: the module behaves as if its mask were additive "
+                f"(0 / large negative), but its documentation gives {CONVENTION_TEXT[documented]}; adding 1 "
+                "to kept keys and 0 to the others blocks nothing. Fix: masked_fill(mask == 0, finfo.min)",
             )
         return Verdict(Check("mask-convention", "passed", detail))
 
@@ -602,7 +665,8 @@ class Judge:
         target = self.binding.target
         if self.binding.declared_causal is not None:
             return self.binding.declared_causal, "declared in pyproject.toml"
-        built_non_causal = self.facts.get("flags", {}).get("is_causal") is False
+        # is_causal=False, a causal=False default: the word is there, its value is off
+        built_non_causal = self.facts.get("flags", {}).get("is_causal") is False or self.binding.code_not_causal
         if "causal" in target.kinds and not built_non_causal:
             return True, "the static pass marked it causal"
         if self.facts.get("causal_buffer"):
@@ -757,23 +821,3 @@ def _mask_code(found: explain.Explanation | None) -> str | None:
 def _combo_text(combo: str) -> str:
     shape, convention = combo.split("/")
     return f"{CONVENTION_TEXT[convention]} {SHAPE_TEXT[shape]}"
-
-
-_KEEP_DOC = re.compile(
-    r"(true|1|ones?)\s*(?:=|:|->|means|marks|for|indicates|is|are)?\s*(?:the\s+)?(?:positions?\s+|tokens?\s+|keys?\s+)?"
-    r"(?:to\s+|that\s+(?:are\s+|should\s+be\s+)?)?(keep|kept|attend|visible|valid|allowed|real)",
-    re.IGNORECASE,
-)
-_BLOCKED_DOC = re.compile(
-    r"(true|1|ones?)\s*(?:=|:|->|means|marks|for|indicates|is|are)?\s*(?:the\s+)?(?:positions?\s+|tokens?\s+|keys?\s+)?"
-    r"(?:to\s+|that\s+(?:are\s+|should\s+be\s+)?)?(?:be\s+)?(mask|ignor|block|pad|hidden|not\s+attend|drop)",
-    re.IGNORECASE,
-)
-
-
-def documented_convention(docs: str) -> MaskConvention | None:
-    """The mask convention a docstring states ("True = keep", "1 marks padding"...), if exactly one."""
-    keep, blocked = bool(_KEEP_DOC.search(docs)), bool(_BLOCKED_DOC.search(docs))
-    if keep == blocked:
-        return None
-    return "keep" if keep else "blocked"

@@ -1,0 +1,200 @@
+"""What a target's own code says about its arguments, read from the file's text (never imported).
+
+Names are a weak guide to what a constructor or forward argument is: people write
+``d_in``/``d_out``, ``feats``, ``n_att``... The code is a better one: an argument passed as the
+in or out features of a projection is a width, one that divides a width is a head count, one
+given to ``nn.Dropout`` is a rate. Likewise the forward tells the rank of its inputs
+(``b, c, h, w = x.shape``), which arguments may be None (``if alibi is None``), and whether
+its causality is switched off (``is_causal=False``, a ``causal=False`` default).
+
+This module uses the standard ``ast`` module only; the binder consults it before it guesses.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+Use = Literal["width", "heads", "dropout", "positions", "flag"]
+
+_WIDTH_LAYERS = frozenset({"Linear", "Conv1d", "Conv2d", "LayerNorm", "RMSNorm", "Conv1D", "GroupNorm"})
+_DROPOUT_LAYERS = frozenset({"Dropout", "Dropout1d", "Dropout2d"})
+_SQUARE_BUILDERS = frozenset({"ones", "zeros", "tril", "triu", "full", "empty", "arange"})
+
+
+@dataclass(frozen=True)
+class CodeFacts:
+    """What the target's code says; empty when the source cannot be read."""
+
+    found: bool = False  # the definition was read
+    init_uses: Mapping[str, Use] = field(default_factory=dict)
+    stored: frozenset[str] = frozenset()  # attributes __init__ assigns (``self.num_heads = 8``)
+    ranks: Mapping[str, int] = field(default_factory=dict)  # forward argument -> rank its shape unpacks to
+    none_checked: frozenset[str] = frozenset()  # forward arguments the code compares with None
+    causal_off: bool = False  # every ``causal`` the code spells is False
+    forward_doc: str = ""
+    functions: frozenset[str] = frozenset()  # the file's top-level functions (``precompute_freqs_cis``)
+
+
+def read(source: str, name: str, line: int) -> CodeFacts:
+    """Facts about the class or function ``name`` defined at ``line`` of ``source``."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return CodeFacts()
+    node = next(
+        (
+            n
+            for n in ast.walk(tree)
+            if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name
+        ),
+        None,
+    )
+    if node is None:
+        return CodeFacts()
+    if isinstance(node, ast.ClassDef):
+        methods = {m.name: m for m in node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        init, forward = methods.get("__init__"), methods.get("forward")
+    else:
+        init, forward = None, node
+    uses, stored = _init_uses(init) if init is not None else ({}, frozenset())
+    return CodeFacts(
+        found=True,
+        init_uses=uses,
+        stored=stored,
+        ranks=_ranks(forward) if forward is not None else {},
+        none_checked=_none_checked(forward) if forward is not None else frozenset(),
+        causal_off=_causal_off(node, init),
+        forward_doc=(ast.get_docstring(forward) or "") if forward is not None else "",
+        functions=frozenset(n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))),
+    )
+
+
+def _arguments(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    args = fn.args
+    return [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs) if a.arg not in ("self", "cls")]
+
+
+def _names(node: ast.AST) -> set[str]:
+    """The bare names an expression reads (``config`` of ``config.n_embd`` is not one: it is no size)."""
+    bases = {id(n.value) for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and id(n) not in bases}
+
+
+def _callee(call: ast.Call) -> str:
+    func = call.func
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+
+
+def _init_uses(init: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[dict[str, Use], frozenset[str]]:
+    """Each constructor argument's role, read from how __init__ uses it (first clear use wins),
+    and the attributes __init__ assigns."""
+    params = set(_arguments(init))
+    uses: dict[str, Use] = {}
+    stored: set[str] = set()
+
+    def mark(names: set[str], use: Use) -> None:
+        for name in names & params:
+            uses.setdefault(name, use)
+
+    for node in ast.walk(init):
+        if isinstance(node, ast.Call):
+            callee = _callee(node)
+            values = [*node.args, *(k.value for k in node.keywords)]
+            if callee in _WIDTH_LAYERS:
+                mark(set().union(*(_names(v) for v in node.args[:2])) if node.args else set(), "width")
+                for keyword in node.keywords:
+                    if keyword.arg in ("in_features", "out_features", "in_channels", "out_channels"):
+                        mark(_names(keyword.value), "width")
+            elif callee in _DROPOUT_LAYERS:
+                mark(set().union(*(_names(v) for v in values)) if values else set(), "dropout")
+            elif callee in _SQUARE_BUILDERS:
+                mark({v.id for v in node.args if isinstance(v, ast.Name)}, "positions")
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, (ast.FloorDiv, ast.Mod, ast.Div)):
+            if isinstance(node.right, ast.Name):
+                mark({node.right.id}, "heads")
+            mark(_names(node.left), "width")
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                stored |= {t.attr for t in ast.walk(target) if isinstance(t, ast.Attribute)}
+        elif isinstance(node, (ast.If, ast.IfExp)) and isinstance(node.test, ast.Name):
+            mark({node.test.id}, "flag")
+    return uses, frozenset(stored)
+
+
+def _shape_of(value: ast.AST) -> str | None:
+    """The argument whose shape ``value`` reads: ``x.shape``, ``x.size()``."""
+    if isinstance(value, ast.Attribute) and value.attr == "shape" and isinstance(value.value, ast.Name):
+        return value.value.id
+    call = value.func if isinstance(value, ast.Call) and not value.args else None
+    if isinstance(call, ast.Attribute) and call.attr == "size" and isinstance(call.value, ast.Name):
+        return call.value.id
+    return None
+
+
+def _ranks(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, int]:
+    """``b, s, d = x.shape`` before ``x`` is rebound: x is 3-D."""
+    params = set(_arguments(forward))
+    ranks: dict[str, int] = {}
+    rebound: set[str] = set()
+    for statement in forward.body:
+        if not isinstance(statement, ast.Assign):
+            continue
+        for target in statement.targets:
+            source = _shape_of(statement.value)
+            unpacked = isinstance(target, ast.Tuple) and not any(isinstance(e, ast.Starred) for e in target.elts)
+            if unpacked and source in params and source not in rebound:
+                ranks.setdefault(source, len(target.elts))
+            rebound |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+    return ranks
+
+
+def _none_checked(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
+    params = set(_arguments(forward))
+    found = set()
+    for node in ast.walk(forward):
+        if not (isinstance(node, ast.Compare) and isinstance(node.left, ast.Name) and node.left.id in params):
+            continue
+        identity = any(isinstance(op, (ast.Is, ast.IsNot)) for op in node.ops)
+        if identity and any(isinstance(c, ast.Constant) and c.value is None for c in node.comparators):
+            found.add(node.left.id)
+    return frozenset(found)
+
+
+def _causal_off(node: ast.AST, init: ast.FunctionDef | ast.AsyncFunctionDef | None) -> bool:
+    """Every ``causal`` spelling is off: ``is_causal=False``, or an attribute or argument that
+    only ever holds a ``causal=False`` default; and no triangle (tril/triu) anywhere."""
+    off_defaults = _false_defaults(init) if init is not None else set()
+    spelled = False
+    for child in ast.walk(node):
+        if isinstance(child, ast.Call) and _callee(child) in ("tril", "triu"):
+            return False
+        if isinstance(child, ast.keyword) and child.arg and "causal" in child.arg.lower():
+            spelled = True
+            value = child.value
+            literal_false = isinstance(value, ast.Constant) and value.value is False
+            from_default = isinstance(value, ast.Attribute) and value.attr in off_defaults
+            if not (literal_false or from_default or (isinstance(value, ast.Name) and value.id in off_defaults)):
+                return False
+    return spelled
+
+
+def _false_defaults(init: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    """Constructor arguments defaulting to False whose name says causal, and the attributes holding them."""
+    args = init.args
+    positional = [*args.posonlyargs, *args.args]
+    defaults = dict(zip([a.arg for a in positional[len(positional) - len(args.defaults):]], args.defaults, strict=True))
+    defaults.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None})
+    off = {n for n, d in defaults.items() if "causal" in n.lower() and isinstance(d, ast.Constant) and d.value is False}
+    for node in ast.walk(init):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id in off:
+            off |= {t.attr for t in node.targets if isinstance(t, ast.Attribute)}
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Tuple):
+            for target in node.targets:
+                if isinstance(target, ast.Tuple):
+                    for t, v in zip(target.elts, node.value.elts, strict=False):
+                        if isinstance(t, ast.Attribute) and isinstance(v, ast.Name) and v.id in off:
+                            off.add(t.attr)
+    return off

@@ -1,0 +1,44 @@
+"""Whose fault is a crash: the user's code, or an input the harness only guessed.
+
+ATT901 says "the forward pass raises for an input it promises to accept". The promise is
+the code's signature, names, annotations and documentation, or a declaration in
+pyproject.toml. Where the harness had to guess (the input width of a class with no width
+argument, the layout a convolution reads, the rank, a required mask nothing documents) and
+the crash shows the guess was wrong, the target is skipped with why, never ATT901.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from attncheck.dynamic.binding.bind import Binding
+
+_WIDTH_MISMATCH = re.compile(r"mat1 and mat2 shapes cannot be multiplied|normalized_shape|size of tensor a")
+_SHAPES = re.compile(r"size of tensor|shape|cannot be multiplied|out of range|out of bounds|invalid for input")
+_CHANNELS = re.compile(r"to have \d+ channels")
+_WRONG_KIND = re.compile(r"'(float|int|NoneType|bool)' object is not (callable|subscriptable|iterable)")
+
+
+def harness_guess(binding: Binding, error: Mapping[str, Any], line_text: str) -> str | None:
+    """What the harness guessed that this crash shows wrong; None when the input was promised."""
+    message = str(error.get("message", ""))
+    forward = binding.forward
+    if _CHANNELS.search(message):
+        return "the input layout (batch, seq, dim), where the code's convolution reads channels first"
+    if "values to unpack" in message and re.search(r"\.shape\b|\.size\(\)", line_text):
+        return "the input's rank, which the code unpacks differently"
+    if _WRONG_KIND.search(message):
+        return "the kind of an argument the code uses as another kind"
+    if binding.width_guessed and _WIDTH_MISMATCH.search(message):
+        return "the input width, which no constructor argument sets"
+    by_use = binding.candidates[0].by_use if binding.candidates else ()
+    if by_use and _SHAPES.search(message):
+        values = ", ".join(f"{name}={binding.candidates[0].kwargs[name]}" for name in by_use)
+        return f"constructor values chosen from how __init__ uses them ({values})"
+    mask = forward.mask_name if forward else None
+    undocumented = forward is not None and forward.mask_shape is None and binding.declared_mask is None
+    if mask and forward.mask_required and undocumented and re.search(rf"\b{re.escape(mask)}\b", line_text):
+        return f"the shape and convention of the required {mask}, which nothing documents"
+    return None

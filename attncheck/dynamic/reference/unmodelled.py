@@ -1,0 +1,67 @@
+"""Constructs the reference does not model, recognised so a target is skipped with why, never ATT903.
+
+ATT903 says "the output differs and no known mistake explains it". That is only fair when
+the reference could have matched: when the module attends across another axis than the
+tokens (channel attention: its softmax runs over (head_dim, head_dim) scores), or scales
+its scores on purpose by a factor the reference does not take (DeBERTa's
+1/sqrt(head_dim * 3)), a mismatch says nothing about a mistake. Both are asked only after
+every known mistake failed to explain the output.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from attncheck.dynamic.reference.tolerance import max_error
+
+Reference = Callable[[float], torch.Tensor]  # the reference output with a given score scale
+
+
+def other_axis(softmax: Sequence[dict[str, Any]] | None, q_len: int, k_len: int) -> str | None:
+    """Why the module is no token attention: no softmax it took runs over (query, key) scores."""
+    calls = [call for call in softmax or () if len(call["shape"]) >= 2]
+    if not calls or any(tuple(call["shape"][-2:]) == (q_len, k_len) for call in calls):
+        return None
+    shape = tuple(calls[0]["shape"])
+    return (
+        f"its softmax runs over {shape} scores, not over (query, key) = ({q_len}, {k_len}): attention across "
+        "another axis (e.g. channels), which the reference does not model"
+    )
+
+
+def fitted_scale(output: torch.Tensor, reference: Reference, head_dim: int, tol: float) -> float | None:
+    """The factor c for which the output is the reference scaled by c / sqrt(head_dim), when one fits.
+
+    A coarse log-spaced search, then a golden-section refinement around the best point.
+    """
+    standard = 1.0 / math.sqrt(head_dim)
+
+    def error(log_c: float) -> float:
+        return max_error(output, reference(standard * math.exp(log_c)))
+
+    grid = [math.log(0.05) + i * (math.log(20.0) - math.log(0.05)) / 48 for i in range(49)]
+    best = min(range(len(grid)), key=lambda i: error(grid[i]))
+    low, high = grid[max(best - 1, 0)], grid[min(best + 1, len(grid) - 1)]
+    ratio = (math.sqrt(5) - 1) / 2
+    for _ in range(60):
+        a, b = high - ratio * (high - low), low + ratio * (high - low)
+        if error(a) < error(b):
+            high = b
+        else:
+            low = a
+    log_c = (low + high) / 2
+    if error(log_c) > tol or abs(log_c) < 1e-6:
+        return None
+    return math.exp(log_c)
+
+
+def scale_text(factor: float, head_dim: int) -> str:
+    """Why a target whose scale fits another factor is skipped."""
+    return (
+        f"the output is attention scaled by {factor:.4g}/sqrt(head_dim) (head_dim {head_dim}), a scale the code "
+        f"sets on purpose (1/sqrt({head_dim / factor**2:.4g})), which the reference does not model"
+    )

@@ -1,0 +1,209 @@
+"""Issue 16 (part B): the common correct forms bind without hints, by use and by name, and a crash
+on the harness's own guess is a skip with why, never ATT901. The fixtures ``bind_*`` run through
+the fixture harness (test_fixtures_dynamic); these tests pin the pieces and the messages."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attncheck.dynamic.binding import source_facts
+from attncheck.dynamic.binding.bind import bind
+from attncheck.dynamic.binding.mask_docs import documented_float, documented_shape
+from attncheck.dynamic.inside.recorder import _einsum_weight
+from attncheck.dynamic.runner import check_file
+from tests.dynamic_support import FIXTURES, Options, file_result, in_process_child, write_module
+
+RASCHKA = """
+import torch
+from torch import nn
+
+class MultiHeadAttention(nn.Module):
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False, causal=False):
+        super().__init__()
+        assert d_out % num_heads == 0
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("mask", torch.ones(context_length, context_length))
+        self.causal = causal
+
+    def forward(self, x, alibi, attention_mask):
+        b, num_tokens, d_in = x.shape
+        if alibi is None:
+            return torch.nn.functional.scaled_dot_product_attention(x, x, x, is_causal=self.causal)
+        return x
+"""
+
+
+def _target(path, name):
+    return next(t for t in file_result(path).targets if t.name == name)
+
+
+def test_source_facts_read_uses_ranks_none_checks_and_causal_switches():
+    facts = source_facts.read(RASCHKA, "MultiHeadAttention", 5)
+    assert facts.found
+    assert {k: facts.init_uses[k] for k in ("d_in", "d_out", "num_heads", "dropout", "context_length")} == {
+        "d_in": "width",
+        "d_out": "width",
+        "num_heads": "heads",
+        "dropout": "dropout",
+        "context_length": "positions",
+    }
+    assert facts.ranks == {"x": 3}
+    assert facts.none_checked == frozenset({"alibi"})
+    assert facts.causal_off  # is_causal=self.causal, and self.causal only holds the causal=False default
+    assert not source_facts.read("def f(:\n", "f", 1).found  # unreadable source: no facts, no crash
+
+
+def test_a_triangle_or_a_true_causal_value_is_not_off():
+    tril = "class A:\n    def forward(self, x):\n        m = x.tril()\n        return f(x, is_causal=False)\n"
+    assert not source_facts.read(tril, "A", 1).causal_off
+    on = "class A:\n    def forward(self, x):\n        return f(x, is_causal=True)\n"
+    assert not source_facts.read(on, "A", 1).causal_off
+
+
+@pytest.mark.parametrize(
+    ("docs", "name", "shape"),
+    [
+        ("mask: (b, s) bool, True = attend.", "mask", "bk"),
+        ("src_key_padding: (batch, src_len) bool, True marks padding.", "src_key_padding", "bk"),
+        ("mask of shape (batch, 1, 1, seq)", "mask", "b11k"),
+        ("attn_mask (batch, 1, q_len, k_len)", "attn_mask", "b1qk"),
+        ("attn_mask: bool (seq, seq), True = attend", "attn_mask", None),
+        ("Multi-head attention.", "mask", None),
+    ],
+)
+def test_documented_mask_shape(docs, name, shape):
+    assert documented_shape(docs, name) == shape
+
+
+def test_arguments_are_bound_by_their_names_and_use():
+    path = FIXTURES / "correct" / "bind_values_keys_query.py"
+    binding = bind(_target(path, "SelfAttention"), None, path.read_text())
+    assert binding.forward.roles == (("values", "value"), ("keys", "key"), ("query", "query"))
+    assert binding.forward.mask_required and binding.forward.neutral[0] == ("b11k", "keep")
+    path = FIXTURES / "correct" / "bind_by_use.py"
+    binding = bind(_target(path, "MultiHeadAttention"), None, path.read_text())
+    assert binding.ok
+    assert dict(binding.candidates[0].kwargs) == {
+        "d_in": 32, "d_out": 32, "context_length": 16, "dropout": 0.0, "num_heads": 4
+    }
+    assert binding.candidates[0].by_use == ("d_in", "d_out")
+
+
+def test_a_documented_required_mask_is_tried_first_in_its_documented_form():
+    path = FIXTURES / "correct" / "bind_key_padding_names.py"
+    binding = bind(_target(path, "PaddedEncoderAttention"), None, path.read_text())
+    assert binding.forward.mask_name == "src_key_padding"
+    assert binding.forward.mask_shape == "bk"
+    assert binding.forward.neutral[0] == ("bk", "blocked")  # documented: True marks padding
+
+
+def test_one_head_is_inferred_only_without_any_head_count():
+    single = FIXTURES / "correct" / "bind_single_head.py"
+    assert bind(_target(single, "SelfAttention"), None, single.read_text()).dims.heads == 1
+    hardcoded = single.read_text().replace("super().__init__()", "super().__init__()\n        self.n_head = 4")
+    assert bind(_target(single, "SelfAttention"), None, hardcoded).dims.heads == 4
+
+
+def test_a_crash_on_the_guessed_width_is_skipped_with_a_filled_hint(tmp_path):
+    path = write_module(
+        tmp_path,
+        """
+        import torch
+        from torch import nn
+
+        class FixedWidthAttention(nn.Module):
+            def __init__(self, heads):
+                super().__init__()
+                self.heads = heads
+                self.qkv = nn.Linear(48, 3 * 48)
+
+            def forward(self, x):
+                q, k, v = self.qkv(x).chunk(3, dim=-1)
+                return torch.softmax(q @ k.transpose(-2, -1) / 48**0.5, dim=-1) @ v
+        """,
+    )
+    findings, results = check_file(file_result(path), Options(), in_process_child)
+    assert findings == []
+    assert results[0].status == "skipped"
+    assert "the input width, which no constructor argument sets" in results[0].reason
+    assert "[tool.attncheck.targets.FixedWidthAttention] init = {heads = 4}" in results[0].reason
+
+
+def test_a_crash_on_a_promised_input_stays_att901(tmp_path):
+    path = write_module(
+        tmp_path,
+        """
+        from torch import nn
+
+        class ReshapeAttention(nn.Module):
+            def __init__(self, d_model, num_heads):
+                super().__init__()
+                self.qkv = nn.Linear(d_model, 3 * d_model)
+
+            def forward(self, x):
+                b, s, d = x.shape
+                return self.qkv(x).view(b, s + 1, d)
+        """,
+    )
+    findings, results = check_file(file_result(path), Options(), in_process_child)
+    assert results[0].status == "failed"
+    assert [f.code for f in findings] == ["ATT901"]
+
+
+def test_the_annotated_transformer_as_published_is_only_its_float16_fill(tmp_path):
+    text = (FIXTURES / "correct" / "bind_annotated_functional.py").read_text()
+    path = write_module(tmp_path, text.replace("masked_fill(mask == 0, -1e4)", "masked_fill(mask == 0, -1e9)"))
+    findings, results = check_file(file_result(path), Options(), in_process_child)
+    assert {f.code for f in findings} == {"ATT302"}
+    assert {r.target.name: r.status for r in results} == {"attention": "failed", "MultiHeadedAttention": "passed"}
+    forward = next(c for c in results[0].checks if c.name == "forward")
+    assert forward.status == "passed"  # the dropout module argument stays None: no ATT901
+
+
+def test_projection_flow_names_torch_mha_and_packed_parameters():
+    details = {}
+    for name, target in (("bind_mha_wrapper.py", "Block"), ("bind_packed_in_proj.py", "PackedInProjAttention")):
+        _, results = check_file(file_result(FIXTURES / "correct" / name), Options(), in_process_child)
+        result = next(r for r in results if r.target.name == target)
+        details[name] = next(c.detail for c in result.checks if c.name == "reference")
+    assert "Q=attn.in_proj.q, K=attn.in_proj.k, V=attn.in_proj.v, O=attn.out_proj" in details["bind_mha_wrapper.py"]
+    assert "QKV=in_proj_weight (fused, split 32/32/32), O=out_proj" in details["bind_packed_in_proj.py"]
+
+
+def test_einsum_with_a_weight_is_a_projection_only_on_the_last_axis():
+    weight = torch.arange(6.0).reshape(2, 3)
+    assert torch.equal(_einsum_weight("bsd", "de", "bse", weight), weight.T)
+    assert torch.equal(_einsum_weight("bsd", "ed", "bse", weight), weight)
+    assert _einsum_weight("bsd", "de", "bsd", weight) is None
+    assert _einsum_weight("bhqd", "bhkd", "bhqk", weight) is None
+
+
+def test_rotary_inputs_are_built_from_the_files_own_helper():
+    path = FIXTURES / "correct" / "bind_rotary_inputs.py"
+    binding = bind(_target(path, "Attention"), None, path.read_text())
+    assert binding.forward.roles == (("x", "x"),)
+    assert binding.forward.generated == (("start_pos", "offset"), ("freqs_cis", "precompute_freqs_cis"))
+    without_helper = path.read_text().replace("def precompute_freqs_cis", "def make_table")
+    assert "freqs_cis" in bind(_target(path, "Attention"), None, without_helper).reason
+
+
+def test_a_block_around_an_attention_child_is_not_a_target_but_a_wrapper_of_torch_mha_is():
+    block = file_result(FIXTURES / "correct" / "bind_block_with_attention.py")
+    assert [t.name for t in block.targets] == ["CausalSelfAttention"]
+    wrapper = file_result(FIXTURES / "correct" / "bind_mha_wrapper.py")
+    assert [t.name for t in wrapper.targets] == ["Block"]
+
+
+def test_the_forward_check_says_which_all_keep_mask_a_required_mask_got():
+    path = FIXTURES / "correct" / "bind_required_mask_qkv.py"
+    _, results = check_file(file_result(path), Options(), in_process_child)
+    forward = next(c for c in results[0].checks if c.name == "forward")
+    assert forward.detail.endswith("the required mask, when no mask is tested: all-keep keep b11k")
+
+
+def test_a_float_01_mask_is_read_from_the_documentation():
+    assert documented_float("attn_mask: (batch, seq_len) float, 1 = attend, 0 = padding.", "attn_mask")
+    assert not documented_float("attn_mask: (batch, seq_len) bool, True = attend.", "attn_mask")
+    assert not documented_float("mask: bool.\nscores are float", "mask")

@@ -132,3 +132,6 @@ class TargetResult:
     checks: list[Check] = field(default_factory=list)
     device: str | None = None
     isolation: str | None = None  # how the child was jailed: "bubblewrap", "rlimits only", "in-process"
+    # Static codes of this target the dynamic check was able to see on its inputs and did not see,
+    # each with how it could see it: the only findings the merge may downgrade.
+    refuted: dict[str, str] = field(default_factory=dict)

@@ -1,9 +1,11 @@
 """Join the static and dynamic findings into what the user reads.
 
-A mistake seen both ways is reported once, at the static location, with both
-kinds of evidence (source ``both``). A static finding on a target the dynamic
-check ran and found correct is kept, but downgraded to info: the code looked
-wrong, the behaviour was right, and the user deserves to know both.
+A mistake seen both ways is reported once, at the static location, with both kinds of evidence
+(source ``both``). A static finding is downgraded to info only by evidence: the dynamic check ran
+the target, was able to see that very mistake on the inputs it used (``TargetResult.refuted``:
+a mutant of it differs from the reference there, or the probe of that claim ran and held), and
+did not see it. A passing check proves only what it could see, so every other static finding
+keeps its severity and says that the dynamic check could not confirm or refute it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,12 @@ from dataclasses import replace
 from attncheck import catalogue
 from attncheck.findings import Finding, Severity, TargetResult
 
-PASSED_REASON = "the dynamic check ran this target and it matched the reference"
+REFUTED_REASON = "the dynamic check could see this mistake on its inputs and did not"
+DESIGN_CONFIRMED = "the reference ran the design this finding declares and the module matched it"
+UNSEEN_NOTE = (
+    "dynamic: the check ran this target but could not confirm or refute this finding "
+    "(no experiment it ran could show this mistake)"
+)
 
 Key = tuple[str, str, "str | None"]
 
@@ -38,8 +45,8 @@ def merge(static: Sequence[Finding], dynamic: Iterable[Finding],
             continue
         for position in positions:
             merged[position] = _both(merged[position], finding)
-    passed = {(result.target.path, result.target.name) for result in targets if result.status == "passed"}
-    merged = [_downgraded(f) if f.source == "static" and (f.path, f.target) in passed else f for f in merged]
+    ran = {(r.target.path, r.target.name): r for r in targets if r.status in ("passed", "failed")}
+    merged = [_weighed(f, ran.get((f.path, f.target))) if f.source == "static" else f for f in merged]
     return merged + extra
 
 
@@ -51,7 +58,20 @@ def _both(static: Finding, dynamic: Finding) -> Finding:
     return replace(static, source="both", severity=severity, evidence=evidence)
 
 
-def _downgraded(finding: Finding) -> Finding:
-    if finding.severity == Severity.INFO:
+def _weighed(finding: Finding, result: TargetResult | None) -> Finding:
+    """A static finding after a dynamic run of its target: downgraded on evidence, else annotated."""
+    if result is None:
         return finding
-    return replace(finding, severity=Severity.INFO, message=f"{finding.message} ({PASSED_REASON})")
+    how = result.refuted.get(finding.code)
+    if how is None and result.status == "passed" and catalogue.by_design(finding.code, finding.severity):
+        how = DESIGN_CONFIRMED  # the reference ran the declared design (e.g. T5's scale 1) and matched
+    if how is None:
+        return replace(finding, evidence=[*finding.evidence, UNSEEN_NOTE])
+    if result.status != "passed" or finding.severity == Severity.INFO:
+        return replace(finding, evidence=[*finding.evidence, f"dynamic: {how}"])
+    return replace(
+        finding,
+        severity=Severity.INFO,
+        message=f"{finding.message} ({REFUTED_REASON})",
+        evidence=[*finding.evidence, f"dynamic: {how}"],
+    )

@@ -3,6 +3,10 @@ and x-transformers, with the findings counted per code and severity.
 
 Every error-level finding printed here must be a real bug; warnings are listed
 for triage. Usage: ``python bench/realworld.py [--show warnings|errors|none]``.
+
+``--dynamic`` runs the default (dynamic) mode instead, over the attention code of the same
+packages installed in this environment (``realworld_dynamic``), bounded by ``--limit`` files per
+package and ``--timeout`` seconds per target.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import realworld_dynamic
 from corpus import VERSIONS, unpacked
 
 
@@ -33,7 +38,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--show", choices=("errors", "warnings", "none"), default="errors",
                         help="which findings to list one per line (errors, errors and warnings, none)")
+    parser.add_argument("--dynamic", action="store_true",
+                        help="the dynamic mode over the installed packages: share executed, skipped, errored")
+    parser.add_argument("--limit", type=int, default=12, help="--dynamic: files per package")
+    parser.add_argument("--timeout", type=float, default=10.0, help="--dynamic: seconds per target")
+    parser.add_argument("--jobs", type=int, default=2, help="--dynamic: files checked at once")
     args = parser.parse_args()
+    if args.dynamic:
+        realworld_dynamic.main(args.limit, args.timeout, args.jobs)
+        return
     shown = {"errors": {"error"}, "warnings": {"error", "warning"}, "none": set()}[args.show]
     totals: Counter[tuple[str, str]] = Counter()
     for package in VERSIONS:

@@ -21,7 +21,7 @@ from attncheck.config import Settings
 from attncheck.discovery import Candidate
 from attncheck.dynamic import launch, runner
 from attncheck.findings import Severity, TargetResult
-from attncheck.merge import PASSED_REASON
+from attncheck.merge import UNSEEN_NOTE
 from tests.dynamic_support import FIXTURES, file_result, in_process_child
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,13 +53,15 @@ def test_same_code_seen_both_ways_is_one_finding_from_both(in_process):
     ]
 
 
-def test_static_finding_on_a_target_that_passed_is_downgraded_to_info(in_process):
+def test_static_finding_a_passing_check_could_not_see_keeps_its_severity(in_process):
+    """The comment says 1 = masked and the code masks the zeros: the mask probes accept whichever
+    convention matches, so their passing proves nothing about ATT304 (issue 16: it stays an error)."""
     outcome = _run(FIXTURES / "buggy" / "mask_polarity_comment.py")
     (finding,) = outcome.findings
     assert [t.status for t in outcome.targets] == ["passed"]
-    assert (finding.code, finding.severity, finding.source) == ("ATT304", Severity.INFO, "static")
-    assert finding.message.endswith(f"({PASSED_REASON})")
-    assert not pipeline.has_problems(outcome)
+    assert (finding.code, finding.severity, finding.source) == ("ATT304", Severity.ERROR, "static")
+    assert finding.evidence[-1] == UNSEEN_NOTE
+    assert pipeline.has_problems(outcome)
 
 
 def test_a_dynamic_mutant_does_not_raise_a_static_by_design_verdict(in_process):

@@ -19,7 +19,7 @@ import xmlschema
 from attncheck.catalogue import CODES
 from attncheck.findings import Check, Edit, Finding, Severity, Span, Target, TargetResult
 from attncheck.fixes import apply_edits, fix_source
-from attncheck.merge import PASSED_REASON, merge
+from attncheck.merge import REFUTED_REASON, merge
 from attncheck.pipeline import Outcome
 from attncheck.report import FORMATS, location, writer
 from attncheck.report.text_format import frame, summary_line
@@ -46,7 +46,8 @@ def outcome() -> Outcome:
     results = [
         TargetResult(target(), "failed", "2 checks failed", [
             Check("reference", "failed", "max error 0.4 > 1e-5"), Check("batch-independence", "passed")]),
-        TargetResult(target("Other"), "passed", "", [Check("reference", "passed", "")]),
+        TargetResult(target("Other"), "passed", "", [Check("reference", "passed", "")],
+                     refuted={"ATT201": "a wrong scale would move the output by 0.3"}),
     ]
     static = [finding(), finding("ATT201", 5, target="Other", severity=Severity.WARNING)]
     dynamic = [finding("ATT204", 3, source="dynamic", message="TypeError on forward"),
@@ -72,7 +73,8 @@ def test_merge_joins_static_and_dynamic_and_downgrades_passed_targets(outcome):
     assert "dynamic: TypeError on forward" in both.evidence
     assert by_code["ATT903"].source == "dynamic"
     downgraded = by_code["ATT201"]
-    assert downgraded.severity == Severity.INFO and PASSED_REASON in downgraded.message
+    assert downgraded.severity == Severity.INFO and REFUTED_REASON in downgraded.message
+    assert "dynamic: a wrong scale would move the output by 0.3" in downgraded.evidence
     assert len([f for f in outcome.findings if f.code == "ATT204" and f.path == "model.py"]) == 1
 
 

@@ -8,6 +8,7 @@ child for the targets not yet answered.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -24,6 +25,9 @@ from attncheck.dynamic import codes
 from attncheck.dynamic.binding.bind import Binding, bind
 from attncheck.dynamic.diagnosis import crashes as crashes_module
 from attncheck.dynamic.diagnosis import fault
+from attncheck.dynamic.loading import failures
+from attncheck.dynamic.loading import request as loading_request
+from attncheck.dynamic.probes import evidence
 from attncheck.dynamic.probes import rope_functions as rope_targets
 from attncheck.dynamic.probes.base import Plan
 from attncheck.dynamic.probes.judge import Judge, plan
@@ -123,27 +127,31 @@ def check_file(
         else:
             outcomes[index] = TargetResult(target, "skipped", f"{binding.reason}; {binding.hint}")
     path = Path(result.source.path)
+    load = loading_request.build(result.source)
     findings: dict[int, list[Finding]] = {}
     while pending:
         request = {
             "seed": seed,
             "device": getattr(options, "device", "auto"),
             "targets": [dict(p.unit, id=str(i)) for i, p in pending],
+            "load": load,
         }
         tensors = {name: array for _, p in pending for name, array in p.tensors.items()}
         outcome = child(path, request, tensors)
         where = {"device": _device(request["device"]), "isolation": getattr(outcome, "isolation", None)}
         replies = {str(r.facts.get("unit")): r for r in outcome.replies}
         if "import" in replies:
-            reason = _import_reason(replies["import"].facts)
-            outcomes.update({i: TargetResult(p.binding.target, "error", reason, **where) for i, p in pending})
+            status, reason = failures.import_outcome(replies["import"].facts, load)
+            outcomes.update({i: TargetResult(p.binding.target, status, reason, **where) for i, p in pending})
             break
+        how = replies["load"].facts.get("how", "") if "load" in replies else ""
         for index, target_plan in pending:
             reply = replies.get(str(index))
             if reply is not None:
                 tensors_back = {k: torch.from_numpy(np.asarray(v)) for k, v in reply.tensors.items()}
-                outcomes[index], findings[index] = judge(target_plan, reply.facts, tensors_back, result)
+                outcomes[index], findings[index] = _judged(target_plan, reply.facts, tensors_back, result)
                 outcomes[index].isolation = where["isolation"]
+                outcomes[index].reason = "; ".join(filter(None, [outcomes[index].reason, how]))
         remaining = [(i, p) for i, p in pending if str(i) not in replies]
         if not remaining:
             break
@@ -162,11 +170,18 @@ def _device(wanted: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def _import_reason(facts: Mapping[str, Any]) -> str:
-    error = facts.get("error") or {}
-    if isinstance(error, Mapping):
-        return f"importing the module failed: {error.get('type', 'Error')}: {error.get('message', '')}".rstrip(": ")
-    return f"importing the module failed: {error}"
+def _judged(
+    target_plan: Plan, facts: dict[str, Any], tensors: dict[str, torch.Tensor], result: FileResult
+) -> tuple[TargetResult, list[Finding]]:
+    """``judge``, where a fault of attncheck's own judging ends this target in an error, not the
+    whole dynamic stage (every target of every file) as it would by raising."""
+    try:
+        return judge(target_plan, facts, tensors, result)
+    except Exception as error:
+        if os.environ.get("ATTNCHECK_DEBUG") == "1":
+            raise
+        reason = f"attncheck could not judge this target: {type(error).__name__}: {error} (please report this)"
+        return TargetResult(target_plan.binding.target, "error", reason, device=facts.get("device")), []
 
 
 def judge(
@@ -195,7 +210,8 @@ def judge(
         if verdict.code and not any(f.code == verdict.code for f in findings):
             findings.append(_finding(verdict.code, verdict.message, target, result, [verdict.check.detail]))
     if any(c.status == "failed" for c in checks):
-        return TargetResult(target, "failed", checks=checks, device=device), findings
+        seen = evidence.refuted(judging, checks)
+        return TargetResult(target, "failed", checks=checks, device=device, refuted=seen), findings
     # The properties held, but the reference could not say whether the output is right: a construct it
     # does not model (judging.unmodelled), or a declared variant outside its vocabulary (the reference skipped).
     reference = next((c for c in checks if c.name == "reference"), None)
@@ -203,7 +219,8 @@ def judge(
                                         else "")
     if unmodelled:
         return TargetResult(target, "skipped", unmodelled, checks=checks, device=device), findings
-    return TargetResult(target, "passed", checks=checks, device=device), findings
+    seen = evidence.refuted(judging, checks)
+    return TargetResult(target, "passed", checks=checks, device=device, refuted=seen), findings
 
 
 def _unbound(

@@ -94,11 +94,13 @@ def test_a_child_holds_no_memory_of_the_students_graded_before_it(tmp_path):
     assert grades["mallory"].score == grades["mallory"].maximum
 
 
+# Each runs while the submission is imported. In a class body, because the dynamic check runs only
+# the definitions of a module whose top level does work (issue 16): a bare top-level loop is skipped.
 HOSTILE = {
-    "hang": "import time\nwhile True:\n    time.sleep(0.01)\n",
-    "crash": "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n",
-    "bomb": "blocks = []\nwhile True:\n    blocks.append(bytearray(256 * 1024 * 1024))\n",
-    "flood": "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n",
+    "hang": "import time\n\n\nclass Hang:\n    while True:\n        time.sleep(0.01)\n",
+    "crash": "import os, signal\n\n\nclass Crash:\n    os.kill(os.getpid(), signal.SIGSEGV)\n",
+    "bomb": "class Bomb:\n    blocks = []\n    while True:\n        blocks.append(bytearray(256 * 1024 * 1024))\n",
+    "flood": "import sys\n\n\nclass Flood:\n    while True:\n        sys.stdout.write('x' * 65536)\n",
 }
 
 

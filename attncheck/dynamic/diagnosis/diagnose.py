@@ -70,7 +70,7 @@ def _one_thread() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-def _comparable_rows(case: Case, heads: int) -> torch.Tensor:
+def comparable_rows(case: Case, heads: int) -> torch.Tensor:
     """(b, q) bool: the rows compared, i.e. the queries that see at least one key."""
     b, q_len, k_len = case.query.shape[0], case.query.shape[1], case.key.shape[1]
     keep = case.keep
@@ -184,7 +184,7 @@ def diagnose(
         search = _Search(
             [Stages(case, setting) for case, _ in observations],
             [out.detach().to(torch.float64) for _, out in observations],
-            [_comparable_rows(case, setting.num_heads) for case, _ in observations],
+            [comparable_rows(case, setting.num_heads) for case, _ in observations],
         )
         shape = _shape_mismatch(search)
         if shape:

@@ -35,12 +35,14 @@ FALLBACK = codes.REFERENCE_MISMATCH
 
 @dataclass(frozen=True)
 class Explanation:
-    """A diagnosis worded for the report: the code, the message and the check detail."""
+    """A diagnosis worded for the report: the code, the message and the check detail; ``codes``
+    are those of every mistake it names (two for a pair), ``code`` the first."""
 
     code: str
     message: str
     detail: str
     diagnosis: Diagnosis
+    codes: tuple[str, ...] = ()
 
 
 def _as_tokens(x: torch.Tensor) -> torch.Tensor:
@@ -113,7 +115,7 @@ def explain(
         )
         message += f" (output differs from the reference by {found.reference_error:.3g}, tolerance {tol:g})"
         detail = f"behaves like: {' + '.join(m.name for m in chosen)} (within {found.max_error:.3g})"
-        return Explanation(chosen[0].code, message, detail, found)
+        return Explanation(chosen[0].code, message, detail, found, tuple(m.code for m in chosen))
     return None
 
 
@@ -160,7 +162,7 @@ DECLARED_SETTINGS = 6
 diagnosis tries, closest first: a mistake inside a variant is named against the reading it breaks."""
 
 
-def _settings(judge: JudgeView) -> list[Setting]:
+def settings_for_judge(judge: JudgeView) -> list[Setting]:
     fit = judge.fit
     heads = judge.binding.dims.heads
     if judge.style == "function":
@@ -186,15 +188,18 @@ def diagnose_judge(judge: JudgeView, names: Sequence[str], combo: str | None = N
     causal = intended_causal(judge)
     observations = [observation(judge, name, causal) for name in names if judge.ran(name)]
     if combo is not None and judge.ran(f"mask/{combo}"):
-        keep = torch.from_numpy(judge.plan.keep[f"mask/{combo.split('/')[0]}"])
-        if keep.ndim == 3:  # (b, q, k) -> (b, 1, q, k)
-            keep = keep.unsqueeze(1)
-        observations.append(observation(judge, f"mask/{combo}", causal, keep))
+        observations.append(observation(judge, f"mask/{combo}", causal, planned_keep(judge, combo)))
     if not observations:
         return None
     return explain(
-        observations, _settings(judge), judge.tol, style=judge.style, static_codes=judge.static_codes
+        observations, settings_for_judge(judge), judge.tol, style=judge.style, static_codes=judge.static_codes
     )
+
+
+def planned_keep(judge: JudgeView, combo: str) -> torch.Tensor:
+    """The keep mask (b, 1, q, k) or (b, 1, 1, k) the mask experiment ``combo`` ("shape/convention") expressed."""
+    keep = torch.from_numpy(judge.plan.keep[f"mask/{combo.split('/')[0]}"])
+    return keep.unsqueeze(1) if keep.ndim == 3 else keep  # (b, q, k) -> (b, 1, q, k)
 
 
 def rope_for(spec: RopeSpec | None, query: torch.Tensor, key: torch.Tensor) -> RopeHook | None:

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Literal
 
 from attncheck.dynamic.harness import channel
 from attncheck.dynamic.harness.channel import Reply
+from attncheck.dynamic.loading import project
 
 if TYPE_CHECKING:
     import numpy
@@ -117,8 +118,8 @@ def start_child(module_path: Path, limits: Limits = Limits()) -> StartedChild | 
     """
     isolation = isolation_available()
     module_path = Path(module_path).resolve()
-    if not module_path.is_file():
-        return ChildOutcome("error", f"no such file: {module_path}", [], "", "", isolation)
+    if not module_path.parent.is_dir():  # the file itself may be absent: stdin's buffer is sent as text
+        return ChildOutcome("error", f"no such folder: {module_path.parent}", [], "", "", isolation)
     return StartedChild(module_path, limits, isolation)
 
 
@@ -155,6 +156,9 @@ class StartedChild:
         try:
             if self.process is None:
                 return ChildOutcome("error", self.failure or "the child did not start", [], "", "", self.isolation)
+            if not (request.get("load") or self.module_path.is_file()):  # no file, and no text sent instead
+                self._stop()
+                return ChildOutcome("error", f"no such file: {self.module_path}", [], "", "", self.isolation)
             try:
                 request = {**request, "module_path": str(self.module_path)}
                 channel.write_request(self.workdir, request, tensors)
@@ -252,7 +256,9 @@ def _command(workdir: Path, module_path: Path, isolation: str) -> list[str]:
     python = [sys.executable, "-m", "attncheck.dynamic.inside.child", str(workdir)]
     if isolation != BUBBLEWRAP:
         return python
-    readable = [module_path.parent, Path(sys.prefix), Path(sys.executable).resolve().parent]
+    location = project.locate(module_path)
+    readable = [*location.roots, *project.environment_packages(location.project, os.environ)]
+    readable += [Path(sys.prefix), Path(sys.executable).resolve().parent]
     readable += [Path(path) for path in python_paths()]
     prefix = _bwrap_prefix([workdir], readable)
     assert prefix is not None, "isolation_available() found bwrap"

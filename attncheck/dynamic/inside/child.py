@@ -1,8 +1,9 @@
 """The child process: the only code that imports the user's module.
 
 Run as ``python -m attncheck.dynamic.inside.child WORKDIR`` by ``sandbox.run_child``. It reads
-the request and the input tensors, confines itself (seccomp), imports the user's file
-under a private module name, and runs the entry function, writing each unit it
+the request and the input tensors, confines itself (seccomp), loads the user's module as
+its project would (``loading.importer``: through its package, whole or its definitions only),
+and runs the entry function, writing each unit it
 yields at once (see ``channel``), so the parent keeps every unit finished before a
 later crash. It ends with ``os._exit`` so user atexit handlers and stray threads
 cannot hold it open.
@@ -14,9 +15,7 @@ import sys
 
 sys.dont_write_bytecode = True
 
-import hashlib  # noqa: E402  (bytecode writing must be off before any import)
-import importlib  # noqa: E402
-import importlib.util  # noqa: E402
+import importlib  # noqa: E402  (bytecode writing must be off before any import)
 import json  # noqa: E402
 import os  # noqa: E402
 import signal  # noqa: E402
@@ -31,6 +30,8 @@ import torch  # noqa: E402
 
 from attncheck.dynamic.harness import channel  # noqa: E402
 from attncheck.dynamic.harness.confine import install_filter  # noqa: E402
+from attncheck.dynamic.loading import importer  # noqa: E402
+from attncheck.dynamic.loading import request as loading_request  # noqa: E402
 
 DEFAULT_ENTRY = "attncheck.dynamic.inside.executor:run"
 TRACEBACK_FRAMES = 8
@@ -97,35 +98,21 @@ def error_facts(unit: str, error: BaseException, user_file: Path) -> dict:
     line = user_frames[-1].lineno if user_frames else getattr(error, "lineno", None)
     if isinstance(error, SyntaxError) and Path(error.filename or "") != user_file:
         line = None
-    return {
-        "unit": unit,
-        "error": {
-            "type": type(error).__name__,
-            "message": _message(error),
-            "line": line,
-            "traceback": "".join(traceback.format_exception(error, limit=-TRACEBACK_FRAMES))[-4000:],
-        },
+    facts = {
+        "type": type(error).__name__,
+        "message": _message(error),
+        "line": line,
+        "traceback": "".join(traceback.format_exception(error, limit=-TRACEBACK_FRAMES))[-4000:],
     }
+    if isinstance(error, ModuleNotFoundError) and error.name:
+        facts["missing_module"] = error.name
+    return {"unit": unit, "error": facts}
 
 
 def _message(error: BaseException) -> str:
     if isinstance(error, SystemExit):
         return f"sys.exit({error.code!r}) called"
     return str(error)[:1000]
-
-
-def import_user_module(path: Path) -> ModuleType:
-    """Import the user's file under a private name, its folder first on sys.path."""
-    digest = hashlib.sha256(str(path).encode()).hexdigest()[:12]
-    name = f"attncheck_user_{digest}"
-    sys.path.insert(0, str(path.parent))
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {path.name} as a Python module")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def load_entry(spec: str) -> Callable[[ModuleType, dict, dict], Iterator[tuple[dict, dict]]]:
@@ -142,7 +129,8 @@ def main(workdir: Path) -> None:
     while not (workdir / channel.REQUEST).exists():  # started early: torch is imported, wait for the work
         time.sleep(REQUEST_POLL_S)
     request = json.loads((workdir / channel.REQUEST).read_text(encoding="utf-8"))
-    user_file = Path(request["module_path"])
+    how_to_load = request.get("load") or loading_request.from_disk(Path(request["module_path"]))
+    user_file = Path(how_to_load["path"])
     inputs = safetensors.torch.load_file(str(workdir / channel.INPUTS))
     entry = load_entry(request.get("entry", DEFAULT_ENTRY))
     writer = ReplyWriter(workdir)
@@ -150,11 +138,14 @@ def main(workdir: Path) -> None:
     print(f"attncheck child: {confinement}", file=sys.stderr, flush=True)
     writer.ready()
     try:
-        module = import_user_module(user_file)
+        loaded = importer.load(how_to_load)
     except BaseException as error:
         writer.write(error_facts("import", error, user_file), {})
         writer.done()
         return
+    module = loaded.module
+    if loaded.how:
+        writer.write({"unit": "load", "how": loaded.how}, {})
     try:
         for facts, tensors in entry(module, request, inputs):
             writer.write(facts, tensors)

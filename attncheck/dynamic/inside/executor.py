@@ -23,6 +23,7 @@ import contextlib
 import dataclasses
 import inspect
 import time
+import tokenize
 import traceback
 import types
 from collections.abc import Iterator
@@ -248,6 +249,7 @@ def _run_target(
         _run_experiment(target, experiment, facts, out)
     instance = target.instance("exact")
     facts["docs"] = _docs(target.obj)
+    facts["comments"] = _comments(target.obj)
     if unit["is_class"]:
         facts["causal_buffer"] = _has_causal_buffer(instance)
         facts["attrs"] = {k: v for k, v in vars(instance).items() if isinstance(v, int) and not isinstance(v, bool)}
@@ -400,6 +402,22 @@ def _docs(obj: Any) -> str:
     if forward is not None:
         parts.append(inspect.getdoc(forward) or "")
     return "\n".join(p for p in parts if p)[:4000]
+
+
+def _comments(obj: Any) -> str:
+    """The ``#`` comments of a target's code (a class's methods), where a mask convention is often
+    stated ("# True = masked"): the mask probes expect the convention stated there."""
+    functions = [m for m in vars(obj).values() if inspect.isfunction(m)] if isinstance(obj, type) else [obj]
+    return "\n".join(filter(None, map(_function_comments, functions)))[:4000]
+
+
+def _function_comments(function: Any) -> str:
+    try:
+        lines = inspect.getsource(function).splitlines(keepends=True)
+        tokens = tokenize.generate_tokens(iter(lines).__next__)
+        return "\n".join(token.string.lstrip("# ") for token in tokens if token.type == tokenize.COMMENT)
+    except (OSError, TypeError, tokenize.TokenError, IndentationError, SyntaxError):
+        return ""
 
 
 def _has_causal_buffer(instance: nn.Module) -> bool:

@@ -471,7 +471,7 @@ class Judge:
             return
         errors = {c: self.masked_error(c) for c in ran}
         matches = [c for c in ran if errors[c] <= self.tol]
-        documented = self.binding.declared_mask or documented_convention(self.docs())
+        documented = self.binding.declared_mask or documented_convention(self.mask_docs())
         leak = self.masked_keys(self.choose_combo(matches, documented, ran))
         if matches:
             best = min(errors.values())
@@ -483,10 +483,11 @@ class Judge:
                 f"(best {errors[best_combo]:.3g} with {_combo_text(best_combo)}, tolerance {self.tol:g})"
             )
             combo = self.choose_combo(matches, documented, ran)
-            found = explain.diagnose_judge(self, ["plain", "self"], combo) if self.fit_ok() else None
-            if found is not None:
-                yield Verdict(Check("reference-masked", "failed", f"{text}; {found.detail}"), found.code, found.message)
-                if leak.code not in (None, found.code):
+            found = explain.diagnose_judge(self, ["plain", "self"], combo) if self.diagnosable() else None
+            code = found.code if found is not None and self.fit_ok() else _mask_code(found)
+            if found is not None and code is not None:
+                yield Verdict(Check("reference-masked", "failed", f"{text}; {found.detail}"), code, found.message)
+                if leak.code not in (None, code):
                     leak = Verdict(leak.check)  # the diagnosis names the mistake behind the leak
             else:
                 # with a wrong unmasked output, the reference check already names (or fails to name) it
@@ -499,6 +500,11 @@ class Judge:
         yield self.convention_check(matches, documented)
         yield leak
         yield self.fully_masked(self.choose_combo(matches, documented, ran))
+
+    def diagnosable(self) -> bool:
+        """A reference configuration was fitted (the output had the expected shape, and a class's
+        layers were mapped): the diagnosis has a setting to mutate."""
+        return self.fit is not None and (self.style == "function" or self.fit.assignment is not None)
 
     def refused_mask(self, combos: list[str], ran: list[str]) -> Verdict | None:
         """ATT901 when the mask its documentation promises raises (even if another shape works);
@@ -543,6 +549,10 @@ class Judge:
 
     def docs(self) -> str:
         return "\n".join(filter(None, [self.binding.target.docstring, self.facts.get("docs")]))
+
+    def mask_docs(self) -> str:
+        """Where the module states its mask convention: its docstrings and its comments."""
+        return "\n".join(filter(None, [self.docs(), self.facts.get("comments")]))
 
     @staticmethod
     def choose_combo(matches: list[str], documented: MaskConvention | None, ran: list[str]) -> str:
@@ -798,6 +808,14 @@ class Judge:
             "attention dropout never takes effect: with p=0.5 two train-mode calls give identical "
             f"outputs (dropout modules called {dropout.get('calls', 0)} times)",
         )
+
+
+def _mask_code(found: explain.Explanation | None) -> str | None:
+    """With the unmasked output wrong too, the masked check names only a mask mistake of the
+    diagnosis (a pair: K/V heads tiled and a 0/1 mask added); the reference check names the rest."""
+    if found is None:
+        return None
+    return next((code for code in found.codes if code.startswith("ATT3")), None)
 
 
 def _combo_text(combo: str) -> str:

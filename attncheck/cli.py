@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
@@ -66,6 +67,11 @@ def cli() -> None:
               help="Time limit of each dynamic target [default: 20].")
 @click.option("--device", type=click.Choice(DEVICES), help="Where dynamic checks run [default: auto].")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), help="Parallel workers [default: CPU count].")
+@click.option("--isolated", is_flag=True,
+              help="Ignore any configuration file found next to the checked files (--config still applies).")
+@click.option("--unsafe-no-sandbox", is_flag=True,
+              help="Run user code even where bubblewrap does not start: only rlimits and seccomp then "
+                   "protect this machine (no file, network or process isolation).")
 @click.option("--fix", is_flag=True, help="Write the available fixes into the files.")
 @click.option("--diff", is_flag=True, help="Print the available fixes as a unified diff; change nothing.")
 @click.option("--no-color", is_flag=True, help="No colour (also: NO_COLOR=1). Colour is used on a terminal.")
@@ -77,8 +83,8 @@ def cli() -> None:
                    "(kept in ATTNCHECK_CACHE_DIR, else $XDG_CACHE_HOME/attncheck or ~/.cache/attncheck).")
 def check(paths: tuple[str, ...], static_only: bool, output_format: str, select: tuple[str, ...],
           ignore: tuple[str, ...], exit_zero: bool, config_file: Path | None, timeout: float | None,
-          device: str | None, jobs: int | None, fix: bool, diff: bool, no_color: bool,
-          output: Path | None, stdin_filename: str | None, no_cache: bool) -> None:
+          device: str | None, isolated: bool, unsafe_no_sandbox: bool, jobs: int | None, fix: bool, diff: bool,
+          no_color: bool, output: Path | None, stdin_filename: str | None, no_cache: bool) -> None:
     """Check files, directories, notebooks, or '-' (standard input)."""
     from attncheck import pipeline
     from attncheck.discovery import Excluder, discover
@@ -90,7 +96,8 @@ def check(paths: tuple[str, ...], static_only: bool, output_format: str, select:
     missing = [p for p in paths if p != STDIN and not os.path.exists(p)]
     if missing:
         raise UsageProblem(f"no such file or directory: {missing[0]}")
-    settings = _settings(paths, config_file, select, ignore, timeout, device)
+    settings = _settings(paths, config_file, select, ignore, timeout, device, isolated)
+    settings = replace(settings, unsafe_no_sandbox=unsafe_no_sandbox)
     jobs = jobs or os.cpu_count() or 1
     excluder = Excluder(settings.exclude, settings.root)
     items: list[pipeline.Item] = []
@@ -118,12 +125,13 @@ def check(paths: tuple[str, ...], static_only: bool, output_format: str, select:
 
 
 def _settings(paths: tuple[str, ...], config_file: Path | None, select: tuple[str, ...],
-              ignore: tuple[str, ...], timeout: float | None, device: str | None) -> Settings:
+              ignore: tuple[str, ...], timeout: float | None, device: str | None, isolated: bool) -> Settings:
     try:
         if config_file is not None and not config_file.is_file():
             raise ConfigError(f"--config: no such file: {config_file}")
         first = next((Path(p) for p in paths if p != STDIN), Path.cwd())
-        settings = load(config_file or find_config(first))
+        found = None if isolated else find_config(first)
+        settings = load(config_file or found)
         return with_overrides(settings, select=select, ignore=ignore, timeout=timeout, device=device)
     except ConfigError as error:
         raise UsageProblem(str(error)) from error

@@ -27,6 +27,8 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 DEVICES = ("cpu", "cuda", "auto")
+MAX_TIMEOUT_S = 300.0  # per target: a configuration cannot hold a run (or a grader) for longer
+
 KEYS = ("select", "ignore", "per-file-ignores", "exclude", "timeout", "device", "targets")
 
 
@@ -42,6 +44,7 @@ class DynamicOptions:
     device: str = "auto"
     jobs: int = 1
     targets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    unsafe_no_sandbox: bool = False  # run user code even where bubblewrap does not start
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,7 @@ class Settings:
     timeout: float = 20.0
     device: str = "auto"
     targets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    unsafe_no_sandbox: bool = False  # only from the command line, never from a file
 
     def enabled(self, code: str) -> bool:
         """Whether ``code`` is on: the most specific matching selector wins, ``ignore`` on a tie."""
@@ -75,7 +79,13 @@ class Settings:
         return tuple(codes)
 
     def dynamic_options(self, jobs: int) -> DynamicOptions:
-        return DynamicOptions(timeout=self.timeout, device=self.device, jobs=jobs, targets=self.targets)
+        return DynamicOptions(
+            timeout=self.timeout,
+            device=self.device,
+            jobs=jobs,
+            targets=self.targets,
+            unsafe_no_sandbox=self.unsafe_no_sandbox,
+        )
 
 
 @lru_cache(maxsize=256)
@@ -203,6 +213,8 @@ def _targets(value: Any, path: Path) -> dict[str, dict[str, Any]]:
 def check_timeout(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
         raise ConfigError(f"{where}: must be a positive number of seconds, got {value!r}")
+    if value > MAX_TIMEOUT_S:
+        raise ConfigError(f"{where}: must be at most {MAX_TIMEOUT_S:g} seconds, got {value!r}")
     return float(value)
 
 

@@ -273,3 +273,11 @@ def test_readme_lists_every_code():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     for info in CODES.values():
         assert f"| {info.code} | {info.name} |" in readme
+
+
+def test_isolated_ignores_the_configuration_beside_the_checked_files(project):
+    """Issue 17 item 3: an ``ignore = ["ATT"]`` planted next to a submission silences nothing."""
+    (project / "attncheck.toml").write_text("ignore = ['ATT']\n")
+    assert invoke("--format", "json", "model.py", cwd=project).exit_code == 0
+    isolated = invoke("--format", "json", "--isolated", "model.py", cwd=project)
+    assert isolated.exit_code == 1 and findings(isolated) == [("ATT204", "model.py", 4)]

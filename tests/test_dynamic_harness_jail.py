@@ -166,3 +166,17 @@ def test_stale_run_folders_are_swept_and_live_ones_kept(tmp_path, monkeypatch):
     assert live.path.is_dir() and not stale.exists()
     live.remove()
     assert not live.path.exists()
+
+
+# Item 6: no bubblewrap, no untrusted run, unless the operator says so.
+
+
+def test_without_bubblewrap_user_code_is_refused_unless_unsafe_is_given(monkeypatch, tmp_path):
+    from attncheck.dynamic import runner
+    from tests.dynamic_support import Options
+
+    monkeypatch.setattr(sandbox, "isolation_available", lambda: sandbox.RLIMITS_ONLY)
+    refused = runner.sandbox_child(Options())(HOSTILE / "well_behaved.py", {}, {"x": X})
+    assert refused.status == "error" and "--unsafe-no-sandbox" in refused.reason
+    assert "rlimits and seccomp only" in refused.reason and "\n" not in refused.reason
+    assert sandbox.refusal(unsafe_no_sandbox=True) is None

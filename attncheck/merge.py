@@ -3,7 +3,9 @@
 A mistake seen both ways is reported once, at the static location, with both
 kinds of evidence (source ``both``). A static finding on a target the dynamic
 check ran and found correct is kept, but downgraded to info: the code looked
-wrong, the behaviour was right, and the user deserves to know both.
+wrong, the behaviour was right, and the user deserves to know both. Not so in an isolated run
+(CI, grading: ``keep_static_errors``): there code that detects the checker can pass the dynamic
+check while its normal path is wrong, so a static error stays an error.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ def _key(finding: Finding) -> Key:
 
 
 def merge(static: Sequence[Finding], dynamic: Iterable[Finding],
-          targets: Sequence[TargetResult]) -> list[Finding]:
+          targets: Sequence[TargetResult], keep_static_errors: bool = False) -> list[Finding]:
     """One finding per (code, path, target) seen both ways; see the module doc."""
     merged = list(static)
     index: dict[Key, list[int]] = {}
@@ -38,7 +40,11 @@ def merge(static: Sequence[Finding], dynamic: Iterable[Finding],
         for position in positions:
             merged[position] = _both(merged[position], finding)
     passed = {(result.target.path, result.target.name) for result in targets if result.status == "passed"}
-    merged = [_downgraded(f) if f.source == "static" and (f.path, f.target) in passed else f for f in merged]
+    merged = [
+        _downgraded(f) if f.source == "static" and (f.path, f.target) in passed
+        and not (keep_static_errors and f.severity >= Severity.ERROR) else f
+        for f in merged
+    ]
     return merged + extra
 
 

@@ -180,3 +180,15 @@ def test_without_bubblewrap_user_code_is_refused_unless_unsafe_is_given(monkeypa
     assert refused.status == "error" and "--unsafe-no-sandbox" in refused.reason
     assert "rlimits and seccomp only" in refused.reason and "\n" not in refused.reason
     assert sandbox.refusal(unsafe_no_sandbox=True) is None
+
+
+# Item 2: weights are the ones the module had when called.
+
+
+def test_a_forward_that_rescales_its_own_weights_does_not_pass():
+    from attncheck.dynamic.runner import check_file
+    from tests.dynamic_support import Options, file_result, in_process_child
+
+    _, (result,) = check_file(file_result(HOSTILE / "rescale_weights.py"), Options(device="cpu"), in_process_child)
+    assert result.status != "passed"
+    assert "changed its own parameters" in result.reason + " ".join(c.detail for c in result.checks), result

@@ -131,7 +131,7 @@ def _system_mounts() -> list[str]:
             command += ["--ro-bind", name, name]
     for name in SYSTEM_FILES:
         if os.path.isfile(name):
-            command += ["--ro-bind", name, name]
+            command += ["--perms", "0755", "--dir", os.path.dirname(name), "--ro-bind", name, name]
     return command
 
 

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attncheck import __version__
 from attncheck.findings import Edit, Finding, Parameter, Severity, Span, Target
 from attncheck.sources import Source
+from attncheck.version import __version__
 
 FORMAT = 1  # bump when the layout of an entry changes
 _PACKAGE = Path(__file__).resolve().parent

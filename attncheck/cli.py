@@ -11,15 +11,15 @@ from __future__ import annotations
 import os
 import sys
 from contextlib import nullcontext
-from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
 import click
 
-from attncheck import __version__
-from attncheck.config import DEVICES, ConfigError, Settings, find_config, load, with_overrides
+from attncheck.config import DEVICES, ConfigError
+from attncheck.findings import Severity
 from attncheck.sources import STDIN, FileError, Source, from_bytes
+from attncheck.version import __version__
 
 EXIT_CLEAN, EXIT_PROBLEMS, EXIT_ERROR = 0, 1, 2
 
@@ -55,7 +55,12 @@ def cli() -> None:
 @click.option("--static-only", is_flag=True,
               help="Only read the code; never import or run it (no torch needed).")
 @click.option("--format", "output_format", type=click.Choice(["text", "json", "sarif", "github", "junit"]),
-              default="text", show_default=True, help="Output format.")
+              help="Output format [default: text].")
+@click.option("--output-format", "style", type=click.Choice(["full", "concise", "json", "sarif", "github", "junit"]),
+              help="As ruff's: full (the text report), concise (one line per finding) or a machine format.")
+@click.option("--show-checks", is_flag=True,
+              help="List every dynamic check of every target (on a terminal, the full report does).")
+@click.option("--statistics", is_flag=True, help="Show how many findings of each code instead of the findings.")
 @click.option("--select", multiple=True, metavar="CODES",
               help="Only these codes or prefixes (comma-separated).")
 @click.option("--ignore", multiple=True, metavar="CODES",
@@ -79,16 +84,20 @@ def cli() -> None:
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the report here.")
 @click.option("--stdin-filename", metavar="NAME", help="The name to show for '-' (standard input).")
+@click.option("--force-exclude", is_flag=True,
+              help="Apply exclude to files named on the command line too (what a pre-commit hook wants).")
 @click.option("--no-cache", is_flag=True,
               help="Lint every file again instead of reusing the static results of unchanged files "
                    "(kept in ATTNCHECK_CACHE_DIR, else $XDG_CACHE_HOME/attncheck or ~/.cache/attncheck).")
-def check(paths: tuple[str, ...], static_only: bool, output_format: str, select: tuple[str, ...],
+def check(paths: tuple[str, ...], static_only: bool, output_format: str | None, style: str | None,
+          show_checks: bool, statistics: bool, select: tuple[str, ...],
           ignore: tuple[str, ...], exit_zero: bool, config_file: Path | None, timeout: float | None,
           device: str | None, isolated: bool, unsafe_no_sandbox: bool, jobs: int | None, fix: bool, diff: bool,
-          no_color: bool, output: Path | None, stdin_filename: str | None, no_cache: bool) -> None:
+          no_color: bool, output: Path | None, stdin_filename: str | None, force_exclude: bool, no_cache: bool) -> None:
     """Check files, directories, notebooks, or '-' (standard input)."""
     from attncheck import pipeline
-    from attncheck.discovery import Excluder, discover
+    from attncheck.progress import Progress
+    from attncheck.projects import Projects, plan
 
     if not paths:
         raise UsageProblem("no paths given: try `attncheck model.py` or `attncheck --help`")
@@ -97,45 +106,63 @@ def check(paths: tuple[str, ...], static_only: bool, output_format: str, select:
     missing = [p for p in paths if p != STDIN and not os.path.exists(p)]
     if missing:
         raise UsageProblem(f"no such file or directory: {missing[0]}")
-    settings = _settings(paths, config_file, select, ignore, timeout, device, isolated)
-    settings = replace(settings, unsafe_no_sandbox=unsafe_no_sandbox, isolated=isolated)
+    if config_file is not None and not config_file.is_file():
+        raise UsageProblem(f"--config: no such file: {config_file}")
+    report = _report_name(output_format, style, statistics)
     jobs = jobs or os.cpu_count() or 1
-    excluder = Excluder(settings.exclude, settings.root)
-    items: list[pipeline.Item] = []
-    for path in paths:
-        if path == STDIN:
-            items.append(_stdin(stdin_filename or STDIN))
-        else:
-            items.extend(discover([path], excluder))
-    outcome, results = pipeline.run(items, settings, static_only=static_only, jobs=jobs, use_cache=not no_cache)
+    try:
+        projects = Projects(config_file, {"select": select, "ignore": ignore, "timeout": timeout, "device": device,
+                                          "isolated": isolated, "unsafe_no_sandbox": unsafe_no_sandbox})
+        groups = plan(list(paths), projects, force_exclude=force_exclude,
+                      stdin=lambda: _stdin(stdin_filename or STDIN),
+                      stdin_path=Path(stdin_filename) if stdin_filename else Path.cwd(), warn=_warn)
+    except ConfigError as error:
+        raise UsageProblem(str(error)) from error
+    def run_all() -> tuple[pipeline.Outcome, list]:
+        with Progress() as progress:
+            return pipeline.combine([
+                pipeline.run(group.items, group.settings, static_only=static_only, jobs=jobs,
+                             use_cache=not no_cache, progress=progress.update)
+                for group in groups
+            ]) if groups else (pipeline.Outcome(), [])
 
+    outcome, results = run_all()
     if diff or fix:
         from attncheck.fixes import apply_fixes
 
-        changed = apply_fixes(outcome, results, write=fix)
+        fixed = apply_fixes(outcome, results, write=fix)
         if diff:
-            sys.exit(EXIT_PROBLEMS if changed else EXIT_CLEAN)
+            sys.exit(EXIT_PROBLEMS if fixed else EXIT_CLEAN)
+        if fixed:
+            outcome, _ = run_all()  # what was written, checked again: fresh positions, the dynamic verdict
+            remaining = sum(f.severity >= Severity.WARNING for f in outcome.findings)
+            _warn(f"{fixed} fixed, {remaining} remaining")
 
     from attncheck.report import writer
 
     with _open(output) as stream:
         color = output is None and not no_color and not os.environ.get("NO_COLOR") and stream.isatty()
-        writer(output_format)(outcome, stream, color=color)
+        options = {"show_checks": show_checks} if report == "text" else {}
+        writer(report)(outcome, stream, color=color, **options)
     failed = pipeline.has_problems(outcome) and not exit_zero
     sys.exit(EXIT_PROBLEMS if failed else EXIT_CLEAN)
 
 
-def _settings(paths: tuple[str, ...], config_file: Path | None, select: tuple[str, ...],
-              ignore: tuple[str, ...], timeout: float | None, device: str | None, isolated: bool) -> Settings:
-    try:
-        if config_file is not None and not config_file.is_file():
-            raise ConfigError(f"--config: no such file: {config_file}")
-        first = next((Path(p) for p in paths if p != STDIN), Path.cwd())
-        found = None if isolated else find_config(first)
-        settings = load(config_file or found)
-        return with_overrides(settings, select=select, ignore=ignore, timeout=timeout, device=device)
-    except ConfigError as error:
-        raise UsageProblem(str(error)) from error
+def _report_name(output_format: str | None, style: str | None, statistics: bool) -> str:
+    """The report module to write with, from ``--format``, ``--output-format`` and ``--statistics``."""
+    from_style = {"full": "text"}.get(style or "", style)
+    if output_format and from_style and output_format != from_style:
+        raise UsageProblem(f"--format {output_format} and --output-format {style} disagree: give one of them")
+    name = output_format or from_style or "text"
+    if statistics:
+        if name not in ("text", "concise"):
+            raise UsageProblem(f"--statistics is a human report: it does not go with the {name} format")
+        return "statistics"
+    return name
+
+
+def _warn(message: str) -> None:
+    click.echo(f"attncheck: {message}", err=True)
 
 
 def _stdin(name: str) -> Source | FileError:
@@ -199,6 +226,10 @@ def _console(stream: TextIO):
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the command line and turn every failure into an exit code."""
+    from attncheck.report.ascii_fallback import protect
+
+    for stream in (sys.stdout, sys.stderr):
+        protect(stream)
     try:
         code = cli.main(args=argv, prog_name="attncheck", standalone_mode=False)
     except click.ClickException as error:

@@ -15,25 +15,18 @@ from functools import lru_cache
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
-from attncheck.catalogue import CODES
+from attncheck.catalogue import CODES, lookup
 from attncheck.discovery import gitignore_spec
+from attncheck.errors import ConfigError
 
 if TYPE_CHECKING:
     import pathspec
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 DEVICES = ("cpu", "cuda", "auto")
 MAX_TIMEOUT_S = 300.0  # per target: a configuration cannot hold a run (or a grader) for longer
 
 KEYS = ("select", "ignore", "per-file-ignores", "exclude", "timeout", "device", "targets")
-
-
-class ConfigError(ValueError):
-    """A configuration or option that cannot be used, said in one sentence."""
 
 
 @dataclass(frozen=True)
@@ -113,7 +106,8 @@ def _relative(path: str, root: Path) -> str:
 
 
 def parse_codes(values: Iterable[str], where: str) -> tuple[str, ...]:
-    """Codes or prefixes from comma-separated strings, each checked against the catalogue."""
+    """Codes, prefixes or rule names (``wrong-scale``) from comma-separated strings, each checked
+    against the catalogue; names come back as their codes."""
     codes: list[str] = []
     for value in values:
         if not isinstance(value, str):
@@ -122,10 +116,22 @@ def parse_codes(values: Iterable[str], where: str) -> tuple[str, ...]:
             code = part.strip().upper()
             if not code:
                 continue
-            if code != "ALL" and not any(known.startswith(code) for known in CODES):
+            named = lookup(part)
+            if named is not None:
+                code = named.code
+            elif code != "ALL" and not any(known.startswith(code) for known in CODES):
                 raise ConfigError(f"{where}: unknown code or prefix {part.strip()!r} (see `attncheck rules`)")
             codes.append(code)
     return tuple(codes)
+
+
+def parse_selection(values: Iterable[str], where: str) -> tuple[str, ...]:
+    """``select``'s codes: an empty selection would turn every check off, which is never meant."""
+    codes = parse_codes(values, where)
+    if not codes:
+        raise ConfigError(f"{where}: no code given, which would turn every check off "
+                          "(name codes, prefixes or rule names, or ALL)")
+    return codes
 
 
 def find_config(start: Path) -> Path | None:
@@ -143,6 +149,11 @@ def find_config(start: Path) -> Path | None:
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
+    """A TOML file's table. The parser is imported here: a run with no configuration never needs it."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
     try:
         with path.open("rb") as handle:
             return tomllib.load(handle)
@@ -172,7 +183,7 @@ def _from_table(table: Mapping[str, Any], path: Path) -> Settings:
     settings = Settings(root=path.parent.resolve(), config_file=path)
     changes: dict[str, Any] = {}
     if "select" in table:
-        changes["select"] = parse_codes(_strings(table["select"], path, "select"), f"{path}: select")
+        changes["select"] = parse_selection(_strings(table["select"], path, "select"), f"{path}: select")
     if "ignore" in table:
         changes["ignore"] = parse_codes(_strings(table["ignore"], path, "ignore"), f"{path}: ignore")
     if "exclude" in table:
@@ -208,6 +219,9 @@ def _per_file_ignores(value: Any, path: Path) -> tuple[tuple[str, tuple[str, ...
 def _targets(value: Any, path: Path) -> dict[str, dict[str, Any]]:
     if not isinstance(value, Mapping) or not all(isinstance(v, Mapping) for v in value.values()):
         raise ConfigError(f"{path}: targets must be a table of tables ([tool.attncheck.targets.NAME])")
+    from attncheck.declarations import validate
+
+    validate(value, path)
     return {name: dict(declaration) for name, declaration in value.items()}
 
 
@@ -226,11 +240,13 @@ def check_device(value: Any, where: str) -> str:
 
 
 def with_overrides(settings: Settings, *, select: Sequence[str], ignore: Sequence[str],
-                   timeout: float | None, device: str | None) -> Settings:
-    """The command line's values replace the file's, key by key; absent options change nothing."""
-    changes: dict[str, Any] = {}
+                   timeout: float | None, device: str | None, isolated: bool = False,
+                   unsafe_no_sandbox: bool = False) -> Settings:
+    """The command line's values replace the file's, key by key; absent options change nothing.
+    ``isolated`` and ``unsafe_no_sandbox`` exist only here: no file can set them."""
+    changes: dict[str, Any] = {"isolated": isolated, "unsafe_no_sandbox": unsafe_no_sandbox}
     if select:
-        changes["select"] = parse_codes(select, "--select")
+        changes["select"] = parse_selection(select, "--select")
     if ignore:
         changes["ignore"] = parse_codes(ignore, "--ignore")
     if timeout is not None:

@@ -87,22 +87,27 @@ def _write(fixed: FixedFile) -> None:
         handle.write(fixed.text)
 
 
-def apply_fixes(outcome: Outcome, results: Iterable[FileResult], *, write: bool) -> bool:
-    """Print the fixes as a diff (``write`` False) or write them and drop the fixed findings.
+def apply_fixes(outcome: Outcome, results: Iterable[FileResult], *, write: bool) -> int:
+    """Print the fixes as a diff (``write`` False) or write them.
 
-    Returns whether any file has a fix. Notes about files left alone go to stderr.
+    Returns how many findings the fixes resolve (written, or shown in the diff); the caller
+    checks the written files again. Notes about files left alone go to stderr.
     """
     by_path: dict[str, list[Finding]] = {}
     for finding in outcome.findings:
         by_path.setdefault(finding.path, []).append(finding)
-    changed = False
-    fixed_ids: set[int] = set()
+    count = 0
     for result in results:
         fixed = fix_source(result.source, by_path.get(result.source.path, []))
         if fixed is None:
             continue
-        changed = True
         if not write:
+            count += len(fixed.fixed)
+            if result.source.is_notebook:  # a diff of the joined cells would not apply to the .ipynb
+                places = ", ".join(f"cell {f.span.cell} line {f.span.line} ({f.code})" for f in fixed.fixed)
+                print(f"{result.source.path}: no diff for a notebook (it would not apply to the .ipynb JSON); "
+                      f"fixes available at {places}", file=sys.stderr)
+                continue
             sys.stdout.write(fixed.diff())
             continue
         reason = unfixable_reason(result.source)
@@ -110,8 +115,5 @@ def apply_fixes(outcome: Outcome, results: Iterable[FileResult], *, write: bool)
             print(f"{result.source.path}: {reason}", file=sys.stderr)
             continue
         _write(fixed)
-        fixed_ids.update(id(f) for f in fixed.fixed)
-    if write and fixed_ids:
-        outcome.findings = [f for f in outcome.findings if id(f) not in fixed_ids]
-        print(f"Fixed {len(fixed_ids)} problem(s).", file=sys.stderr)
-    return changed
+        count += len(fixed.fixed)
+    return count

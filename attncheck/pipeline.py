@@ -25,10 +25,13 @@ from attncheck.cache import Cache, default_dir
 from attncheck.config import Settings
 from attncheck.discovery import Candidate
 from attncheck.findings import Finding, Severity, Target, TargetResult
+from attncheck.fix_conflicts import withhold
 from attncheck.merge import merge
-from attncheck.sources import FileError, Source, from_bytes, read_path
+from attncheck.prefilter import could_have_findings
+from attncheck.sources import FileError, Source, from_bytes, python_syntax_error, read_path, syntax_error
 from attncheck.static import deadline
 from attncheck.static.result import FileResult
+from attncheck.suppressions import unknown_codes
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor
@@ -99,7 +102,12 @@ class Miss(NamedTuple):
 
 
 def lint_source(source: Source, codes: tuple[str, ...]) -> Answer:
-    """Lint text already read; the answer leaves the text out, so a worker sends back little."""
+    """Lint text already read; the answer leaves the text out, so a worker sends back little.
+    A text no rule could run on and no target be found in is only compiled, for its syntax errors,
+    with Python's own parser (``attncheck.prefilter``: no libcst, no rules)."""
+    if not could_have_findings(source.text):
+        error = python_syntax_error(source)
+        return [], [], error.message if error else None
     from attncheck.static.engine import lint
 
     limit = deadline.STATIC_TIME_LIMIT_S
@@ -115,7 +123,11 @@ def lint_source(source: Source, codes: tuple[str, ...]) -> Answer:
 
 def _as_result(source: Source, findings: list[Finding], targets: list[Target], error: str | None
                ) -> FileResult | FileError:
-    return FileError(source.path, error) if error is not None else FileResult(source, findings, targets)
+    if error is None:
+        return FileResult(source, findings, targets)
+    if error.startswith("syntax error"):
+        return syntax_error(source, error)
+    return FileError(source.path, error)
 
 
 def _in_order(function: Callable, items: list, codes: tuple[str, ...], jobs: int,
@@ -249,12 +261,16 @@ def run(
     jobs: int,
     warn: Callable[[str], None] = _stderr,
     use_cache: bool = False,
+    progress: Callable[[str], None] = lambda message: None,
+    only: str | None = None,
 ) -> tuple[Outcome, list[FileResult]]:
-    """The whole pass. Returns the outcome and the static results (for fixes)."""
+    """The whole pass. Returns the outcome and the static results (for fixes). ``progress`` hears
+    what the run is doing (``attncheck.progress`` shows it on a terminal); ``only`` keeps the
+    targets of that name and the findings in them (``attncheck.assert_attention``)."""
     items = list(items)
     launch = None if static_only else _prestart(items, settings, jobs)
     try:
-        return _run(items, settings, static_only, jobs, warn, use_cache)
+        return _run(items, settings, static_only, jobs, warn, use_cache, progress, only)
     finally:
         if launch is not None:
             launch.cancel_waiting()
@@ -279,27 +295,37 @@ def _prestart(items: list[Item], settings: Settings, jobs: int) -> ModuleType | 
 
 
 def _run(items: list[Item], settings: Settings, static_only: bool, jobs: int, warn: Callable[[str], None],
-         use_cache: bool) -> tuple[Outcome, list[FileResult]]:
+         use_cache: bool, progress: Callable[[str], None], only: str | None = None
+         ) -> tuple[Outcome, list[FileResult]]:
     codes = enabled_codes(settings)
     outcome = Outcome()
     results: list[FileResult] = []
     cache = open_cache(codes) if use_cache else None
-    for result in lint_all(items, codes, jobs, cache):
+    for done, result in enumerate(lint_all(items, codes, jobs, cache), start=1):
         outcome.paths.append(result.path if isinstance(result, FileError) else result.source.path)
+        progress(f"linted {done}/{len(items)} files: {outcome.paths[-1]}")
         if isinstance(result, FileError):
             outcome.errors.append(result)
             continue
         result.findings = _kept(result.findings, result.source.path, settings)
+        if only is not None:
+            result.targets = [t for t in result.targets if t.name == only]
+            result.findings = [f for f in result.findings if f.target == only]
         results.append(result)
+        for line, code in unknown_codes(result.source.text):
+            warn(f"{result.source.path}:{line}: warning: unknown code {code!r} in a suppression comment "
+                 "(it hides nothing; see `attncheck rules`)")
     dynamic: list[Finding] = []
     if static_only:
         outcome.targets = _skipped(results, STATIC_ONLY_REASON)
     elif results:
+        targets = sum(len(r.targets) for r in results)
+        progress(f"dynamic checks of {targets} targets (each up to {settings.timeout:g} s)")
         dynamic, outcome.targets = _run_dynamic(results, settings, jobs, warn)
         dynamic = [f for f in dynamic if settings.enabled(f.code)]
         dynamic = _kept(dynamic, None, settings)
     static = [f for result in results for f in result.findings]
-    outcome.findings = sorted(merge(static, dynamic, outcome.targets, settings.isolated), key=_order)
+    outcome.findings = withhold(sorted(merge(static, dynamic, outcome.targets, settings.isolated), key=_order))
     paths = {f.path for f in outcome.findings}
     outcome.sources = {r.source.path: r.source for r in results if r.source.path in paths}
     return outcome, results
@@ -339,6 +365,22 @@ def _run_dynamic(
     if settings.device == "cuda" and any(t.device == "cpu" for t in targets):
         warn("--device cuda: no CUDA GPU is visible to torch, so the dynamic checks ran on the CPU")
     return list(found), list(targets)
+
+
+def combine(parts: Sequence[tuple[Outcome, list[FileResult]]]) -> tuple[Outcome, list[FileResult]]:
+    """One outcome of runs over files checked under different settings (``attncheck.projects``)."""
+    if len(parts) == 1:
+        return parts[0]
+    outcome, results = Outcome(), []
+    for part, part_results in parts:
+        outcome.findings += part.findings
+        outcome.targets += part.targets
+        outcome.errors += part.errors
+        outcome.paths += part.paths
+        outcome.sources.update(part.sources)
+        results += part_results
+    outcome.findings.sort(key=_order)
+    return outcome, results
 
 
 def _order(finding: Finding) -> tuple:

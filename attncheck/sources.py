@@ -12,6 +12,7 @@ reports it and goes on.
 
 from __future__ import annotations
 
+import ast
 import io
 import json
 import re
@@ -74,6 +75,26 @@ class FileError:
     path: str
     message: str
     level: Literal["error", "note"] = "error"
+    span: Span | None = None  # where, when the problem has a place (a syntax error)
+
+
+def syntax_error(source: Source, fallback: str) -> FileError:
+    """A file that does not parse, reported where Python puts the error and in its words
+    (``'(' was never closed``), so ``path:line:col`` matches what ``python file.py`` says.
+    ``fallback`` is the parser's own message, for text Python compiles after all."""
+    return python_syntax_error(source) or FileError(source.path, fallback)
+
+
+def python_syntax_error(source: Source) -> FileError | None:
+    """Python's own syntax error of a text (its C parser: no libcst), or None when it compiles."""
+    try:
+        compile(source.text, source.path, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+    except SyntaxError as error:
+        span = source.locate(error.lineno or 1, max(error.offset or 1, 1))
+        return FileError(source.path, f"syntax error: {error.msg}", span=span)
+    except (ValueError, RecursionError, MemoryError):
+        pass
+    return None
 
 
 def read_path(path: Path, shown: str | None = None) -> Source | FileError:

@@ -18,12 +18,16 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
+# The pinned wheels are unpacked under each checkout's bench/.cache: reports name them by absolute path, which
+# differs between a checkout and its worktrees, so that prefix is compared as a placeholder.
+_WHEEL_CACHE = re.compile(r"[^\s\"']*/bench/\.cache/")
 
 
 def _fixture_files(*folders: str) -> list[str]:
@@ -60,7 +64,7 @@ def run(arguments: list[str]) -> dict[str, object]:
     completed = subprocess.run(
         [sys.executable, "-m", "attncheck", *arguments], cwd=ROOT, capture_output=True, text=True, check=False,
     )
-    return {"rc": completed.returncode, "stdout": completed.stdout,
+    return {"rc": completed.returncode, "stdout": _WHEEL_CACHE.sub("<cache>/", completed.stdout),
             "stderr_tail": completed.stderr.splitlines()[-3:]}
 
 
@@ -82,6 +86,7 @@ def compare(path: Path) -> int:
             differing += 1
             continue
         now, before = run(current[name]), recorded[name]
+        before["stdout"] = _WHEEL_CACHE.sub("<cache>/", str(before["stdout"]))
         if now == before:
             continue
         differing += 1

@@ -204,7 +204,8 @@ def test_bad_files_are_each_reported_and_the_run_goes_on(tmp_path):
     assert result.exit_code == 1
     document = json.loads(result.stdout)
     errors = {e["path"]: (e["level"], e["message"]) for e in document["errors"]}
-    assert errors["syntax.py"][1].startswith("syntax error at line 1")
+    assert errors["syntax.py"][1] == "syntax error: invalid syntax"  # at 1:12, where Python puts it
+    assert [(e["line"], e["column"]) for e in document["errors"] if e["path"] == "syntax.py"] == [(1, 12)]
     assert errors["latin.py"][1] == "not valid UTF-8: byte 0xe9 at offset 5"
     assert errors["empty.py"] == ("note", "empty file: nothing to check")
     assert "NUL" in errors["binary.py"][1] and "not JSON" in errors["bad.ipynb"][1]
@@ -237,7 +238,7 @@ def test_diff_shows_fixes_and_fix_writes_them(project, monkeypatch):
     fixed = invoke("--fix", "model.py", cwd=project)
     assert fixed.exit_code == 0
     assert (project / "model.py").read_text() == BUG.replace("torch.sqrt(64)", "8.0")
-    assert "Fixed 1 problem(s)." in fixed.stderr
+    assert "1 fixed, 0 remaining" in fixed.stderr
 
 
 def test_many_files_run_quickly_in_parallel(tmp_path):
@@ -281,3 +282,23 @@ def test_isolated_ignores_the_configuration_beside_the_checked_files(project):
     assert invoke("--format", "json", "model.py", cwd=project).exit_code == 0
     isolated = invoke("--format", "json", "--isolated", "model.py", cwd=project)
     assert isolated.exit_code == 1 and findings(isolated) == [("ATT204", "model.py", 4)]
+
+
+def test_output_format_statistics_and_their_conflicts(project):
+    concise = invoke("--output-format", "concise", "model.py", cwd=project)
+    assert concise.stdout.splitlines()[0].startswith("model.py:4:") and "ATT204 torch.sqrt(64)" in concise.stdout
+    as_json = invoke("--output-format", "json", "model.py", cwd=project)
+    assert findings(as_json) == [("ATT204", "model.py", 4)]
+    statistics = invoke("--statistics", "model.py", cwd=project)
+    assert statistics.stdout.splitlines()[0] == "1  ATT204  [*] sqrt-of-number"
+    clash = invoke("--format", "json", "--output-format", "concise", "model.py", cwd=project)
+    assert clash.exit_code == 2 and "disagree" in clash.stderr
+    machine = invoke("--format", "sarif", "--statistics", "model.py", cwd=project)
+    assert machine.exit_code == 2 and "--statistics is a human report" in machine.stderr
+
+
+def test_select_by_rule_name_and_empty_select(project):
+    by_name = invoke("--format", "json", "--select", "sqrt-of-number", "model.py", cwd=project)
+    assert findings(by_name) == [("ATT204", "model.py", 4)]
+    empty = invoke("--select", "", "model.py", cwd=project)
+    assert empty.exit_code == 2 and "no code given" in empty.stderr

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from attncheck.config import (
@@ -33,6 +35,7 @@ device = "cpu"
 [tool.attncheck.targets.MyAttention]
 init = {d_model = 64, n_heads = 4}
 """)
+    write(tmp_path / "model.py", "class MyAttention:\n    pass\n")  # a declaration must name a class that exists
     settings = load(config)
     assert settings.select == ("ATT2", "ATT301")
     assert settings.ignore == ("ATT204",)
@@ -117,3 +120,40 @@ def test_timeouts_are_capped_in_files_and_on_the_command_line(tmp_path):
         load(tmp_path / "attncheck.toml")
     with pytest.raises(ConfigError, match="--timeout: must be at most"):
         with_overrides(Settings(), select=(), ignore=(), timeout=301, device=None)
+
+
+@pytest.mark.parametrize(("declaration", "message"), [
+    ("init = {d_model = 64}\nforwrd = ['x']", "[tool.attncheck.targets.Attn] unknown key 'forwrd'"),
+    ("init = 64", "init must be a table"),
+    ("forward = 'x'", "forward must be a list of roles"),
+    ("forward = ['query', 'keys', 'value']", "forward: unknown role 'keys'"),
+    ("mask = 'kept'", "mask must be one of 'keep', 'blocked', 'additive', got 'kept'"),
+    ("causal = 'yes'", "causal must be true or false"),
+    ("heads = '4'", "heads must be a positive integer, got '4'"),
+    ("heads = 0", "heads must be a positive integer"),
+    ("d_model = 64\nheads = 5", "d_model = 64 is not a multiple of heads = 5"),
+])
+def test_every_declaration_key_and_value_is_validated(tmp_path, declaration, message):
+    write(tmp_path / "model.py", "class Attn:\n    pass\n")
+    config = write(tmp_path / "pyproject.toml", f"[tool.attncheck.targets.Attn]\n{declaration}\n")
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load(config)
+
+
+def test_a_declaration_for_a_class_that_does_not_exist_is_an_error(tmp_path):
+    write(tmp_path / "src" / "model.py", "class Attention:\n    pass\n\ndef attend(q, k, v):\n    pass\n")
+    config = write(tmp_path / "pyproject.toml", "[tool.attncheck.targets.Attention]\ncausal = true\n"
+                   "[tool.attncheck.targets.attend]\ncausal = true\n")
+    assert set(load(config).targets) == {"Attention", "attend"}
+    config.write_text("[tool.attncheck.targets.Atention]\ncausal = true\n")
+    with pytest.raises(ConfigError, match=r"targets.Atention\] declares a class or function that is not defined"):
+        load(config)
+
+
+def test_select_accepts_rule_names_and_refuses_an_empty_selection():
+    settings = with_overrides(Settings(), select=["wrong-scale,ATT3"], ignore=["sqrt-of-number"], timeout=None,
+                              device=None)
+    assert settings.select == ("ATT201", "ATT3") and settings.ignore == ("ATT204",)
+    for empty in ([""], [" , "]):
+        with pytest.raises(ConfigError, match="--select: no code given, which would turn every check off"):
+            with_overrides(Settings(), select=empty, ignore=[], timeout=None, device=None)

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from attncheck.catalogue import doc
 from attncheck.findings import Finding
+from attncheck.fix_conflicts import withhold
 from attncheck.fixes import fix_source
 from attncheck.sources import Source
 from tests.conftest import lint_text
@@ -362,18 +363,20 @@ def test_fix_writes_every_fix_and_the_file_relints_clean(tmp_path):
     before = {f.code for f in lint_text(MIXED)}
     assert {"ATT106", "ATT202", "ATT204", "ATT302"} <= before
     result = invoke("--fix", "--format", "json", "model.py", cwd=tmp_path)
-    assert "Fixed 4 problem(s)." in result.stderr
+    assert "4 fixed, 0 remaining" in result.stderr
     assert (tmp_path / "model.py").read_text() == MIXED_FIXED
     assert json.loads(result.stdout)["findings"] == []
     again = invoke("--diff", "model.py", cwd=tmp_path)
     assert again.exit_code == 0 and again.stdout == ""
 
 
-def test_fixes_are_shown_but_never_written_into_notebooks(tmp_path):
+def test_fixes_are_named_but_never_diffed_or_written_into_notebooks(tmp_path):
     notebook = write_notebook(tmp_path / "attention.ipynb")
     original = notebook.read_bytes()
     diff = invoke("--diff", "attention.ipynb", cwd=tmp_path)
-    assert "+scores = scores / math.sqrt(64)" in diff.stdout
+    assert diff.stdout == ""  # a diff of the joined cells would not apply to the .ipynb (issue 19)
+    assert "no diff for a notebook" in diff.stderr and "(ATT204)" in diff.stderr
+    assert diff.exit_code == 1
     fixed = invoke("--fix", "attention.ipynb", cwd=tmp_path)
     assert "fixes are not written into notebooks" in fixed.stderr
     assert notebook.read_bytes() == original
@@ -410,7 +413,7 @@ def test_buggy_fixtures_fixed_in_copies_lose_the_fixed_codes(tmp_path):
         shutil.copy(path, tmp_path / path.name)
         findings = lint_text(path.read_text(encoding="utf-8"))
         before[path.name] = Counter(f.code for f in findings)
-        offered[path.name] = Counter(f.code for f in findings if f.fix)
+        offered[path.name] = Counter(f.code for f in withhold(findings) if f.fix)  # as the run offers them
     assert set(FIXABLE) <= set().union(*offered.values())
     invoke("--fix", "--jobs", "1", ".", cwd=tmp_path)
     for path in paths:

@@ -14,7 +14,9 @@ from xml.etree import ElementTree
 
 import jsonschema
 import pytest
+import xmlschema
 
+from attncheck.catalogue import CODES
 from attncheck.findings import Check, Edit, Finding, Severity, Span, Target, TargetResult
 from attncheck.fixes import apply_edits, fix_source
 from attncheck.merge import PASSED_REASON, merge
@@ -83,7 +85,8 @@ def test_json_report_matches_its_schema_and_contract(outcome):
     assert {f["source"] for f in document["findings"]} == {"static", "dynamic", "both"}
     assert document["targets"][0]["checks"][0] == {"name": "reference", "status": "failed",
                                                    "detail": "max error 0.4 > 1e-5"}
-    assert document["errors"] == [{"path": "bad.py", "message": "syntax error at line 1", "level": "error"}]
+    assert document["errors"] == [{"path": "bad.py", "message": "syntax error at line 1", "level": "error",
+                                   "line": None, "column": None, "cell": None}]
     assert document["summary"]["targets"] == {"total": 2, "passed": 1, "failed": 1, "skipped": 0, "error": 0}
     notebook = next(f for f in document["findings"] if f["path"] == "nb.ipynb")
     assert (notebook["cell"], notebook["line"]) == (3, 2)
@@ -153,10 +156,53 @@ def test_text_report_has_locations_frames_hints_tables_and_summary(outcome):
     assert " > 5 |         return q @ k / torch.sqrt(64)" in text
     assert "  hint: use math.sqrt(64)" in text
     assert "nb.ipynb:cell 3:2:24: ATT204 [error]" in text
-    assert "max error 0.4 > 1e-5" in text and "batch-independence" in text
+    assert "    reference: failed: max error 0.4 > 1e-5" in text
+    assert "batch-independence" not in text  # to a pipe, a passing check says nothing without --show-checks
     assert text.rstrip().endswith("Found 3 problems (3 errors) in 4 files, 1 info; "
                                   "1 file could not be checked; 2 targets: 1 passed, 1 failed")
     assert "\x1b[" not in text
+
+
+def test_text_to_a_pipe_lists_checks_only_when_asked_without_cut_or_padding(outcome):
+    long = "x" * 150
+    outcome.targets[1].checks.append(Check("causality", "passed", long))
+    quiet = render("text", outcome)
+    assert "Other" not in quiet and long not in quiet  # a passing target says nothing
+    stream = io.StringIO()
+    writer("text")(outcome, stream, color=False, show_checks=True)
+    every = stream.getvalue()
+    assert "    batch-independence: passed" in every
+    assert f"    causality: passed: {long}" in every  # no 80-column cut
+    assert [line for line in every.splitlines() if line != line.rstrip()] == []
+
+
+def test_text_on_a_terminal_keeps_the_check_tables(outcome):
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    stream = Terminal()
+    writer("text")(outcome, stream, color=False)
+    assert "batch-independence" in stream.getvalue() and "Other" in stream.getvalue()
+
+
+def test_concise_is_one_line_per_finding_error_and_failing_target(outcome):
+    lines = render("concise", outcome).splitlines()
+    assert lines[0] == "bad.py: error: syntax error at line 1"
+    assert "model.py:5:24: ATT204 torch.sqrt(64) on a number" in lines
+    assert "nb.ipynb:cell 3:2:24: ATT204 torch.sqrt(64) on a number" in lines
+    assert "model.py:3: Attn: failed: 2 checks failed" in lines
+    assert lines[-1].startswith("Found 3 problems")
+    assert len(lines) == 1 + len(outcome.findings) + 1 + 1
+
+
+def test_statistics_count_each_code(outcome):
+    outcome.findings[0].fix = (Edit(0, 1, "x"),)
+    lines = render("statistics", outcome).splitlines()
+    code = outcome.findings[0].code
+    count = sum(f.code == code for f in outcome.findings)
+    assert f"{count}  {code}  [*] {CODES[code].name}" in lines
+    assert lines[-1].startswith("Found 3 problems")
 
 
 def test_text_colour_only_when_asked(outcome):
@@ -212,3 +258,54 @@ def test_an_isolated_run_keeps_a_static_error_on_a_target_that_passed():
     assert kept.severity == Severity.ERROR and PASSED_REASON not in kept.message
     assert warning.severity == Severity.INFO
     assert merge(static, [], passed)[0].severity == Severity.INFO  # a plain local run, as before
+
+
+@pytest.fixture
+def target_error(outcome) -> Outcome:
+    """The outcome with its file error gone and a target whose dynamic check ended in an error instead:
+    the run fails (exit 1) with no finding at all for it."""
+    crashed = TargetResult(target("Crashy", path="clean.py"), "error", "timed out after 20 s")
+    return Outcome(findings=[], targets=[*outcome.targets, crashed], errors=[], paths=outcome.paths)
+
+
+def test_sarif_says_a_target_error_failed_the_run(target_error):
+    document = json.loads(render("sarif", target_error))
+    jsonschema.validate(document, json.loads((DATA / "sarif-schema-2.1.0.json").read_text()))
+    invocation = document["runs"][0]["invocations"][0]
+    assert invocation["executionSuccessful"] is False
+    [notification] = invocation["toolExecutionNotifications"]
+    assert notification["level"] == "error"
+    assert notification["message"]["text"] == "Crashy (class, line 3): dynamic check error: timed out after 20 s"
+    assert notification["locations"][0]["physicalLocation"] == {
+        "artifactLocation": {"uri": "clean.py"}, "region": {"startLine": 3}}
+
+
+def test_sarif_execution_is_successful_only_without_errors(outcome):
+    passing = Outcome(findings=outcome.findings, targets=outcome.targets[1:], paths=outcome.paths)
+    assert json.loads(render("sarif", passing))["runs"][0]["invocations"][0]["executionSuccessful"] is True
+    assert json.loads(render("sarif", outcome))["runs"][0]["invocations"][0]["executionSuccessful"] is False
+
+
+def test_junit_says_a_target_error_and_is_valid(target_error, outcome):
+    schema = xmlschema.XMLSchema(DATA / "junit-10.xsd")
+    for each in (target_error, outcome):
+        schema.validate(render("junit", each).split("\n", 1)[1])
+    root = ElementTree.fromstring(render("junit", target_error).split("\n", 1)[1])
+    suite = root.find("testsuite")
+    assert suite.get("errors") == "1"
+    case = next(c for c in suite.findall("testcase") if c.get("name") == "clean.py")
+    error = case.find("error")
+    assert error.get("type") == "target-error"
+    assert error.get("message") == "Crashy (class, line 3): dynamic check error: timed out after 20 s"
+
+
+def test_junit_schema_catches_a_broken_report(outcome):
+    broken = render("junit", outcome).split("\n", 1)[1].replace('<testsuite name="attncheck"', "<testsuite")
+    with pytest.raises(xmlschema.XMLSchemaValidationError):
+        xmlschema.XMLSchema(DATA / "junit-10.xsd").validate(broken)
+
+
+def test_github_says_a_target_error(target_error):
+    lines = render("github", target_error).splitlines()
+    assert lines[0] == ("::error file=clean.py,line=3,title=attncheck::"
+                        "Crashy (class, line 3): dynamic check error: timed out after 20 s")

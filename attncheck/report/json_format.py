@@ -8,11 +8,12 @@ from __future__ import annotations
 import json
 from typing import Any, TextIO
 
-from attncheck import __version__
 from attncheck.catalogue import CODES
 from attncheck.findings import Finding, TargetResult
 from attncheck.pipeline import Outcome
 from attncheck.report import summary, target_kind
+from attncheck.sources import FileError
+from attncheck.version import __version__
 
 
 def document(outcome: Outcome) -> dict[str, Any]:
@@ -20,7 +21,7 @@ def document(outcome: Outcome) -> dict[str, Any]:
         "version": __version__,
         "findings": [_finding(f) for f in outcome.findings],
         "targets": [_target(t) for t in outcome.targets],
-        "errors": [{"path": e.path, "message": e.message, "level": e.level} for e in outcome.errors],
+        "errors": [_error(e) for e in outcome.errors],
         "summary": summary(outcome),
     }
 
@@ -28,6 +29,13 @@ def document(outcome: Outcome) -> dict[str, Any]:
 def write(outcome: Outcome, stream: TextIO, *, color: bool = False) -> None:
     # One write: json.dump writes each token separately, which was most of a cached run.
     stream.write(json.dumps(document(outcome), indent=2, ensure_ascii=False) + "\n")
+
+
+def _error(error: FileError) -> dict[str, Any]:
+    span = error.span
+    return {"path": error.path, "message": error.message, "level": error.level,
+            "line": span.line if span else None, "column": span.column if span else None,
+            "cell": span.cell if span else None}
 
 
 def _finding(finding: Finding) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """JUnit XML for CI test viewers: one suite, one test case per file checked.
 
 A file with findings at warning or above fails (the findings are the failure's
-text); a file that could not be checked is an error.
+text); a file that could not be checked, or one with a target whose dynamic
+check ended in an error, is an error.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from xml.etree import ElementTree
 
 from attncheck.findings import Finding, Severity
 from attncheck.pipeline import Outcome
-from attncheck.report import location
+from attncheck.report import location, place, target_error_message, target_errors
 
 
 def write(outcome: Outcome, stream: TextIO, *, color: bool = False) -> None:
@@ -20,7 +21,14 @@ def write(outcome: Outcome, stream: TextIO, *, color: bool = False) -> None:
     for finding in outcome.findings:
         by_path[finding.path].append(finding)
     failing = {path for path, found in by_path.items() if any(f.severity >= Severity.WARNING for f in found)}
-    errors = {error.path: error for error in outcome.errors if error.level == "error"}
+    errors: dict[str, list[str]] = defaultdict(list)
+    unreadable = {error.path for error in outcome.errors if error.level == "error"}
+    for error in outcome.errors:
+        if error.level == "error":
+            errors[error.path].append(f"{place(error.path, error.span)}: {error.message}" if error.span
+                                      else error.message)
+    for result in target_errors(outcome):
+        errors[result.target.path].append(target_error_message(result))
     suite = ElementTree.Element("testsuite", {
         "name": "attncheck",
         "tests": str(outcome.files),
@@ -31,7 +39,9 @@ def write(outcome: Outcome, stream: TextIO, *, color: bool = False) -> None:
     for path in outcome.paths:
         case = ElementTree.SubElement(suite, "testcase", {"classname": "attncheck", "name": path})
         if path in errors:
-            ElementTree.SubElement(case, "error", {"message": errors[path].message, "type": "file-error"})
+            error = ElementTree.SubElement(case, "error", {
+                "message": errors[path][0], "type": "file-error" if path in unreadable else "target-error"})
+            error.text = "\n".join(errors[path])
         found = by_path.get(path, [])
         if path in failing:
             body = "\n".join(f"{location(f)}: {f.code} [{f.severity}] {f.message}" for f in found)

@@ -1,5 +1,10 @@
-"""The human report: one block per finding with a code frame and a hint,
-a compact table of dynamic checks per target, and a one-line summary.
+"""The human report (``--output-format full``): one block per finding with a code frame
+and a hint, the dynamic checks of the targets, and a one-line summary.
+
+On a terminal every target with checks gets a compact table of them. To a pipe or a
+file the report is for reading back and grepping: a passing target says nothing, a
+failing one lists its failing checks one per line in full, with no column cut and no
+padding; ``--show-checks`` lists every check of every target there too.
 
 Colour comes from rich and only on a terminal (``--no-color`` and ``NO_COLOR``
 turn it off); without colour the text is plain and stable enough to grep.
@@ -15,7 +20,8 @@ from rich.text import Text
 
 from attncheck.findings import Finding, Severity, TargetResult
 from attncheck.pipeline import STATIC_ONLY_REASON, Outcome
-from attncheck.report import location, summary
+from attncheck.progress import is_terminal
+from attncheck.report import error_label, location, place, summary_line
 from attncheck.sources import Source
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
@@ -35,20 +41,33 @@ def console_for(stream: TextIO, *, color: bool) -> Console:
     )
 
 
-def write(outcome: Outcome, stream: TextIO, *, color: bool = False) -> None:
+def write(outcome: Outcome, stream: TextIO, *, color: bool = False, show_checks: bool = False) -> None:
     console = console_for(stream, color=color)
-    for error in outcome.errors:
-        label = "error" if error.level == "error" else "note"
-        style = "bold red" if label == "error" else "cyan"
-        console.print(Text.assemble((error.path, "bold"), ": ", (label, style), f": {error.message}"))
+    file_errors(console, outcome)
     for finding in outcome.findings:
         _finding(console, finding, outcome.sources.get(finding.path))
-    shown = [r for r in outcome.targets if r.checks or r.status == "error" or _skipped_dynamically(r)]
+    tables = is_terminal(stream)
+    shown = [r for r in outcome.targets if _shown(r, every_check=tables or show_checks)]
     for result in shown:
-        _target(console, result)
+        _target(console, result, table=tables, every_check=show_checks or tables)
     if outcome.findings or outcome.errors or shown:
         console.print()
     console.print(summary_line(outcome))
+
+
+def file_errors(console: Console, outcome: Outcome) -> None:
+    """``path: error: message`` for each file that could not be checked."""
+    for error in outcome.errors:
+        style = "bold red" if error.level == "error" else "cyan"
+        console.print(Text.assemble((place(error.path, error.span), "bold"), ": ", (error_label(error), style),
+                                    f": {error.message}"))
+
+
+def _shown(result: TargetResult, *, every_check: bool) -> bool:
+    """Whether a target gets its lines: one that did not pass always; a passing one only with its checks."""
+    if result.status in ("failed", "error") or _skipped_dynamically(result):
+        return True
+    return every_check and bool(result.checks)
 
 
 def _finding(console: Console, finding: Finding, source: Source | None) -> None:
@@ -90,17 +109,17 @@ def frame(source: Source, finding: Finding) -> list[str]:
     out = []
     for number, label in shown:
         marker = " >" if number == at else "  "
-        out.append(f"{marker} {label:>{width}} | {lines[number - 1]}")
+        out.append(f"{marker} {label:>{width}} | {lines[number - 1]}".rstrip())
     column = max(finding.span.column, 1)
     out.append(f"   {' ' * width} | {' ' * (column - 1)}^")
     return out
 
 
-def _target(console: Console, result: TargetResult) -> None:
-    """``path:line: Name: failed (cpu, bubblewrap)`` and one row per check.
+def _target(console: Console, result: TargetResult, *, table: bool, every_check: bool) -> None:
+    """``path:line: Name: failed (cpu, bubblewrap)`` and its checks: a table on a terminal, else lines.
 
-    Failed checks show their whole detail (folded); the others keep to one line, cut with an
-    ellipsis, so the table stays compact at 80 columns.
+    In the table, failed checks show their whole detail (folded); the others keep to one line,
+    cut with an ellipsis, so the table stays compact at 80 columns.
     """
     target = result.target
     status = (result.status, _STATUS_STYLE.get(result.status, ""))
@@ -114,40 +133,21 @@ def _target(console: Console, result: TargetResult) -> None:
             f": {result.reason}" if result.reason else "",
         )
     )
-    if not result.checks:
+    checks = [c for c in result.checks if every_check or c.status in ("failed", "error")]
+    if not checks:
         return
-    table = Table(box=None, show_header=False, pad_edge=False, padding=(0, 2, 0, 0))
-    table.add_column("check", no_wrap=True)
-    table.add_column("status", no_wrap=True)
-    table.add_column("detail", overflow="fold")
-    for check in result.checks:
+    if not table:
+        for check in checks:
+            detail = f": {check.detail}" if check.detail else ""
+            console.print(Text.assemble(f"    {check.name}: ", (check.status, _STATUS_STYLE.get(check.status, "")),
+                                        detail))
+        return
+    rows = Table(box=None, show_header=False, pad_edge=False, padding=(0, 2, 0, 0))
+    rows.add_column("check", no_wrap=True)
+    rows.add_column("status", no_wrap=True)
+    rows.add_column("detail", overflow="fold")
+    for check in checks:
         wrap = check.status in ("failed", "error")
         detail = Text(check.detail, no_wrap=not wrap, overflow="fold" if wrap else "ellipsis")
-        table.add_row(check.name, Text(check.status, style=_STATUS_STYLE.get(check.status, "")), detail)
-    console.print(table)
-
-
-def summary_line(outcome: Outcome) -> str:
-    """``Found 7 problems (6 errors, 1 warning) in 1 file; 2 targets: 1 passed, 1 failed``."""
-    counts = summary(outcome)
-    files = _plural(counts["files"], "file")
-    if counts["problems"]:
-        kinds = [
-            _plural(counts[key], word) for key, word in (("errors", "error"), ("warnings", "warning")) if counts[key]
-        ]
-        line = f"Found {_plural(counts['problems'], 'problem')} ({', '.join(kinds)}) in {files}"
-    else:
-        line = f"No problems found in {files}"
-    if counts["infos"]:
-        line += f", {_plural(counts['infos'], 'info')}"
-    if counts["file_errors"]:
-        line += f"; {_plural(counts['file_errors'], 'file')} could not be checked"
-    targets = counts["targets"]
-    if targets["total"]:
-        parts = [f"{targets[s]} {s}" for s in ("passed", "failed", "error", "skipped") if targets[s]]
-        line += f"; {_plural(targets['total'], 'target')}: {', '.join(parts)}"
-    return line
-
-
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+        rows.add_row(check.name, Text(check.status, style=_STATUS_STYLE.get(check.status, "")), detail)
+    console.print(rows)

@@ -8,7 +8,6 @@ comments, and translating positions into the user's coordinates.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import cache as memoized
 
@@ -26,13 +25,8 @@ from attncheck.static.targets import find_targets
 from attncheck.static.tree import fast_tree, walk
 from attncheck.static.tree.layout import Layout
 from attncheck.static.tree.regions import Reduced, attention_regions
+from attncheck.suppressions import SUPPRESSION as _SUPPRESSION
 
-# Suppression comments: ``attncheck: ignore``, ``attncheck: ignore[ATT201, ATT3]``,
-# and flake8-style ``noqa`` followed by a colon and ATT codes.
-_SUPPRESSION = re.compile(
-    r"#\s*(?:attncheck:\s*ignore(?:\[(?P<codes>[^\]]*)\])?|noqa:\s*(?P<noqa>ATT\d+(?:\s*,\s*ATT\d+)*))",
-    re.IGNORECASE,
-)
 
 class LazyMetadata(Mapping[type, Mapping[cst.CSTNode, object]]):
     """The metadata the rules declare, resolved on first use.

@@ -195,6 +195,7 @@ _ROLE_ALIASES: dict[str, Role] = {
     "context": "kv",
     "mask": "mask",
 }
+ROLE_NAMES = tuple(_ROLE_ALIASES)  # what a declaration's forward may name (config.py validates it)
 
 
 def size_for(name: str, dropout: float = 0.0) -> Any:

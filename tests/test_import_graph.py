@@ -1,4 +1,4 @@
-"""The static half's import graph has no cycle and keeps its layering.
+"""attncheck's import graph has no cycle at any level, and the static half keeps its layering.
 
 Every import counts, ``TYPE_CHECKING`` ones included: a cycle there is still a
 reader's loop. The graph is read with ``ast`` so that nothing is imported.
@@ -76,6 +76,13 @@ def _cycle_from(graph: dict[str, set[str]]) -> list[str] | None:
         if node not in state and (cycle := visit(node)) is not None:
             return cycle
     return None
+
+
+def test_the_package_has_no_import_cycle() -> None:
+    graph = _graph("attncheck")
+    assert {"attncheck.pipeline", "attncheck.dynamic.runner", "attncheck.static.engine"} <= set(graph)
+    cycle = _cycle_from(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
 def test_the_static_package_has_no_import_cycle() -> None:

@@ -19,6 +19,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from attncheck.sources import FileError, special_kind
+
 if TYPE_CHECKING:
     import pathspec
 
@@ -68,8 +70,9 @@ class Excluder:
         return self.spec.match_file(relative + ("/" if is_dir else ""))
 
 
-def discover(paths: Iterable[str], exclude: Excluder | None = None) -> Iterator[Candidate]:
-    """Yield each file to check once, in a stable order. Missing paths raise FileNotFoundError."""
+def discover(paths: Iterable[str], exclude: Excluder | None = None) -> Iterator[Candidate | FileError]:
+    """Yield each file to check once, in a stable order, and a note for each special file a walk
+    skips (a FIFO, a device, a socket). Missing paths raise FileNotFoundError."""
     seen: set[str] = set()
     real_folders: dict[str, str] = {}
     for given in paths:
@@ -81,6 +84,9 @@ def discover(paths: Iterable[str], exclude: Excluder | None = None) -> Iterator[
         else:
             raise FileNotFoundError(given)
         for candidate in found:
+            if isinstance(candidate, FileError):
+                yield candidate
+                continue
             key = _real_path(candidate.path, real_folders)
             if key not in seen:
                 seen.add(key)
@@ -110,7 +116,7 @@ def _real_folder(folder: str, real_folders: dict[str, str]) -> str:
     return real
 
 
-def _walk(top: Path, shown_top: str, exclude: Excluder | None) -> Iterator[Candidate]:
+def _walk(top: Path, shown_top: str, exclude: Excluder | None) -> Iterator[Candidate | FileError]:
     ignores = _GitIgnores(top)
     for folder, dirnames, filenames in os.walk(top):
         here = Path(folder)
@@ -126,8 +132,12 @@ def _walk(top: Path, shown_top: str, exclude: Excluder | None) -> Iterator[Candi
                 continue
             if exclude and exclude(path, is_dir=False):
                 continue
-            shown = os.path.join(shown_top, os.path.relpath(path, top))
-            yield Candidate(path, os.path.normpath(shown), explicit=False)
+            shown = os.path.normpath(os.path.join(shown_top, os.path.relpath(path, top)))
+            kind = special_kind(path)
+            if kind is not None:  # never opened: a FIFO with no writer would block the run
+                yield FileError(shown, f"not a regular file ({kind}): skipped", level="note")
+                continue
+            yield Candidate(path, shown, explicit=False)
 
 
 def _skipped_dir(path: Path) -> bool:

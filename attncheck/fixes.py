@@ -3,16 +3,25 @@
 Edits index a Source's text. They are applied from the last to the first so
 earlier offsets stay valid; an edit that overlaps one already applied is
 skipped (the next run will offer it again against the new text).
+
+A fix must not damage: the fixed text must parse (where the file did) and must
+not give a finding the file did not have; a finding whose fix fails that is left
+unfixed, and says why. Files are written atomically, never half.
 """
 
 from __future__ import annotations
 
+import ast
 import difflib
+import os
 import sys
-from collections.abc import Iterable
-from dataclasses import dataclass
+import tempfile
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 
 from attncheck.findings import Edit, Finding
+from attncheck.line_table import split_lines
 from attncheck.pipeline import Outcome
 from attncheck.sources import STDIN, Source
 from attncheck.static.engine import FileResult
@@ -25,10 +34,11 @@ class FixedFile:
     source: Source
     text: str
     fixed: tuple[Finding, ...]
+    refused: tuple[tuple[Finding, Finding], ...] = ()  # (finding, the same without its fix and saying why)
 
     def diff(self) -> str:
-        before = self.source.text.splitlines(keepends=True)
-        after = self.text.splitlines(keepends=True)
+        before = split_lines(self.source.text, keepends=True)
+        after = split_lines(self.text, keepends=True)
         name = self.source.path
         return "".join(difflib.unified_diff(before, after, f"a/{name}", f"b/{name}"))
 
@@ -66,10 +76,65 @@ def fix_source(source: Source, findings: Iterable[Finding]) -> FixedFile | None:
         if finding.fix and not any(new != old and _overlap(new, old) for new in finding.fix for old in edits):
             chosen.append(finding)
             edits.extend(finding.fix)
-    text, _ = apply_edits(source.text, edits)
-    if text == source.text:
+    if not chosen:
         return None
-    return FixedFile(source, text, tuple(chosen))
+    check = _Check(source)
+    refused: list[tuple[Finding, Finding]] = []
+    if check.damage([e for f in chosen for e in f.fix]) is not None:  # find the culprits one by one
+        kept = []
+        for finding in chosen:
+            reason = check.damage(finding.fix)
+            if reason is None:
+                kept.append(finding)
+            else:
+                refused.append((finding, _without_fix(finding, reason)))
+        if kept and check.damage([e for f in kept for e in f.fix]) is not None:
+            refused += [(f, _without_fix(f, "it does not combine with the other fixes")) for f in kept]
+            kept = []
+        chosen = kept
+    text, _ = apply_edits(source.text, [e for f in chosen for e in f.fix])
+    if text == source.text and not refused:
+        return None
+    return FixedFile(source, text, tuple(chosen), tuple(refused))
+
+
+class _Check:
+    """Whether edits would damage one file: a text that no longer parses, or a new finding."""
+
+    def __init__(self, source: Source) -> None:
+        self.source = source
+        self.parses = _parses(source.text)
+        self.before = _codes(source) if self.parses else Counter()
+
+    def damage(self, edits: Sequence[Edit]) -> str | None:
+        """Why applying ``edits`` would damage the file, or None when it would not."""
+        text, _ = apply_edits(self.source.text, edits)
+        if not self.parses:
+            return None  # nothing to keep: the file is linted from libcst's error-tolerant view
+        if not _parses(text):
+            return "the fixed code would not parse"
+        new = _codes(replace(self.source, text=text)) - self.before
+        return f"the fixed code would have a new finding ({', '.join(sorted(new))})" if new else None
+
+
+def _parses(text: str) -> bool:
+    try:
+        ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return True
+
+
+def _codes(source: Source) -> Counter[str]:
+    from attncheck.static.engine import lint
+    from attncheck.static.rules import all_rules
+
+    return Counter(f.code for f in lint(source, all_rules()).findings)
+
+
+def _without_fix(finding: Finding, reason: str) -> Finding:
+    note = f"no automatic fix: {reason}"
+    return replace(finding, fix=(), hint=f"{finding.hint}; {note}" if finding.hint else note)
 
 
 def unfixable_reason(source: Source) -> str | None:
@@ -82,9 +147,20 @@ def unfixable_reason(source: Source) -> str | None:
 
 
 def _write(fixed: FixedFile) -> None:
-    """Write the fixed text back in the file's own encoding."""
-    with open(fixed.source.path, "w", encoding=fixed.source.encoding, newline="") as handle:
-        handle.write(fixed.text)
+    """Write the fixed text back in the file's own encoding, atomically: into a temporary file
+    beside it, with its mode, then renamed over it, so that no reader ever sees half a file."""
+    path = fixed.source.path
+    data = fixed.text.encode(fixed.source.encoding)
+    mode = os.stat(path).st_mode & 0o7777
+    handle, temporary = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".attncheck-")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+        os.chmod(temporary, mode)
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
 
 
 def apply_fixes(outcome: Outcome, results: Iterable[FileResult], *, write: bool) -> int:
@@ -100,6 +176,10 @@ def apply_fixes(outcome: Outcome, results: Iterable[FileResult], *, write: bool)
     for result in results:
         fixed = fix_source(result.source, by_path.get(result.source.path, []))
         if fixed is None:
+            continue
+        refused = {id(finding): without for finding, without in fixed.refused}
+        outcome.findings = [refused.get(id(f), f) for f in outcome.findings]
+        if not fixed.fixed:
             continue
         if not write:
             count += len(fixed.fixed)

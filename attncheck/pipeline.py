@@ -28,7 +28,7 @@ from attncheck.findings import Finding, Severity, Target, TargetResult
 from attncheck.fix_conflicts import withhold
 from attncheck.merge import merge
 from attncheck.prefilter import could_have_findings
-from attncheck.sources import FileError, Source, from_bytes, python_syntax_error, read_path, syntax_error
+from attncheck.sources import FileError, Source, from_bytes, python_syntax_error, read_path, read_regular, syntax_error
 from attncheck.static import deadline
 from attncheck.static.result import FileResult
 from attncheck.suppressions import unknown_codes
@@ -80,7 +80,12 @@ def lint_one(item: Item, codes: tuple[str, ...]) -> FileResult | FileError:
         source: Source | FileError = item
         explicit = True
     else:
-        source = read_path(item.path, item.shown)
+        try:
+            source = read_path(item.path, item.shown)
+        except Exception as error:  # reading never raises by design; a bug costs this file only
+            if os.environ.get("ATTNCHECK_DEBUG") == "1":
+                raise
+            return FileError(item.shown, failure(error))
         explicit = item.explicit
     if isinstance(source, FileError):
         return source
@@ -103,8 +108,13 @@ class Miss(NamedTuple):
 
 def lint_source(source: Source, codes: tuple[str, ...]) -> Answer:
     """Lint text already read; the answer leaves the text out, so a worker sends back little.
+
     A text no rule could run on and no target be found in is only compiled, for its syntax errors,
-    with Python's own parser (``attncheck.prefilter``: no libcst, no rules)."""
+    with Python's own parser (``attncheck.prefilter``: no libcst, no rules). Whatever goes wrong in
+    one file is that file's one-line error, and the run goes on: a time limit, nesting deeper than
+    Python's stack, a crash of the native parser, and any other exception, which is a bug of
+    attncheck's (``ATTNCHECK_DEBUG=1`` raises it instead).
+    """
     if not could_have_findings(source.text):
         error = python_syntax_error(source)
         return [], [], error.message if error else None
@@ -116,9 +126,37 @@ def lint_source(source: Source, codes: tuple[str, ...]) -> Answer:
             result = lint(source, _rules(codes))
     except deadline.TimeLimitError:
         return [], [], deadline.gave_up(limit)
+    except Exception as error:
+        if os.environ.get("ATTNCHECK_DEBUG") == "1":
+            raise
+        return [], [], failure(error)
     finally:
         collector.after_file()
     return result.findings, result.targets, result.error
+
+
+# Errors that depend on the machine (memory) or on a bug to be fixed: never remembered.
+_NOT_CACHED = ("file too large", "static analysis crashed", "internal error")
+
+
+def failure(error: Exception) -> str:
+    """The one-line error of a file whose analysis raised ``error``."""
+    if deadline.after_recursion(error):
+        return "file too deeply nested to analyse (deeper than Python's stack allows)"
+    if isinstance(error, MemoryError):
+        return "file too large to analyse in the memory allowed"
+    if isinstance(error, deadline.CrashedError):
+        return f"static analysis crashed on this file: {error} (please report it to attncheck)"
+    return f"internal error: {type(error).__name__}: {_one_line(error)} (please report it to attncheck)"
+
+
+def _one_line(error: Exception, width: int = 200) -> str:
+    """What ``error`` says, on one line and at most ``width`` characters."""
+    try:
+        text = " ".join(str(error).split())
+    except Exception:  # a message that cannot even be made (a node too deep to print)
+        return "(no message)"
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _as_result(source: Source, findings: list[Finding], targets: list[Target], error: str | None
@@ -219,7 +257,7 @@ def _lint_and_store(cache: Cache, miss: Miss, codes: tuple[str, ...]) -> Answer:
     workers write their entries while the others still lint, not this process once all are done."""
     source, key = miss
     findings, targets, error = answer = lint_source(source, codes)
-    if not deadline.is_gave_up(error):
+    if error is None or not (deadline.is_gave_up(error) or error.startswith(_NOT_CACHED)):
         cache.put(key, findings, targets, error)
     return answer
 
@@ -229,9 +267,8 @@ def _look_up(item: Item, cache: Cache) -> tuple[str, Source | None, FileResult |
     ("", None, None) for an item linted as usual (stdin, unreadable, empty)."""
     if not isinstance(item, Candidate):
         return "", None, None
-    try:
-        data = item.path.read_bytes()
-    except OSError:
+    data = read_regular(item.path, item.shown)
+    if isinstance(data, FileError):
         return "", None, None
     notebook = item.path.suffix == ".ipynb"
     source = from_bytes(data, item.shown, notebook=notebook)

@@ -16,6 +16,7 @@ import ast
 import io
 import json
 import re
+import stat
 import tokenize
 from bisect import bisect_right
 from dataclasses import dataclass, field
@@ -28,6 +29,8 @@ STDIN = "-"
 
 # A line IPython handles itself: ``%timeit``, ``!pip``, ``x = !ls``, ``obj?``.
 _MAGIC_LINE = re.compile(r"^\s*(?:[%!]|\w+\s*=\s*[%!]|[\w.]+\?{1,2}\s*$)")
+# Half of a UTF-16 pair alone: JSON's ``\ud800`` escape decodes to one, which no file can hold.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -100,11 +103,38 @@ def python_syntax_error(source: Source) -> FileError | None:
 def read_path(path: Path, shown: str | None = None) -> Source | FileError:
     """Read a ``.py`` or ``.ipynb`` file from disk."""
     shown = shown if shown is not None else str(path)
+    data = read_regular(path, shown)
+    if isinstance(data, FileError):
+        return data
+    return from_bytes(data, shown, notebook=path.suffix == ".ipynb")
+
+
+def special_kind(path: Path) -> str | None:
+    """What ``path`` is when it is no regular file (``a FIFO``, ``a device``, ``a socket``), read
+    from its status only: opening a FIFO with no writer blocks forever. None for a regular file,
+    a folder, or a path that cannot be looked at (reading it then says why)."""
     try:
-        data = path.read_bytes()
+        mode = path.stat().st_mode
+    except OSError:
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return None
+
+
+def read_regular(path: Path, shown: str) -> bytes | FileError:
+    """The bytes of a regular file; a FileError for a special file (never opened) or a failed read."""
+    kind = special_kind(path)
+    if kind is not None:
+        return FileError(shown, f"not a regular file ({kind}): not read")
+    try:
+        return path.read_bytes()
     except OSError as error:
         return FileError(shown, f"cannot read file: {error.strerror or error}")
-    return from_bytes(data, shown, notebook=path.suffix == ".ipynb")
 
 
 def from_bytes(data: bytes, shown: str, *, notebook: bool = False) -> Source | FileError:
@@ -146,13 +176,25 @@ def _notebook(data: bytes, shown: str) -> Source | FileError:
     for number, cell in enumerate(cells, start=1):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
-        source = cell.get("source", "")
-        text = "".join(source) if isinstance(source, list) else str(source)
+        text = _cell_text(cell.get("source", ""))
+        if text is None:
+            return FileError(shown, f"invalid notebook: cell {number}'s source is not text or a list of lines")
+        if _SURROGATE.search(text):
+            return FileError(shown, f"invalid notebook: cell {number} holds a lone surrogate (not encodable text)")
         starts.append((len(lines) + 1, number))
         lines.extend(_code_lines(text))
     if not starts:
         return Source(shown, "", cells=())
     return Source(shown, "\n".join(lines) + "\n", cells=tuple(starts))
+
+
+def _cell_text(source: object) -> str | None:
+    """A cell's ``source`` as one text (nbformat: a string or a list of strings), else None."""
+    if isinstance(source, str):
+        return source
+    if isinstance(source, list) and all(isinstance(line, str) for line in source):
+        return "".join(source)
+    return None
 
 
 def _code_lines(cell_text: str) -> list[str]:

@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from attncheck.findings import Finding, Severity, TargetResult
+from attncheck.line_table import split_lines
 from attncheck.pipeline import STATIC_ONLY_REASON, Outcome
 from attncheck.progress import is_terminal
 from attncheck.report import error_label, location, place, summary_line
@@ -97,7 +98,7 @@ def _skipped_dynamically(result: TargetResult) -> bool:
 
 def frame(source: Source, finding: Finding) -> list[str]:
     """The finding's line with CONTEXT lines above, numbered as the user numbers them."""
-    lines = source.text.splitlines()
+    lines = split_lines(source.text)
     at = source.file_line(finding.span)
     if not 1 <= at <= len(lines):
         return []

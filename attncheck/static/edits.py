@@ -16,6 +16,7 @@ import libcst as cst
 from libcst.metadata import PositionProvider
 
 from attncheck.findings import Edit
+from attncheck.line_table import line_start, newline_of, next_line
 
 if TYPE_CHECKING:
     from attncheck.static.rule import Rule
@@ -95,22 +96,22 @@ def _imports(body: tuple[cst.BaseStatement, ...] | list[cst.BaseStatement]) -> l
 def _import_edit(rule: Rule, body: tuple[cst.BaseStatement, ...] | list[cst.BaseStatement], line: str) -> Edit | None:
     """Insert ``line`` after the last top-level import, else after the docstring, else first."""
     text = rule.context.source.text
-    newline = "\r\n" if "\r\n" in text else "\n"
+    newline = newline_of(text)
     imports = _imports(body)
     anchor = imports[-1] if imports else (body[0] if body and _is_docstring(body[0]) else None)
     if anchor is None:
         first = span(rule, body[0]) if body else (0, 0)
         if first is None:
             return None
-        start = text.rfind("\n", 0, first[0]) + 1
+        start = line_start(text, first[0])
         return Edit(start, start, line + newline)
     found = span(rule, anchor)
     if found is None:
         return None
-    end_of_line = text.find("\n", found[1])
-    if end_of_line < 0:
+    following = next_line(text, found[1])
+    if following is None:
         return Edit(len(text), len(text), newline + line + newline)
-    return Edit(end_of_line + 1, end_of_line + 1, line + newline)
+    return Edit(following, following, line + newline)
 
 
 def _is_docstring(statement: cst.BaseStatement) -> bool:

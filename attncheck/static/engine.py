@@ -8,15 +8,19 @@ comments, and translating positions into the user's coordinates.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import suppress
 from functools import cache as memoized
+from functools import partial
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from attncheck.findings import Finding, Span
+from attncheck.findings import Finding, Span, Target
+from attncheck.line_table import split_lines
 from attncheck.sources import Source
-from attncheck.static import rule_timing
+from attncheck.static import deadline, rule_timing
 from attncheck.static.context import FileContext
 from attncheck.static.facts import ClassFacts
 from attncheck.static.result import FileResult
@@ -112,12 +116,20 @@ def _parse_exact(source: Source, reduced: Reduced | None) -> tuple[cst.Module, R
     try:
         return cst.parse_module(source.text), None
     except cst.ParserSyntaxError as error:
-        span = source.locate(error.raw_line, error.raw_column + 1)
-        where = f"cell {span.cell}, line {span.line}" if span.cell else f"line {span.line}"
-        return f"syntax error at {where}: {error.message}"
+        return _syntax_error(source, error.raw_line, error.raw_column, error.message)
     except (RecursionError, MemoryError):
         return "file too deeply nested to parse"
 
+
+def _syntax_error(source: Source, line: int, column: int, message: str) -> str:
+    span = source.locate(line, column + 1)
+    where = f"cell {span.cell}, line {span.line}" if span.cell else f"line {span.line}"
+    return f"syntax error at {where}: {message}"
+
+
+# Limits of Python's own parser, which libcst's parser takes minutes to run into (nesting
+# hundreds deep): a file past one is reported with Python's words, at once.
+_PYTHON_LIMITS = frozenset({"too many nested parentheses", "too many statically nested blocks"})
 
 # Why the fast tree may give up on a file: what it does not model, a position it did not
 # record, and whatever makes ``ast.parse`` fail (libcst's parser then says it plainly).
@@ -138,10 +150,68 @@ def lint(source: Source, rules: Sequence[type[Rule]]) -> FileResult:
         return FileResult(source, error="empty file: nothing to check")
     reduced = attention_regions(source.text)
     try:
-        module = fast_tree.build(reduced.text if reduced is not None else source.text)
-        return _lint_module(source, rules, module, reduced, lambda: module.positions)
-    except _NOT_FAST:
-        pass
+        return _lint_fast(source, rules, reduced)
+    except _NOT_FAST as error:
+        deep = isinstance(error, RecursionError)
+        rejected = error if isinstance(error, SyntaxError) and error.lineno is not None else None
+    if rejected is not None and rejected.msg in _PYTHON_LIMITS:
+        return FileResult(source, error=_rejected(source, reduced, rejected))
+    if not deadline.can_isolate():
+        return _lint_exact(source, rules, reduced)
+    # libcst parses some files Python's parser rejects (a newer Python's syntax), so it is
+    # asked first; but where it is slow to answer, Python's own error is the answer.
+    budget = deadline.STATIC_TIME_LIMIT_S if rejected is None else min(deadline.STATIC_TIME_LIMIT_S,
+                                                                       SYNTAX_ERROR_BUDGET_S)
+    try:
+        findings, targets, error = deadline.isolated(partial(_isolated_answer, source, rules, reduced, deep), budget)
+    except deadline.TimeLimitError:
+        if rejected is None:
+            raise
+        return FileResult(source, error=_rejected(source, reduced, rejected))
+    return FileResult(source, findings, targets, error)
+
+
+# How long libcst may take on a file Python's parser rejected before Python's error is reported.
+SYNTAX_ERROR_BUDGET_S = 10.0
+
+
+def _rejected(source: Source, reduced: Reduced | None, error: SyntaxError) -> str:
+    """The one-line error of a file Python's own parser rejects, in its words."""
+    line = reduced.original_line(error.lineno or 1) if reduced is not None else error.lineno or 1
+    return _syntax_error(source, line, 0, f"{error.msg} (Python's own parser rejects the file)")
+
+
+def _lint_fast(source: Source, rules: Sequence[type[Rule]], reduced: Reduced | None) -> FileResult:
+    module = fast_tree.build(reduced.text if reduced is not None else source.text)
+    return _lint_module(source, rules, module, reduced, lambda: module.positions)
+
+
+# The recursion limit of an isolated child linting a tree deeper than the default allows (a
+# sum of a thousand terms, a chain of a thousand calls): the conversion and the analyses
+# recurse once or a few times a level, and libcst's parser is far slower on such a tree.
+# A child whose stack this overflows dies alone, and the file's error says so.
+DEEP_RECURSION_LIMIT = 20_000
+
+
+def _isolated_answer(source: Source, rules: Sequence[type[Rule]], reduced: Reduced | None, deep: bool
+                     ) -> tuple[list[Finding], list[Target], str | None]:
+    """The lint of a file the fast tree gave up on, in an isolated child (``deadline.isolated``),
+    less the text the parent already holds: on the fast tree again with a deeper stack when it
+    gave up for depth, else (or when that fails too) on libcst's tree."""
+    result = None
+    if deep:
+        sys.setrecursionlimit(max(sys.getrecursionlimit(), DEEP_RECURSION_LIMIT))
+        with suppress(*_NOT_FAST):
+            result = _lint_fast(source, rules, reduced)
+    if result is None:
+        result = _lint_exact(source, rules, reduced)
+    return result.findings, result.targets, result.error
+
+
+def _lint_exact(source: Source, rules: Sequence[type[Rule]], reduced: Reduced | None) -> FileResult:
+    """The lint of a file on libcst's own tree: the parse is native code that some inputs keep
+    busy for minutes (nested ``match`` patterns, long operator chains), so ``lint`` runs this
+    in a child process it can kill (``deadline.isolated``)."""
     parsed = _parse_exact(source, reduced)
     if isinstance(parsed, str):
         return FileResult(source, error=parsed)
@@ -180,7 +250,7 @@ def _lint_module(
 def _unsuppressed(findings: Sequence[Finding], source: Source) -> list[Finding]:
     if not findings:
         return []  # most files: no need to read their comments
-    lines = source.text.splitlines()
+    lines = split_lines(source.text)
     suppressed: dict[int, set[str] | None] = {}
     for number, text in enumerate(lines, start=1):
         if "#" not in text:

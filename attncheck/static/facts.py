@@ -14,6 +14,7 @@ on one that fails runs ``ABCMeta``'s Python-level check.
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections.abc import Iterator
 from dataclasses import InitVar, dataclass, field
@@ -47,10 +48,49 @@ def dotted_name(node: cst.CSTNode) -> str | None:
     return None
 
 
+# The longest integer literal read exactly (characters, underscores and prefix included): far
+# beyond any size, dim or constant in attention code, and far below what makes ``int()`` slow
+# or refuse (4,300 digits). A longer one reads as infinite (``number_value``) or unknown.
+MAX_INTEGER_CHARS = 320
+
+
+def integer_value(node: cst.CSTNode | None, bound: int | None = None) -> int | None:
+    """The integer a literal spells the way Python reads it (``7``, ``0x1f``, ``-0b1``, ``1_000``),
+    through any unary minus or plus; None for anything else, for a literal longer than
+    ``MAX_INTEGER_CHARS``, and for one whose magnitude is ``bound`` or more."""
+    sign = 1
+    while type(node) is cst.UnaryOperation and type(node.operator) in (cst.Minus, cst.Plus):
+        sign = -sign if type(node.operator) is cst.Minus else sign
+        node = node.expression
+    if type(node) is not cst.Integer or len(node.value) > MAX_INTEGER_CHARS:
+        return None
+    value = int(node.value, 0)
+    if bound is not None and value >= bound:
+        return None
+    return sign * value
+
+
 def number_value(node: cst.Integer | cst.Float) -> float:
-    """The value of a number literal. libcst's ``evaluated_value`` parses the literal with
-    ``ast`` at every read; ``int`` (base 0) and ``float`` read each spelling the grammar allows."""
-    return float(int(node.value, 0)) if type(node) is cst.Integer else float(node.value)
+    """The value of a number literal, read as Python reads it (any base, underscores), without
+    ``evaluated_value`` (which runs ``ast`` at every read): an integer too long to read, or
+    beyond the range of a float, is ``inf``."""
+    if type(node) is not cst.Integer:
+        return float(node.value)
+    value = integer_value(node)
+    if value is None:
+        return math.inf
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
+
+
+def whole_number(value: float | None) -> int | None:
+    """``value`` as an int when it is a finite whole number (a dim, a diagonal), else None:
+    ``number_value`` and the arithmetic over it can give ``inf``, ``nan`` or ``2.5``."""
+    if value is None or not math.isfinite(value) or value != int(value):
+        return None
+    return int(value)
 
 
 def self_attribute(node: cst.CSTNode) -> str | None:

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from attncheck.line_table import split_lines
 from attncheck.static.rules.att3_masks.mask_fill_value import MaskFillValue
 from attncheck.static.rules.att3_masks.mask_polarity import _COMMENT, _clauses_verdict, declared_blocked
 from tests.conftest import lint_text
@@ -143,7 +144,7 @@ def test_declared_blocked_rejects_quickly_only_what_no_clause_declares(pieces: l
 def test_the_comments_found_in_the_text_are_those_of_its_lines(pieces: list[str]) -> None:
     text = "".join(pieces)
     found = [comment[1] for comment in _COMMENT.finditer(text)]
-    assert found == [line.split("#", 1)[1] for line in text.splitlines() if "#" in line]
+    assert found == [line.split("#", 1)[1] for line in split_lines(text) if "#" in line]
 
 
 @settings(max_examples=40, deadline=None)

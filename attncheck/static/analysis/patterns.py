@@ -27,6 +27,7 @@ from attncheck.static.facts import (
     augmented_value,
     dotted_name,
     element_of,
+    integer_value,
     number_value,
     self_attribute,
 )
@@ -541,9 +542,7 @@ def _named_role(name: str) -> DimRole | None:
 
 
 def literal_is(node: cst.BaseExpression, number: int) -> bool:
-    if type(node) is cst.UnaryOperation and type(node.operator) is cst.Minus:
-        return type(node.expression) is cst.Integer and -int(node.expression.value) == number
-    return type(node) is cst.Integer and int(node.value) == number
+    return integer_value(node) == number
 
 
 def shape_arguments(node: cst.Call) -> Sequence[cst.BaseExpression] | None:

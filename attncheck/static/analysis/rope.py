@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
-from attncheck.static.facts import FileFacts, FunctionFacts
+from attncheck.static.facts import FileFacts, FunctionFacts, integer_value, number_value
 from attncheck.static.tree import node_fields, subtree, walk
 
 if TYPE_CHECKING:
@@ -417,22 +417,13 @@ def method_call(node: cst.CSTNode, name: str) -> bool:
     )
 
 
-def integer(node: cst.CSTNode | None) -> int | None:
-    if isinstance(node, cst.Integer):
-        return int(node.value)
-    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
-        inner = integer(node.expression)
-        return -inner if inner is not None else None
-    return None
-
-
 def is_half_of(facts: FileFacts, node: cst.BaseExpression, fn: FunctionFacts | None) -> bool:
     """``x // 2`` (or ``x / 2``), directly or through one assignment."""
     node = facts.resolve(node, fn)
     return (
         isinstance(node, cst.BinaryOperation)
         and isinstance(node.operator, (cst.FloorDivide, cst.Divide))
-        and integer(node.right) == 2
+        and integer_value(node.right) == 2
     )
 
 
@@ -448,10 +439,10 @@ def _split_part(
         return None
     last = expr.slice[-1].slice
     if isinstance(last, cst.Slice):
-        step = integer(last.step) if last.step is not None else None
+        step = integer_value(last.step) if last.step is not None else None
         base = code(facts, expr.value)
         if step == 2 and last.upper is None:
-            start = integer(last.lower) if last.lower is not None else 0
+            start = integer_value(last.lower) if last.lower is not None else 0
             return (PAIR, start, base) if start in (0, 1) else None
         if step is None and last.step is None:
             if last.lower is None and last.upper is not None:
@@ -459,7 +450,7 @@ def _split_part(
             if last.lower is not None and last.upper is None:
                 return HALF, 1, base
         return None
-    index = integer(last.value) if isinstance(last, cst.Index) else None
+    index = integer_value(last.value) if isinstance(last, cst.Index) else None
     if index not in (0, 1) or len(expr.slice) != 1 or not isinstance(expr.value, cst.Call):
         return None
     call = expr.value
@@ -641,7 +632,7 @@ def _widening(facts: FileFacts, call: cst.Call, fn: FunctionFacts | None) -> Wid
         receiver, count = call.func.value, call.args[0].value
     else:
         return None
-    if receiver is None or integer(count) != 2:
+    if receiver is None or integer_value(count) != 2:
         return None
     if not _FREQ_LIKE.search(code(facts, receiver)):
         return None
@@ -656,7 +647,7 @@ def first_half(facts: FileFacts, node: cst.BaseExpression, fn: FunctionFacts | N
     return (
         isinstance(last, cst.Slice)
         and last.upper is not None
-        and (last.lower is None or integer(last.lower) == 0)
+        and (last.lower is None or integer_value(last.lower) == 0)
         and is_half_of(facts, last.upper, fn)
     )
 
@@ -664,7 +655,7 @@ def first_half(facts: FileFacts, node: cst.BaseExpression, fn: FunctionFacts | N
 def is_base(facts: FileFacts, node: cst.BaseExpression) -> bool:
     """A RoPE base: a literal of at least 100 (10000, 1e4, 500000) or a name like ``base``/``theta``."""
     if isinstance(node, (cst.Integer, cst.Float)):
-        return float(node.value.replace("_", "")) >= 100
+        return number_value(node) >= 100
     name = last_name(node) or ""
     return "base" in name.lower() or "theta" in name.lower()
 

@@ -23,7 +23,7 @@ from attncheck.static.analysis.syntax import (
     positional,
     string_value,
 )
-from attncheck.static.facts import ClassFacts, FunctionFacts, dotted_name, self_attribute
+from attncheck.static.facts import ClassFacts, FunctionFacts, dotted_name, self_attribute, whole_number
 
 
 class ShapeQueries(ModuleQueries):
@@ -65,18 +65,18 @@ class ShapeQueries(ModuleQueries):
                 return self.quantity(args[0], fn, operands, depth + 1)
             if method_name(expr) == "size" and type(expr.func) is cst.Attribute:
                 dim = args[0] if args else keyword(expr, "dim")
-                index = number(dim) if dim is not None else None
+                index = whole_number(number(dim)) if dim is not None else None
                 if index is not None:
-                    kind = self._axis_of_tensor(expr.func.value, int(index), None, fn, operands)
+                    kind = self._axis_of_tensor(expr.func.value, index, None, fn, operands)
                     return Quantity(kind, self.code(expr)) if kind else None
             return None
         if type(expr) is cst.Subscript and len(expr.slice) == 1:
             element = expr.slice[0].slice
-            index = number(element.value) if type(element) is cst.Index else None
+            index = whole_number(number(element.value)) if type(element) is cst.Index else None
             base = expr.value
             if index is not None and self._is_shape(base):
                 tensor = base.value if type(base) is cst.Attribute else base.func.value  # type: ignore[union-attr]
-                kind = self._axis_of_tensor(tensor, int(index), None, fn, operands)
+                kind = self._axis_of_tensor(tensor, index, None, fn, operands)
                 return Quantity(kind, self.code(expr)) if kind else None
             return None
         if type(expr) is cst.BinaryOperation and type(expr.operator) in (cst.FloorDivide, cst.Divide):

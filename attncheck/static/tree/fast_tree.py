@@ -325,9 +325,9 @@ def _byte_slice(line: str, start: int, end: int | None) -> str:
 
 def build(text: str) -> FastModule:
     """The libcst tree of ``text``, from ``ast.parse``; raises SyntaxError like it."""
+    tree = ast.parse(text)  # first: a file Python rejects is said so, whatever its line endings
     if "\r" in text or "\f" in text or "\v" in text:
         raise NotModelledError("line endings other than \\n")
-    tree = ast.parse(text)
     lines = text.splitlines(keepends=True)
     if len(lines) != text.count("\n") + (not text.endswith("\n") and bool(text)):
         raise NotModelledError("a line separator ast does not split on")
@@ -687,8 +687,13 @@ class _Converter:
         if isinstance(value, ast.Starred):
             return self.at(_new[cst.Arg](value=self.expr(value.value), star="*"), value)
         converted = self.expr(value)
-        # A lone generator argument borrows the call's parentheses in ast's span.
-        located = self.spans.get(id(converted), value) if isinstance(value, ast.GeneratorExp) else value
+        # A lone generator argument borrows the call's parentheses in ast's span. Any other
+        # argument's span is its value's and the parentheses around it, as in libcst (whose
+        # Arg holds the value's ``lpar``/``rpar``): ast's ends inside them (``f(((s)))``).
+        if isinstance(value, ast.GeneratorExp):
+            located = self.spans.get(id(converted), value)
+        else:
+            located = _grouped(self.lines, _span(value))
         return self.at(_new[cst.Arg](value=converted), located)
 
     def keyword(self, node: ast.keyword) -> cst.Arg:

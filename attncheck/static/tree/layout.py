@@ -23,6 +23,7 @@ import libcst as cst
 from libcst._position import CodeRange
 from libcst.metadata.position_provider import PositionProvider, PositionProvidingCodegenState
 
+from attncheck.line_table import line_starts
 from attncheck.static.tree import node_fields
 
 
@@ -186,16 +187,6 @@ class _Positions(Mapping[cst.CSTNode, CodeRange]):
 
     def __len__(self) -> int:
         return len(self._fall_back())
-
-
-def line_starts(text: str) -> list[int]:
-    """The offset in ``text`` at which each of its lines starts."""
-    starts = [0]
-    found = text.find("\n")
-    while found >= 0:
-        starts.append(found + 1)
-        found = text.find("\n", found + 1)
-    return starts
 
 
 def _index(root: cst.CSTNode, unit: Unit, table: dict[cst.CSTNode, Unit]) -> None:

@@ -37,6 +37,7 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from itertools import accumulate, repeat
 
+from attncheck.line_table import OTHER_BREAKS, split_lines
 from attncheck.static.tree.import_names import bound_names
 
 MIN_LINES = 400
@@ -76,8 +77,6 @@ _HEADS = ("def", "class", "def __init__", "def forward")
 # A definition's first word and its name, from the start of its line (the target finder's
 # search uses it too). A lookahead: a keyword alone on its line, unmatched, hides no next line.
 DEFINITION = re.compile(r"(class|(?:async\s+)?def)(?=\s+(\w+))")
-# Where ``str.splitlines`` breaks a line, other than at ``\n``.
-OTHER_BREAKS = "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 # A code line's text after its indentation: not blank, not a comment. The indentation
 # is spaces and tabs only; other whitespace (a no-break space) may start the text.
 _CODE_AFTER_INDENT = r"(?:[^\s#]|[^ \t#\n][^\n]*?\S)"
@@ -135,18 +134,16 @@ class _LineIndex:
     def of_large(cls, text: str) -> _LineIndex | None:
         """The index of ``text``, or None when it has fewer than ``MIN_LINES`` lines.
 
-        ``str.splitlines`` says what the file's lines are; it is called only for a file
-        holding a line break other than ``\\n`` (it builds every line, several times the
-        cost of the membership tests that rule those breaks out)."""
-        if not any(other in text for other in OTHER_BREAKS):
+        ``line_table`` says what the file's lines are; it splits them only for a file
+        holding a lone ``\\r`` (it builds every line, several times the cost of the tests
+        that rule it out)."""
+        if OTHER_BREAKS not in text or text.count(OTHER_BREAKS) == text.count("\r\n"):  # every line ends in \n
             return cls(text) if _has_lines(text, MIN_LINES) else None
-        lines = text.splitlines(keepends=True)
+        lines = split_lines(text, keepends=True)
         if len(lines) < MIN_LINES:
             return None
-        if len(lines) == text.count("\n") + (not text.endswith("\n")):  # every break is a \n
-            return cls(text)
-        # One \n per line instead (``str.splitlines`` also breaks at \r, \f, \x1c...).
-        return cls("\n".join(text.splitlines()) + "\n", lines)
+        # One \n per line instead of a lone \r.
+        return cls("\n".join(split_lines(text)) + "\n", lines)
 
     def number(self, base: int, positions: list[int]) -> None:
         """Number the lines starting at ``positions`` (sorted, after ``base``, which has a

@@ -136,15 +136,25 @@ class _Walker:
         for callback in leaves:
             callback(node)
 
-    def walk(self, node: cst.CSTNode) -> None:
-        visits, leaves, read = self.plans.get(type(node)) or self.plan(type(node))
-        if self._visit(node, visits):
-            skip = self.skip
-            for child in read(node):
-                if type(child) not in skip:
-                    self.walk(child)
-        for callback in leaves:
-            callback(node)
+    def walk(self, root: cst.CSTNode) -> None:
+        """The walk of the tree from ``root``, in pre-order with each node's ``leave_*`` callbacks
+        after its subtree. A loop over a stack, not a recursion: Python parses nesting (a sum
+        of a thousand terms, a chain of a thousand calls) far deeper than its stack allows."""
+        plans, plan, skip = self.plans, self.plan, self.skip
+        # A node still to enter, or (its leave callbacks, the node) once its children are pushed.
+        stack: list[cst.CSTNode | tuple[tuple[Callback, ...], cst.CSTNode]] = [root]
+        while stack:
+            node = stack.pop()
+            if type(node) is tuple:
+                leaves, left = node
+                for callback in leaves:
+                    callback(left)
+                continue
+            visits, leaves, read = plans.get(type(node)) or plan(type(node))
+            if leaves:
+                stack.append((leaves, node))
+            if self._visit(node, visits):
+                stack.extend(reversed([child for child in read(node) if type(child) not in skip]))
 
 
 @cache

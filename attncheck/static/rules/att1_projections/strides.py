@@ -30,11 +30,13 @@ from attncheck.static.analysis.patterns import (
     receiver,
     shape_arguments,
 )
-from attncheck.static.facts import FunctionFacts, self_attribute
+from attncheck.static.facts import FunctionFacts, integer_value, self_attribute
 
 # ``.contiguous()`` ends a walk (the layout is fresh there); ``.to``/``.clone``
 # keep the transposed strides (``memory_format=torch.preserve_format``).
 KEEPS_STRIDES = TRANSPARENT_METHODS - {"contiguous"}
+# Dims at or beyond this are no tensor's (torch allows 64): read as unknown, not laid out.
+MAX_RANK = 64
 _SDPA = "torch.nn.functional.scaled_dot_product_attention"
 _ELEMENTWISE = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide)
 
@@ -331,15 +333,7 @@ def view_verdict(reordering: Reordering, shape: Sequence[cst.BaseExpression] | N
 
 
 def _integer(node: cst.BaseExpression) -> int | None:
-    if type(node) is cst.Integer:
-        return int(node.value)
-    if (
-        type(node) is cst.UnaryOperation
-        and type(node.operator) is cst.Minus
-        and type(node.expression) is cst.Integer
-    ):
-        return -int(node.expression.value)
-    return None
+    return integer_value(node, bound=MAX_RANK)
 
 
 def _is_number(node: cst.BaseExpression) -> bool:

@@ -9,6 +9,7 @@ from attncheck.static import edits
 from attncheck.static.analysis import semantics, syntax
 from attncheck.static.analysis.results import Pipeline, Softmax
 from attncheck.static.analysis.syntax import number
+from attncheck.static.facts import whole_number
 from attncheck.static.rule import Invalid, Rule
 
 _HINT = "normalise over the keys: softmax(scores, dim=-1)"
@@ -94,8 +95,9 @@ class SoftmaxDim(Rule):
             return
         if not softmax.has_dim:
             self._missing_dim(softmax, pipeline)
-        elif dim is not None and number(dim) is not None and not _einsum_key_axis(pipeline, int(number(dim) or 0)):
-            self._wrong_dim(softmax, pipeline, int(number(dim) or 0))
+        elif dim is not None and (axis := whole_number(number(dim))) is not None \
+                and not _einsum_key_axis(pipeline, axis):
+            self._wrong_dim(softmax, pipeline, axis)
 
     def _missing_dim(self, softmax: Softmax, pipeline: Pipeline) -> None:
         rank = pipeline.rank

@@ -73,17 +73,21 @@ class SqrtOfNumber(Rule):
         return edits.complete(edits.replace(self, node.func, f"{name}.sqrt"), *imports)
 
 
-def _is_python_number(value: cst.BaseExpression, context: FileContext) -> bool:
-    """Literals, arithmetic on them, ``x.size(i)``, ``x.shape[i]``, ``len(...)``."""
+def _is_python_number(value: cst.BaseExpression, context: FileContext, seen: frozenset[int] = frozenset()) -> bool:
+    """Literals, arithmetic on them, ``x.size(i)``, ``x.shape[i]``, ``len(...)``. ``seen``: the values
+    already on the way here, so a value computed from itself (``d /= torch.sqrt(d)``) ends the walk."""
     if semantics.of(context).quantity(value, context.function) is not None:
         return True  # a dimension: d_k, self.num_heads, S = query.shape[1]
     value = context.facts.resolve(value, context.function)
+    if id(value) in seen:
+        return False
+    seen |= {id(value)}
     if isinstance(value, (cst.Integer, cst.Float)):
         return True
     if isinstance(value, cst.UnaryOperation):
-        return _is_python_number(value.expression, context)
+        return _is_python_number(value.expression, context, seen)
     if isinstance(value, cst.BinaryOperation):
-        return _is_python_number(value.left, context) and _is_python_number(value.right, context)
+        return _is_python_number(value.left, context, seen) and _is_python_number(value.right, context, seen)
     if isinstance(value, cst.Call):
         name = context.facts.canonical(value.func) or ""
         return name in _NUMBER_CALLS or (name.endswith(".size") and len(value.args) == 1)

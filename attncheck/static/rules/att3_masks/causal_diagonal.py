@@ -23,7 +23,7 @@ from attncheck.static.analysis.patterns import (
     tracer,
 )
 from attncheck.static.context import FileContext
-from attncheck.static.facts import FunctionFacts
+from attncheck.static.facts import FunctionFacts, whole_number
 from attncheck.static.rule import Invalid, Rule
 
 _SDPA = "torch.nn.functional.scaled_dot_product_attention"
@@ -232,10 +232,10 @@ class CausalDiagonal(Rule):
             )
         else:
             return None
-        value = 0.0 if diagonal is None else literal_value(diagonal, self.context.facts)
-        if value is None or value != int(value):
+        value = 0 if diagonal is None else whole_number(literal_value(diagonal, self.context.facts))
+        if value is None:
             return None  # an offset diagonal: deliberate alignment
-        return _Triangle(node, upper, int(value), source, flipped)
+        return _Triangle(node, upper, value, source, flipped)
 
     def _scoring_head(self, site: FillSite, fn: FunctionFacts | None) -> bool:
         """A q·kᵀ product masked here and never softmaxed here: a pointer or matching head

@@ -8,6 +8,7 @@ from functools import cached_property
 import libcst as cst
 from libcst.metadata import PositionProvider
 
+from attncheck.line_table import OTHER_BREAKS, split_lines
 from attncheck.static.analysis.patterns import (
     Polarity,
     argument,
@@ -20,7 +21,6 @@ from attncheck.static.analysis.patterns import (
 from attncheck.static.context import FileContext
 from attncheck.static.facts import FunctionFacts
 from attncheck.static.rule import Invalid, Rule
-from attncheck.static.tree.regions import OTHER_BREAKS
 
 # Phrases whose meaning is "this position is removed" or "this position is kept".
 # Negated phrases come first: "not masked" is a keep, "cannot attend" a block.
@@ -45,7 +45,7 @@ _ZEROS = re.compile(r"\bFalse\b|(?<![\w.\[-])0(?![\w.\]])|为零|\bzeros?\b", re
 # A 0 or 1 alone in a clause is alone in the text around the clause too, whose neighbours are
 # a separator's (a "." of ". " may follow the digit: unlike in _ONES, it is allowed here).
 _LONE_DIGIT = re.compile(r"(?<![\w.\[-])[01](?![\w\]])")
-# A comment: from a line's first # to the end of the line, at any line break ``splitlines`` knows.
+# A comment: from a line's first # to the end of the line, at any line break Python knows.
 _COMMENT = re.compile(f"#([^\n{OTHER_BREAKS}]*)")
 _CONCATS = frozenset({"torch.cat", "torch.concat", "torch.concatenate"})
 _CLAUSE = re.compile(r"[,;，；。\n]|\.\s|\s-\s")
@@ -205,7 +205,7 @@ class MaskPolarity(Rule):
     @cached_property
     def lines(self) -> list[str]:
         """The file's lines, split only for a file with a fill to judge (most have none)."""
-        return self.context.source.text.splitlines()
+        return split_lines(self.context.source.text)
 
     @cached_property
     def _comments_declare(self) -> bool:

@@ -20,7 +20,7 @@ import libcst as cst
 from attncheck.findings import Severity
 from attncheck.static.analysis import rope as rp
 from attncheck.static.context import FileContext
-from attncheck.static.facts import FileFacts, dotted_name
+from attncheck.static.facts import FileFacts, dotted_name, integer_value
 from attncheck.static.rule import Invalid, Rule
 
 _KV_COUNTS = re.compile(
@@ -218,7 +218,7 @@ def _inserted_axis(receiver: cst.BaseExpression) -> int | None:
             if isinstance(element.slice, cst.Index) and dotted_name(element.slice.value) == "None":
                 return position
     if isinstance(receiver, cst.Call) and rp.method_call(receiver, "unsqueeze") and receiver.args:
-        return rp.integer(receiver.args[0].value)
+        return integer_value(receiver.args[0].value)
     return None
 
 

@@ -15,6 +15,7 @@ import libcst as cst
 
 from attncheck.findings import Severity
 from attncheck.static.analysis import rope as rp
+from attncheck.static.facts import integer_value
 from attncheck.static.rule import Invalid, Rule
 from attncheck.static.tree import subtree
 
@@ -337,6 +338,6 @@ def _step_missing(facts, power: rp.FrequencyPower, fn) -> bool:
     # ``arange(d // 2) * 2 / d`` spells the step as a factor.
     return not any(
         isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Multiply)
-        and (rp.integer(n.left) == 2 or rp.integer(n.right) == 2)
+        and (integer_value(n.left) == 2 or integer_value(n.right) == 2)
         for n in subtree.preorder(power.exponent)
     )

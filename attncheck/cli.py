@@ -216,6 +216,15 @@ def rule(code: str) -> None:
         click.echo(text, nl=not text.endswith("\n"))
 
 
+def _register_grade() -> None:
+    from attncheck.grade.command import grade
+
+    cli.add_command(grade)
+
+
+_register_grade()
+
+
 def _console(stream: TextIO):
     from rich.console import Console
 

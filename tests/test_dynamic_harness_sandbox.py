@@ -265,7 +265,7 @@ def test_file_size_limit_becomes_an_error_in_user_code(world):
 def test_parent_secrets_do_not_reach_the_child(world):
     (reply,) = outcome(world, "env_secrets").replies
     assert reply.facts["module_saw"] == {}
-    assert set(reply.facts["child_env"]) <= {*sandbox._environment(Path("/w")), "PWD"}
+    assert set(reply.facts["child_env"]) <= {*sandbox.environment(Path("/w")), "PWD"}
 
 
 def test_sibling_modules_import_and_no_bytecode_is_written(tmp_path):

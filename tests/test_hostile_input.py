@@ -84,7 +84,7 @@ def test_a_fifo_is_never_opened(tmp_path: Path) -> None:
 
 def test_nesting_past_pythons_parser_is_its_syntax_error_at_once() -> None:
     """libcst's parser takes minutes to reject a call nested 600 deep; Python's says it at once."""
-    text = "def f(s):\n    x = " + "f(" * 600 + "s" + ")" * 600 + "\n    return x\x0c\n"
+    text = "def attention(s):\n    x = " + "f(" * 600 + "s" + ")" * 600 + "\n    return x\x0c\n"
     _, _, error = pipeline.lint_source(Source("deep.py", text), pipeline.enabled_codes(Settings()))
     assert error == "syntax error at line 2: too many nested parentheses (Python's own parser rejects the file)"
 

@@ -75,9 +75,11 @@ def sandbox_child(options: DynamicOptions) -> Child:
 
 
 def run_dynamic(
-    results: Sequence[FileResult], options: DynamicOptions, child: Child | None = None
+    results: Sequence[FileResult], options: DynamicOptions, child: Child | None = None, seed: int = SEED
 ) -> tuple[list[Finding], list[TargetResult]]:
-    """Check every target of every file; findings and per-target results, in file order."""
+    """Check every target of every file; findings and per-target results, in file order.
+
+    ``seed`` draws the inputs, masks and weights (``attncheck grade`` draws a fresh one per run)."""
     runnable = [result for result in results if result.targets and result.error is None]
     if child is None:
         try:
@@ -87,7 +89,7 @@ def run_dynamic(
                 TargetResult(t, "error", f"the sandbox is not available: {exc}") for r in runnable for t in r.targets
             ]
     with _one_intra_op_thread(), ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
-        per_file = list(pool.map(lambda r: check_file(r, options, child), runnable))
+        per_file = list(pool.map(lambda r: check_file(r, options, child, seed), runnable))
     findings = [f for file_findings, _ in per_file for f in file_findings]
     target_results = [t for _, file_results in per_file for t in file_results]
     return findings, target_results
@@ -106,7 +108,9 @@ def _one_intra_op_thread() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-def check_file(result: FileResult, options: DynamicOptions, child: Child) -> tuple[list[Finding], list[TargetResult]]:
+def check_file(
+    result: FileResult, options: DynamicOptions, child: Child, seed: int = SEED
+) -> tuple[list[Finding], list[TargetResult]]:
     """All targets of one file through as few children as the file's crashes allow."""
     declarations = getattr(options, "targets", {}) or {}
     outcomes: dict[int, TargetResult] = {}
@@ -117,14 +121,14 @@ def check_file(result: FileResult, options: DynamicOptions, child: Child) -> tup
             continue
         binding = bind(target, declarations.get(target.name))
         if binding.ok:
-            pending.append((index, plan(binding, index, SEED)))
+            pending.append((index, plan(binding, index, seed)))
         else:
             outcomes[index] = TargetResult(target, "skipped", f"{binding.reason}; {binding.hint}")
     path = Path(result.source.path)
     findings: dict[int, list[Finding]] = {}
     while pending:
         request = {
-            "seed": SEED,
+            "seed": seed,
             "device": getattr(options, "device", "auto"),
             "targets": [dict(p.unit, id=str(i)) for i, p in pending],
         }

@@ -179,9 +179,9 @@ class StartedChild:
                     stdout=stdout,
                     stderr=stderr,
                     cwd=self.workdir,
-                    env=_environment(home),
+                    env=environment(home),
                     start_new_session=True,
-                    preexec_fn=_preexec(limits, None if jailed else _nproc_limit()),
+                    preexec_fn=preexec(limits, None if jailed else nproc_limit()),
                 )
             except OSError as error:
                 self.failure = f"could not start the child: {error}"
@@ -198,8 +198,8 @@ class StartedChild:
             except (TypeError, ValueError, AttributeError) as error:
                 self._stop()
                 return ChildOutcome("error", f"cannot send the request: {error}", [], "", "", self.isolation)
-            ending = _watch(self.process, self.workdir, limits, self.started)
-            return _outcome(self.run_dir.path, self.workdir, self.module_path, limits, self.isolation, ending)
+            ending = watch(self.process, self.workdir, limits, self.started)
+            return outcome(self.run_dir.path, self.workdir, self.module_path, limits, self.isolation, ending)
         finally:
             self.run_dir.remove()
 
@@ -252,11 +252,11 @@ def _bwrap_binary() -> str | None:
         return shutil.which("bwrap")
 
 
-def _environment(home: str) -> dict[str, str]:
+def environment(home: str | Path) -> dict[str, str]:
     """Only what Python and torch need: nothing else from the parent's environment."""
     return {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": home,
+        "HOME": str(home),
         "LANG": os.environ.get("LANG", "C.UTF-8"),
         "PYTHONPATH": os.pathsep.join(jail.python_paths()),
         "PYTHONDONTWRITEBYTECODE": "1",
@@ -282,7 +282,7 @@ def _command(
     return [*jail.bwrap_command(binary, workdir, jail.readable_paths(expose), copies), *python]
 
 
-def _nproc_limit() -> int | None:
+def nproc_limit() -> int | None:
     """RLIMIT_NPROC counts every task of the real uid, so allow what it already has plus headroom.
 
     Root is exempt from it (also inside bubblewrap's user namespace): None there; the
@@ -300,7 +300,7 @@ def _nproc_limit() -> int | None:
     return tasks + NPROC_HEADROOM
 
 
-def _preexec(limits: Limits, nproc: int | None):
+def preexec(limits: Limits, nproc: int | None):
     """Runs in the forked child before exec: rlimits and death with the parent."""
     memory = limits.memory_mb * 1024 * 1024
     cpu = limits.cpu_seconds
@@ -322,7 +322,7 @@ def _preexec(limits: Limits, nproc: int | None):
 
 
 @dataclass
-class _Ending:
+class Ending:
     returncode: int
     timed_out: bool = False
     over_disk: bool = False
@@ -330,8 +330,8 @@ class _Ending:
     start_s: float | None = None  # launch to ready; None when the child never got ready
 
 
-def _outcome(
-    run_dir: Path, workdir: Path, module_path: Path, limits: Limits, isolation: str, ending: _Ending
+def outcome(
+    run_dir: Path, workdir: Path, module_path: Path, limits: Limits, isolation: str, ending: Ending
 ) -> ChildOutcome:
     replies, refused = channel.read_replies(workdir)
     status, reason = _judge(ending, replies, refused, channel.finished(workdir), limits, isolation)
@@ -344,7 +344,7 @@ def _outcome(
     return ChildOutcome(status, reason, replies, out_text, err_text, isolation, ending.start_s)
 
 
-def _watch(process: subprocess.Popen, workdir: Path, limits: Limits, started: float) -> _Ending:
+def watch(process: subprocess.Popen, workdir: Path, limits: Limits, started: float) -> Ending:
     """Wait for the child, killing its process group on timeout or a too-large work dir.
 
     The deadline is ``start_s`` after launch until the child says it is ready, then ``timeout_s``
@@ -373,7 +373,7 @@ def _watch(process: subprocess.Popen, workdir: Path, limits: Limits, started: fl
     process.returncode = os.waitstatus_to_exitcode(status)
     _kill_group(process.pid)  # anything left behind in the group
     start_s = (ready_at - started) if ready_at is not None else None
-    return _Ending(process.returncode, timed_out, over_disk, usage.ru_utime + usage.ru_stime, start_s)
+    return Ending(process.returncode, timed_out, over_disk, usage.ru_utime + usage.ru_stime, start_s)
 
 
 def _kill_group(pgid: int) -> None:
@@ -392,7 +392,7 @@ def _tree_bytes(folder: Path) -> int:
 
 
 def _judge(
-    ending: _Ending, replies: list[Reply], refused: str | None, finished: bool, limits: Limits, isolation: str
+    ending: Ending, replies: list[Reply], refused: str | None, finished: bool, limits: Limits, isolation: str
 ) -> tuple[Status, str]:
     """The status and the one line that explains it to the user."""
     if ending.timed_out and ending.start_s is None:
@@ -414,7 +414,7 @@ def _judge(
     return "ok", "completed"
 
 
-def _signal_reason(signum: signal.Signals, ending: _Ending, limits: Limits) -> str:
+def _signal_reason(signum: signal.Signals, ending: Ending, limits: Limits) -> str:
     if signum == signal.SIGXCPU or (signum == signal.SIGKILL and ending.cpu_s >= limits.cpu_seconds):
         return f"used more than {limits.cpu_seconds} s of CPU time (killed by {signum.name})"
     if signum == signal.SIGKILL:

@@ -1,0 +1,146 @@
+"""One student's code cannot read another's, and cannot cost the run; an interrupted run resumes."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from attncheck.grade import assignment, schedule, submissions
+from attncheck.grade.gradebook import Gradebook
+from attncheck.grade.record import GRADED, NOT_RUN
+
+pytest.importorskip("torch")
+pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
+
+CORRECT = (Path(__file__).resolve().parents[2] / "fixtures" / "grading" / "class" / "s01" / "attention.py").read_text()
+SECRET = "the answers to homework 3"
+
+
+def _plan(root: Path, out: Path, **changes) -> schedule.Plan:
+    task = assignment.Assignment(timeout=4.0)
+    return schedule.Plan(submissions.find(root), task, out, (root, out), seed=7, **changes)
+
+
+def test_a_submission_that_reads_a_sibling_or_the_class_folder_gets_nothing(tmp_path):
+    root = tmp_path / "class"
+    (root / "alice").mkdir(parents=True)
+    (root / "alice" / "attention.py").write_text(CORRECT)
+    (root / "alice" / "solution_notes.txt").write_text(SECRET)
+    (root / "mallory").mkdir()
+    snoop = textwrap.dedent(f"""
+        import os
+        from pathlib import Path
+        here = Path(__file__).resolve().parent
+        places = [here.parent, here.parent.parent, Path({str(root)!r}), Path({str(root / "alice")!r})]
+        def peek(place):
+            try:
+                return [os.path.join(place, name) for name in os.listdir(place)]
+            except OSError:
+                return []
+        stolen = [p for place in places for p in peek(place) if "alice" in p or "solution_notes" in p]
+        try:
+            stolen.append(open({str(root / "alice" / "solution_notes.txt")!r}).read())
+        except OSError:
+            pass
+        if stolen:
+            raise RuntimeError("LEAKED " + " ".join(stolen))
+        """)
+    (root / "mallory" / "attention.py").write_text(snoop + CORRECT)
+    grades = {g.student: g for g in schedule.run(_plan(root, tmp_path / "out"))}
+    mallory = grades["mallory"]
+    assert "LEAKED" not in mallory.problem, mallory.problem
+    assert mallory.status == GRADED and mallory.score == mallory.maximum
+    assert mallory.isolation.startswith("forked jail")
+    assert grades["alice"].score == grades["alice"].maximum
+
+
+MEMORY_SNOOP = textwrap.dedent("""
+    import gc
+    NEEDLE = "homework-3-" + "answer-"  # never the whole secret, so the search does not find itself
+    def scan():
+        found = [o for o in gc.get_objects() if isinstance(o, str) and NEEDLE in o
+                 and o.split(NEEDLE, 1)[1][:5] == "XYZ" + "ZY"]
+        with open("/proc/self/maps") as maps, open("/proc/self/mem", "rb", 0) as memory:
+            for region in (line.split() for line in maps):
+                start, end = (int(x, 16) for x in region[0].split("-"))
+                if "r" not in region[1] or end - start > 64 << 20 or region[-1].startswith("[v"):
+                    continue
+                try:
+                    memory.seek(start)
+                    data = memory.read(end - start)
+                except (OSError, ValueError, OverflowError):
+                    continue
+                at = data.find(NEEDLE.encode())
+                while at >= 0:
+                    if data[at + len(NEEDLE): at + len(NEEDLE) + 5] == b"XYZ" + b"ZY":
+                        found.append(start + at)
+                    at = data.find(NEEDLE.encode(), at + 1)
+        return found
+    if scan():
+        raise RuntimeError("LEAKED from an earlier student's memory")
+    """)
+
+
+def test_a_child_holds_no_memory_of_the_students_graded_before_it(tmp_path):
+    root = tmp_path / "class"
+    root.mkdir()
+    (root / "alice.py").write_text("# homework-3-answer-XYZZY: my notes\n" + CORRECT)
+    (root / "mallory.py").write_text(MEMORY_SNOOP + CORRECT)
+    grades = {g.student: g for g in schedule.run(_plan(root, tmp_path / "out"))}
+    assert grades["alice"].status == GRADED
+    assert grades["mallory"].status == GRADED, grades["mallory"].problem
+    assert grades["mallory"].score == grades["mallory"].maximum
+
+
+HOSTILE = {
+    "hang": "import time\nwhile True:\n    time.sleep(0.01)\n",
+    "crash": "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n",
+    "bomb": "blocks = []\nwhile True:\n    blocks.append(bytearray(256 * 1024 * 1024))\n",
+    "flood": "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n",
+}
+
+
+def test_a_hang_a_crash_a_memory_bomb_and_an_output_flood_cost_only_their_own_row(tmp_path):
+    root = tmp_path / "class"
+    root.mkdir()
+    for name, prelude in HOSTILE.items():
+        (root / f"{name}.py").write_text(prelude + CORRECT)
+    (root / "zoe.py").write_text(CORRECT)
+    grades = {g.student: g for g in schedule.run(_plan(root, tmp_path / "out"))}
+    for name in HOSTILE:
+        assert grades[name].status == NOT_RUN, (name, grades[name].problem)
+        assert grades[name].problem and all(g["score"] == 0 for g in grades[name].groups if g["group"] != "static")
+    assert "timed out" in grades["hang"].problem
+    assert "SIGSEGV" in grades["crash"].problem
+    assert grades["zoe"].status == GRADED and grades["zoe"].score == grades["zoe"].maximum
+
+
+def test_an_interrupted_run_resumes_and_a_rerun_grades_only_what_changed(tmp_path):
+    root = tmp_path / "class"
+    root.mkdir()
+    for name in ("ann", "ben", "cal"):
+        (root / f"{name}.py").write_text(CORRECT)
+    out = tmp_path / "out"
+    seen: list[str] = []
+
+    def interrupt_after_one(grade) -> None:
+        seen.append(grade.student)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        schedule.run(_plan(root, out), interrupt_after_one)
+    assert seen == ["ann"]
+    graded: list[str] = []
+    grades = schedule.run(_plan(root, out), lambda grade: graded.append(grade.student))
+    assert [g.status for g in grades] == [GRADED] * 3
+    book = Gradebook(out)
+    runs = book.connection.execute("SELECT submissions, graded FROM runs ORDER BY rowid").fetchall()
+    assert runs[-1] == (3, 2)  # ann came from the gradebook
+    (root / "cal.py").write_text(CORRECT + "\n# a change\n")
+    schedule.run(_plan(root, out))
+    schedule.run(_plan(root, out, rerun=True))
+    runs = book.connection.execute("SELECT submissions, graded FROM runs ORDER BY rowid").fetchall()
+    book.close()
+    assert runs[-2:] == [(3, 1), (3, 3)]

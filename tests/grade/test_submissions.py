@@ -1,0 +1,108 @@
+"""Finding and staging submissions: one per entry, notebooks as scripts, zips extracted safely."""
+
+from __future__ import annotations
+
+import json
+import stat
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from attncheck.grade import submissions
+from attncheck.grade.submissions import UnreadableError
+
+CODE = "import torch\n\ndef attention(q, k, v):\n    return torch.softmax(q @ k.transpose(-2, -1), -1) @ v\n"
+
+
+def _class(tmp_path: Path) -> Path:
+    root = tmp_path / "class"
+    (root / "alice").mkdir(parents=True)
+    (root / "alice" / "attention.py").write_text(CODE)
+    (root / "bob.py").write_text(CODE)
+    cells = [{"cell_type": "markdown", "source": "# hi"},
+             {"cell_type": "code", "source": ["%matplotlib inline\n", "x = 1"]},
+             {"cell_type": "code", "source": CODE}]
+    notebook = {"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    (root / "carol.ipynb").write_text(json.dumps(notebook))
+    with zipfile.ZipFile(root / "dave.zip", "w") as archive:
+        archive.writestr("dave/attention.py", CODE)
+        archive.writestr("__MACOSX/._attention.py", "junk")
+    (root / ".hidden").write_text("x")
+    return root
+
+
+def test_each_entry_is_one_submission_with_a_content_hash(tmp_path):
+    found = submissions.find(_class(tmp_path))
+    assert [s.student for s in found] == ["alice", "bob", "carol", "dave"]
+    assert found[0].digest != found[2].digest and len(found[0].digest) == 64
+    assert submissions.find(tmp_path / "class" / "bob.py")[0].student == "bob"
+
+
+def test_the_hash_changes_with_the_content_only(tmp_path):
+    root = _class(tmp_path)
+    before = submissions.content_hash(root / "alice")
+    assert submissions.content_hash(root / "alice") == before
+    (root / "alice" / "attention.py").write_text(CODE + "# changed\n")
+    assert submissions.content_hash(root / "alice") != before
+
+
+def test_staging_copies_converts_notebooks_and_extracts_zips(tmp_path):
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    staged = {s.student: submissions.stage(s, staging) for s in submissions.find(_class(tmp_path))}
+    assert [p.name for p in staged["alice"].files] == ["attention.py"]
+    carol = staged["carol"]
+    script = carol.files[0]
+    assert script.name == "carol.py" and "#%matplotlib inline" in script.read_text()
+    assert submissions.where(carol.cells["carol.py"], 4) == "cell 3, line 2"
+    assert [p.relative_to(staged["dave"].folder).as_posix() for p in staged["dave"].files] == ["dave/attention.py"]
+    assert not (staged["dave"].folder / "__MACOSX").exists()
+    assert stat.S_IMODE(script.stat().st_mode) == 0o644
+
+
+@pytest.mark.parametrize(("name", "says"), [
+    ("../evil.py", "unsafe name"),
+    ("/etc/evil.py", "unsafe name"),
+    ("a/../../evil.py", "unsafe name"),
+])
+def test_a_zip_with_a_path_out_of_its_folder_is_refused(tmp_path, name, says):
+    archive = tmp_path / "eve.zip"
+    with zipfile.ZipFile(archive, "w") as opened:
+        opened.writestr(name, CODE)
+    with pytest.raises(UnreadableError, match=says):
+        submissions.stage(submissions.find(archive)[0], tmp_path)
+    assert not (tmp_path / "evil.py").exists()
+
+
+def test_a_zip_with_a_link_or_too_much_data_is_refused(tmp_path, monkeypatch):
+    archive = tmp_path / "eve.zip"
+    with zipfile.ZipFile(archive, "w") as opened:
+        link = zipfile.ZipInfo("link.py")
+        link.external_attr = (stat.S_IFLNK | 0o777) << 16
+        opened.writestr(link, "/etc/passwd")
+    with pytest.raises(UnreadableError, match="link or a special file"):
+        submissions.stage(submissions.find(archive)[0], tmp_path)
+    big = tmp_path / "big.zip"
+    with zipfile.ZipFile(big, "w", compression=zipfile.ZIP_DEFLATED) as opened:
+        opened.writestr("a.py", "#" * 5000)
+    monkeypatch.setattr(submissions, "MAX_BYTES", 1000)
+    with pytest.raises(UnreadableError, match="too large"):
+        submissions.stage(submissions.find(big)[0], tmp_path)
+
+
+def test_not_a_zip_or_no_python_is_a_clear_reason(tmp_path):
+    (tmp_path / "broken.zip").write_bytes(b"PK not really")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "notes.txt").write_text("hello")
+    (tmp_path / "essay.docx").write_bytes(b"x")
+    reasons = {}
+    for found in submissions.find(tmp_path):
+        staging = tmp_path / "s" / found.student
+        staging.mkdir(parents=True)
+        with pytest.raises(UnreadableError) as raised:
+            submissions.stage(found, staging)
+        reasons[found.student] = str(raised.value)
+    assert reasons["broken"].startswith("cannot read the zip file")
+    assert reasons["empty"] == "no Python file or notebook found in the submission"
+    assert reasons["essay"].startswith("not a submission: essay.docx")

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
+from attncheck import catalogue
 from attncheck.findings import Finding, Severity, TargetResult
 
 PASSED_REASON = "the dynamic check ran this target and it matched the reference"
@@ -50,7 +51,10 @@ def merge(static: Sequence[Finding], dynamic: Iterable[Finding],
 
 def _both(static: Finding, dynamic: Finding) -> Finding:
     evidence = [*static.evidence, f"dynamic: {dynamic.message}", *dynamic.evidence]
-    return replace(static, source="both", severity=max(static.severity, dynamic.severity), evidence=evidence)
+    # a dynamic mutant that reproduces a by-design construct only confirms what the code does
+    designed = catalogue.by_design(static.code, static.severity)
+    severity = static.severity if designed else max(static.severity, dynamic.severity)
+    return replace(static, source="both", severity=severity, evidence=evidence)
 
 
 def _downgraded(finding: Finding) -> Finding:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,7 @@ def import_path(path: Path):
     if path not in _MODULES:
         spec = importlib.util.spec_from_file_location(f"fixture_{path.stem}", path)
         module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # as a real import: flex_attention's tracing looks the module up
         spec.loader.exec_module(module)
         _MODULES[path] = module
     return _MODULES[path]

@@ -62,6 +62,24 @@ def test_static_finding_on_a_target_that_passed_is_downgraded_to_info(in_process
     assert not pipeline.has_problems(outcome)
 
 
+def test_a_dynamic_mutant_does_not_raise_a_static_by_design_verdict(in_process):
+    # T5 leaves its scores unscaled on purpose: the static pass says so at warning, and the
+    # dynamic no-scale mutant that reproduces the output confirms it rather than making it an error.
+    outcome = _run(FIXTURES / "buggy" / "t5_unscaled_documented.py")
+    (finding,) = [f for f in outcome.findings if f.code == "ATT201"]
+    assert (finding.source, finding.severity) == ("both", Severity.WARNING)
+
+
+def test_t5_relative_bias_unscaled_by_design_passes_and_its_warning_becomes_info(in_process):
+    # the static "by design" verdict makes scale 1 the declared one; with the bucketed bias the
+    # reference matches, so nothing is left at warning or above
+    outcome = _run(FIXTURES / "buggy" / "t5_relative_bias_by_design.py")
+    assert [t.status for t in outcome.targets] == ["passed"]
+    (finding,) = outcome.findings
+    assert (finding.code, finding.severity) == ("ATT201", Severity.INFO)
+    assert not pipeline.has_problems(outcome)
+
+
 def test_dynamic_only_finding_is_added_at_the_target(in_process):
     outcome = _run(FIXTURES / "seeds" / "seed002_self_attention.py")
     nan = [f for f in outcome.findings if f.code == "ATT303"]

@@ -22,7 +22,7 @@ import torch
 
 from attncheck.dynamic import codes
 from attncheck.dynamic.diagnosis.diagnose import Diagnosis, diagnose
-from attncheck.dynamic.probes.base import JudgeView
+from attncheck.dynamic.probes.base import Fit, JudgeView
 from attncheck.dynamic.reference.mha import Causal, Projections, RopeHook
 from attncheck.dynamic.reference.mutants import MUTANTS, Case, Mutant, Setting
 from attncheck.dynamic.reference.rope import RopeSpec, rope_hook
@@ -67,11 +67,17 @@ def observation(
 
 
 def setting_for(
-    projections: Projections | None, heads: int, kv_heads: int | None, rope: RopeSpec | None
+    projections: Projections | None,
+    heads: int,
+    kv_heads: int | None,
+    rope: RopeSpec | None,
+    fit: Fit | None = None,
 ) -> Setting:
-    """The diagnosis setting; ``projections`` None is a bare function (identity projections)."""
+    """The diagnosis setting; ``projections`` None is a bare function (identity projections).
+    ``fit`` (a ``probes.Fit``) adds the variant the module declares and its q/k norm."""
     proj = projections if projections is not None else Projections(None, None, None, None)
-    return Setting(proj, heads, kv_heads if kv_heads and kv_heads != heads else None, rope)
+    variant, qk_norm = (fit.variant, fit.qk_norm) if fit is not None else (None, None)
+    return Setting(proj, heads, kv_heads if kv_heads and kv_heads != heads else None, rope, variant, qk_norm)
 
 
 def mutants_for(style: str) -> tuple[Mutant, ...]:
@@ -149,6 +155,11 @@ def intended_causal(judge: JudgeView) -> Causal:
     return fit.causal if fit is not None and fit.causal != "none" else "top-left"
 
 
+DECLARED_SETTINGS = 6
+"""How many of the declared variant's readings (window conventions, pairings, ALiBi forms) the
+diagnosis tries, closest first: a mistake inside a variant is named against the reading it breaks."""
+
+
 def _settings(judge: JudgeView) -> list[Setting]:
     fit = judge.fit
     heads = judge.binding.dims.heads
@@ -157,13 +168,17 @@ def _settings(judge: JudgeView) -> list[Setting]:
     else:
         assert fit is not None and fit.assignment is not None
         projections, kv_heads = fit.assignment.projections, fit.assignment.kv_heads
-    if fit is not None and fit.rope is not None:
-        specs: list[RopeSpec | None] = [fit.rope]
-    elif "rope" in judge.binding.target.kinds:
-        specs = list(rope_candidates(judge.binding.dims.d_model // heads))
-    else:
-        specs = [None]
-    return [setting_for(projections, heads, kv_heads, spec) for spec in specs]
+    readings = [fit, *(f for f in judge.declared_readings if f is not fit)][:DECLARED_SETTINGS]
+    settings = []
+    for reading in readings:
+        if reading is not None and reading.rope is not None:
+            specs: list[RopeSpec | None] = [reading.rope]
+        elif "rope" in judge.binding.target.kinds:
+            specs = list(rope_candidates(judge.binding.dims.d_model // heads))
+        else:
+            specs = [None]
+        settings += [setting_for(projections, heads, kv_heads, spec, reading) for spec in specs]
+    return settings
 
 
 def diagnose_judge(judge: JudgeView, names: Sequence[str], combo: str | None = None) -> Explanation | None:
@@ -194,4 +209,6 @@ def rope_text(spec: RopeSpec) -> str:
     """A rotary embedding as the report names it."""
     style = {"half": "half-split (rotate_half, HF LLaMA)", "interleaved": "interleaved pairs (Meta, GPT-J)"}
     width = f", first {spec.rotary_dim} dims of each head" if spec.rotary_dim is not None else ""
-    return f"{style[spec.style]}, base {spec.base:g}{width}"
+    source = spec.scheme if spec.frequencies is not None and spec.scheme else f"base {spec.base:g}"
+    factor = f", cos/sin x {spec.attention_factor:.4g}" if spec.attention_factor != 1.0 else ""
+    return f"{style[spec.style]}, {source}{width}{factor}"

@@ -34,7 +34,7 @@ from torch.overrides import TorchFunctionMode
 
 from attncheck.dynamic.binding.bind import all_sizes, size_for
 from attncheck.dynamic.harness.protocol import Experiment
-from attncheck.dynamic.inside import kv_cache, kv_perturb
+from attncheck.dynamic.inside import kv_cache, kv_perturb, variant_facts
 
 Tensors = dict[str, torch.Tensor]
 DROPOUT_RATE = 0.5
@@ -97,6 +97,7 @@ class _Target:
         self.instances: dict[str, Any] = {}
         self.candidate: dict | None = None
         self.dropout_calls = 0
+        self.no_grad: str | None = None  # why the forwards run without gradients (flex_attention on CPU)
 
     def construct(self, candidate: dict, rate: float) -> nn.Module:
         kwargs = dict(candidate["kwargs"])
@@ -153,6 +154,7 @@ class _Target:
 
 
 LOW_PRECISION = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+_FLEX_NO_BACKWARD = "FlexAttention does not support backward"
 
 
 def _lowered(tensor: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
@@ -210,6 +212,7 @@ def _run_target(
         facts["causal_buffer"] = _has_causal_buffer(instance)
         facts["attrs"] = {k: v for k, v in vars(instance).items() if isinstance(v, int) and not isinstance(v, bool)}
         facts["flags"] = {k: v for k, v in vars(instance).items() if isinstance(v, bool)}
+        facts["declared"] = variant_facts.declarations(instance, out)
         facts["dropout"] = {
             "configured": bool(target.candidate and (target.candidate["dropout_names"] or target.candidate["config"])),
             "modules": sum(isinstance(m, nn.modules.dropout._DropoutNd) for m in instance.modules()),
@@ -245,6 +248,7 @@ def _run_experiment(target: _Target, experiment: Experiment, facts: dict, out: T
     cotangent = experiment.cotangent
     recorder = None
     perturbing: list[Any] = []
+    failure: Exception | None = None
     try:
         instance = target.instance(experiment.instance)
         if experiment.record:
@@ -254,7 +258,9 @@ def _run_experiment(target: _Target, experiment: Experiment, facts: dict, out: T
         if isinstance(instance, nn.Module):
             instance.train(experiment.mode == "train")
             instance.zero_grad(set_to_none=True)
-        with torch.set_grad_enabled(cotangent is not None):
+            if target.no_grad:
+                instance.requires_grad_(False)
+        with torch.set_grad_enabled(cotangent is not None and not target.no_grad):
             extra = {}
             if experiment.kv_cache and isinstance(instance, nn.Module):
                 cache = target.kv_cache(instance, experiment)
@@ -273,14 +279,21 @@ def _run_experiment(target: _Target, experiment: Experiment, facts: dict, out: T
                     if p.requires_grad
                 }
     except Exception as exc:
-        facts["experiments"][name] = {"ok": False, "error": error_facts(exc, target.file)}
-        return False
+        failure = exc
     finally:
         for handle in perturbing:
             handle.remove()
         if recorder is not None:
             recorder.close()
             facts["softmax"] = recorder.softmax
+    if failure is not None:
+        if target.no_grad is None and _FLEX_NO_BACKWARD in str(failure):
+            # flex_attention checks the tensors' requires_grad flag, not the grad mode: run without either
+            target.no_grad = "the forward calls flex_attention, which has no backward on CPU: run without gradients"
+            facts["no_grad"] = target.no_grad
+            return _run_experiment(target, experiment, facts, out)
+        facts["experiments"][name] = {"ok": False, "error": error_facts(failure, target.file)}
+        return False
     facts["experiments"][name] = {"ok": True, "shape": list(output.shape), "weights": weights is not None}
     out[f"{name}/out"] = output.detach().to("cpu", torch.float64)
     if experiment.all_outputs:  # a rotary function's second tensor (its rotated k)

@@ -20,6 +20,8 @@ from attncheck.dynamic.binding.weights import Assignment
 from attncheck.dynamic.harness.protocol import Experiment
 from attncheck.dynamic.reference import mha as reference
 from attncheck.dynamic.reference.rope import RopeSpec
+from attncheck.dynamic.reference.variant_fit import Candidate
+from attncheck.dynamic.reference.variants import Variant
 from attncheck.findings import Check
 
 Outcome = tuple[Check, str | None, str]  # a check, and when it failed the code and message of its finding
@@ -47,6 +49,15 @@ class Fit:
     causal: reference.Causal
     error: float
     rope: RopeSpec | None = None
+    declared: Candidate | None = None  # the variant the module declares, when plain does not fit
+
+    @property
+    def variant(self) -> Variant | None:
+        return self.declared.variant if self.declared is not None else None
+
+    @property
+    def qk_norm(self) -> reference.RopeHook | None:
+        return self.declared.qk_norm if self.declared is not None else None
 
 
 class Planner(Protocol):
@@ -70,6 +81,7 @@ class JudgeView(Protocol):
     static_codes: Collection[str]  # codes the static pass found on this target
     found_codes: Sequence[str | None]  # codes of the checks judged before this probe
     fit: Fit | None
+    declared_readings: Sequence[Fit]  # when nothing fits: the declared variant's readings, closest first
     binding: Binding
     plan: Plan
     facts: dict[str, Any]

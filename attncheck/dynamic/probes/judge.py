@@ -27,6 +27,7 @@ from attncheck.dynamic.probes import structure
 from attncheck.dynamic.probes.base import Fit, Plan
 from attncheck.dynamic.probes.registry import all_probes
 from attncheck.dynamic.reference import mha as reference
+from attncheck.dynamic.reference import variant_fit, variants
 from attncheck.dynamic.reference.tolerance import max_error, tolerance
 from attncheck.findings import Check
 
@@ -237,6 +238,7 @@ class Judge:
         self.tol = tolerance(torch.float64, 0.0)
         self.fit: Fit | None = None
         self.found_codes: list[str | None] = []  # codes of the checks judged so far (base.JudgeView)
+        self.declared_readings: list[Fit] = []  # when nothing fits: the declared variant's readings, closest first
 
     # -- helpers
 
@@ -261,7 +263,7 @@ class Judge:
             causal = reference.causal_keep(query.shape[2], key.shape[2], fit.causal)
             if causal is not None:
                 keep = causal if keep is None else keep & causal
-            return reference.sdpa(query, key, value, keep).transpose(1, 2)
+            return variants.attend(query, key, value, fit.variant or variants.PLAIN, keep).transpose(1, 2)
         assert fit.assignment is not None
         return reference.mha(
             query,
@@ -273,6 +275,8 @@ class Judge:
             keep=keep,
             causal=fit.causal,
             rope=explain.rope_for(fit.rope, query, key),
+            qk_norm=fit.qk_norm,
+            variant=fit.variant,
         )
 
     def expected_shape(self) -> tuple[int, ...]:
@@ -298,10 +302,14 @@ class Judge:
         if self.ran("plain"):
             found.append(Verdict(*structure.nan_rows(self.output("plain"))))
         named = any(v.code and v.code.startswith(structure.MISTAKE_PREFIXES) for v in found)
+        unmodelled = variant_fit.unmodelled(self.facts.get("declared"))
         for i, verdict in enumerate(found):
             if verdict.code == codes.REFERENCE_MISMATCH:
                 if named:
                     found[i] = Verdict(verdict.check)
+                elif unmodelled:
+                    detail = f"{unmodelled} ({verdict.check.detail})"
+                    found[i] = Verdict(replace(verdict.check, status="skipped", detail=detail))
                 else:
                     properties = [v.check for v in found if v is not verdict]
                     found[i] = replace(verdict, message=structure.unexplained_message(verdict.message, properties))
@@ -345,28 +353,57 @@ class Judge:
         else:
             layers = layers_from(self.facts.get("layers", []), self.out)
             candidates = list(assignments(layers, self.binding.dims.width, self.binding.dims.heads))
-        output = self.output("plain")
-        fits = [
-            Fit(a, c, max_error(output, self.reference("plain", None, Fit(a, c, 0.0))))
-            for a in candidates
-            for c in options
-        ]
+        fits = self._errors([Fit(a, c, 0.0) for a in candidates for c in options])
         matching = [fit for fit in fits if fit.error <= self.tol]
-        if not matching and "rope" in self.binding.target.kinds and self.style != "function":
+        rotary = "rope" in self.binding.target.kinds and self.style != "function"
+        if not matching and rotary:
             specs = explain.rope_candidates(self.binding.dims.d_model // self.binding.dims.heads)
-            rotary = [Fit(f.assignment, f.causal, 0.0, spec) for f in fits for spec in specs]
-            rotary = [replace(f, error=max_error(output, self.reference("plain", None, f))) for f in rotary]
-            matching = [fit for fit in rotary if fit.error <= self.tol]
+            matching = [
+                f for f in self._errors([replace(f, rope=s) for f in fits for s in specs]) if f.error <= self.tol
+            ]
+        declared = [] if matching else self._declared_fits(candidates, options, rotary)
+        matching = matching or [fit for fit in declared if fit.error <= self.tol]
         if matching:
             return matching[0]
-        # Nothing matches: describe the layers in their natural order rather than the least-bad shuffle.
-        return min((fit for fit in fits if fit.assignment is candidates[0]), key=lambda fit: fit.error)
+        # Nothing matches: describe the layers in their natural order rather than the least-bad shuffle,
+        # inside the variant the module declares (so a mistake is named against that variant).
+        natural = sorted((fit for fit in declared or fits if fit.assignment is candidates[0]), key=lambda f: f.error)
+        self.declared_readings = natural if declared else []
+        return natural[0]
+
+    def _errors(self, fits: list[Fit]) -> list[Fit]:
+        output = self.output("plain")
+        return [replace(fit, error=max_error(output, self.reference("plain", None, fit))) for fit in fits]
+
+    def _declared_fits(
+        self, candidates: list[Assignment | None], options: list[reference.Causal], rotary: bool
+    ) -> list[Fit]:
+        """Fits with the variant the module declares (its RoPE base and scaling, window, ALiBi...)."""
+        query, key, _ = self.role_inputs("plain")
+        seq_axis = 2 if self.style == "function" else 1
+        declared = variant_fit.Declared(
+            self.facts.get("declared") or {},
+            self.out,
+            self.binding.dims.heads,
+            self.binding.dims.d_model // self.binding.dims.heads,
+            query.shape[seq_axis],
+            key.shape[seq_axis],
+        )
+        fits = []
+        for candidate in variant_fit.candidates(declared, self.static_codes, rotary):
+            ropes = [candidate.rope]
+            if candidate.rope is None and rotary:
+                ropes = list(explain.rope_candidates(declared.head_dim))
+            causal_options = ["none"] if candidate.masks_causal else options
+            fits += [Fit(a, c, 0.0, rope, candidate) for a in candidates for c in causal_options for rope in ropes]
+        return self._errors(fits)
 
     def describe_fit(self) -> str:
         assert self.fit is not None
         mapping = self.fit.assignment.description if self.fit.assignment else "bare function"
         rope = f"; rotary: {explain.rope_text(self.fit.rope)}" if self.fit.rope else ""
-        return f"{mapping}; causal: {self.fit.causal}{rope}"
+        variant = f"; declared variant: {self.fit.variant.name}" if self.fit.variant else ""
+        return f"{mapping}; causal: {self.fit.causal}{rope}{variant}"
 
     def reference_check(self) -> Verdict:
         assert self.fit is not None
@@ -564,6 +601,9 @@ class Judge:
             return True, "its name or documentation says causal"
         if self.fit is not None and self.fit.causal != "none" and self.fit.error <= self.tol:
             return True, f"its output matches the {self.fit.causal} causal reference"
+        declared = self.fit.declared if self.fit is not None else None
+        if declared is not None and declared.masks_causal:
+            return True, f"it declares a causal {declared.variant.name}"
         return False, ""
 
     def permutation(self) -> Verdict:
@@ -572,6 +612,12 @@ class Judge:
             return Verdict(Check(name, "skipped", "causal attention is not permutation-equivariant"))
         if "rope" in self.binding.target.kinds:
             return Verdict(Check(name, "skipped", "rotary attention depends on positions by design"))
+        unmodelled = variant_fit.unmodelled(self.facts.get("declared"))
+        if unmodelled:
+            return Verdict(Check(name, "skipped", unmodelled))
+        variant = self.fit.variant if self.fit is not None else None
+        if variant is not None and variant.positional:
+            return Verdict(Check(name, "skipped", f"the declared {variant.name} depends on positions by design"))
         if not (self.ran("permuted") and self.ran("plain")):
             return Verdict(Check(name, "skipped", "the permuted experiment raised"))
         permutation = torch.from_numpy(self.plan.keep["permutation"])
@@ -638,6 +684,8 @@ class Judge:
 
     def gradients(self) -> Verdict:
         grads = self.facts.get("grads")
+        if self.facts.get("no_grad"):
+            return Verdict(Check("gradients", "skipped", self.facts["no_grad"]))
         if grads is None:
             return Verdict(Check("gradients", "skipped", "backward did not run"))
         if not grads:

@@ -10,16 +10,18 @@ a mask is boolean with True meaning *keep*, broadcastable to (b, h, q, k).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
 
+from attncheck.dynamic.reference.variants import Variant, attend
+
 Causal = Literal["none", "top-left", "bottom-right"]
 RopeHook = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
-"""Rotates per-head (q, k) of shape (b, h, s, dh) before the scores; see ``rope.rope_hook``."""
+"""Rotates per-head (q, k) of shape (b, h, s, dh) before the scores; see ``rope.rope_hook``.
+The same signature serves the module's own q/k norm layers (``variant_fit.qk_norm_hook``)."""
 
 
 @dataclass(frozen=True)
@@ -85,17 +87,9 @@ def sdpa(
 
     K/V may have fewer heads than Q (grouped-query attention): query head h
     uses KV head h // (Hq / Hkv), as HF ``repeat_kv`` and SDPA ``enable_gqa`` do.
+    Plain attention is the variant with no terms (``variants.attend``).
     """
-    hq, hkv = q.shape[1], k.shape[1]
-    if hq != hkv:
-        k = k.repeat_interleave(hq // hkv, dim=1)
-        v = v.repeat_interleave(hq // hkv, dim=1)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    scores = torch.einsum("bhqd,bhkd->bhqk", q, k) * scale
-    if keep is not None:
-        scores = scores.masked_fill(~keep, float("-inf"))
-    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # all -inf rows -> 0
-    return torch.einsum("bhqk,bhkd->bhqd", weights, v)
+    return attend(q, k, v, Variant(scale=scale), keep)
 
 
 def mha(
@@ -110,20 +104,26 @@ def mha(
     causal: Causal = "none",
     scale: float | None = None,
     rope: RopeHook | None = None,
+    qk_norm: RopeHook | None = None,
+    variant: Variant | None = None,
 ) -> torch.Tensor:
     """Multi-head (or grouped-query) attention on batch-first (b, s, d) inputs.
 
-    ``rope`` rotates the per-head q and k (rotary position embedding) when given.
+    ``qk_norm`` normalises the per-head q and k (QK-norm), then ``rope`` rotates them
+    (rotary position embedding); ``variant`` adds its score, mask and sink terms.
     """
     q = split_heads(_apply(proj.q, query), num_heads)
     k = split_heads(_apply(proj.k, key), num_kv_heads or num_heads)
     v = split_heads(_apply(proj.v, value), num_kv_heads or num_heads)
+    if qk_norm is not None:
+        q, k = qk_norm(q, k)
     if rope is not None:
         q, k = rope(q, k)
     causal_mask = causal_keep(q.shape[2], k.shape[2], causal)
     if causal_mask is not None:
         keep = causal_mask if keep is None else keep & causal_mask
-    return _apply(proj.o, merge_heads(sdpa(q, k, v, keep, scale)))
+    variant = variant if variant is not None else Variant(scale=scale)
+    return _apply(proj.o, merge_heads(attend(q, k, v, variant, keep)))
 
 
 def fully_masked_rows(keep: torch.Tensor | None, shape: tuple[int, int, int, int]) -> torch.Tensor:

@@ -26,8 +26,17 @@ from typing import Any, Literal
 import torch
 
 from attncheck.dynamic import codes
-from attncheck.dynamic.reference.mha import Causal, Linear, Projections, causal_keep, merge_heads, split_heads
+from attncheck.dynamic.reference.mha import (
+    Causal,
+    Linear,
+    Projections,
+    RopeHook,
+    causal_keep,
+    merge_heads,
+    split_heads,
+)
 from attncheck.dynamic.reference.rope import RopeSpec, apply_rope
+from attncheck.dynamic.reference.variants import Variant, index_grid
 
 
 @dataclass(frozen=True)
@@ -58,12 +67,16 @@ class Case:
 
 @dataclass(frozen=True)
 class Setting:
-    """What is known about the module: its weights, head counts and rotary embedding."""
+    """What is known about the module: its weights, head counts and rotary embedding, and the
+    variant it declares (its scale, score and mask terms, sinks) and its q/k norm layers, so that
+    a mistake inside a variant is named against that variant, not against plain attention."""
 
     proj: Projections
     num_heads: int
     num_kv_heads: int | None = None
     rope: RopeSpec | None = None
+    variant: Variant | None = None
+    qk_norm: RopeHook | None = None
 
 
 class InapplicableError(ValueError):
@@ -242,6 +255,8 @@ class Stages:
         v = _split(case.value if "v" in raw else self.projected("v"), hkv, knobs.split)
         if not q.shape[-1] == k.shape[-1] == v.shape[-1]:
             raise InapplicableError("query, key and value heads differ in width")
+        if setting.qk_norm is not None:
+            q, k = setting.qk_norm(q, k)
         if setting.rope is not None:
             q_pos, k_pos = case.positions()
             args = _rope_args(setting.rope, knobs.rope)
@@ -285,28 +300,55 @@ class Stages:
         if keep is not None and knobs.mask == "inverted":
             keep = ~keep
         causal = _causal_keep(case.query.shape[1], case.key.shape[1], case.causal, knobs.causal)
+        variant = self.setting.variant
+        if variant is not None and variant.mask_mods and knobs.causal == "as_meant":
+            grid = index_grid(1, self.setting.num_heads, case.query.shape[1], case.key.shape[1])
+            for mask_mod in variant.mask_mods:
+                allowed = mask_mod(*grid)
+                causal = allowed if causal is None else causal & allowed
         if causal is None:
             return keep
         return causal if keep is None else keep & causal
+
+    def _scored(self, raw: torch.Tensor, factor: float) -> torch.Tensor:
+        """Scaled scores with the variant's score terms (bias, soft-cap) on them."""
+        scores = raw * factor
+        variant = self.setting.variant
+        if variant is not None and variant.score_mods:
+            grid = index_grid(*scores.shape)
+            for score_mod in variant.score_mods:
+                scores = score_mod(scores, *grid)
+        return scores
+
+    def _softmax(self, scores: torch.Tensor, axis: int) -> torch.Tensor:
+        """Softmax over ``axis``, with the variant's sink logits joining each key-axis row."""
+        sinks = self.setting.variant.sinks if self.setting.variant is not None else None
+        if sinks is None or axis != -1:
+            return torch.softmax(scores, dim=axis)
+        sink = sinks.to(scores.dtype).view(1, -1, 1, 1).expand(*scores.shape[:3], 1)
+        return torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
 
     def _weights(self, knobs: Knobs) -> torch.Tensor:
         raw = self.raw_scores(knobs)
         b, h, q_len, k_len = raw.shape
         factor = scale_factor(knobs.scale, self.qkv(knobs)[0].shape[-1], self.case.query.shape[-1], q_len, k_len)
+        declared = self.setting.variant.scale if self.setting.variant is not None else None
+        if declared is not None and knobs.scale == "head_dim":
+            factor = declared  # the module's declared scale is the intended one
         keep = self._keep(knobs)
         mask = "fill" if knobs.mask == "inverted" else knobs.mask
         if keep is not None:
             keep = keep.expand(b, h, q_len, k_len)
         axis = _AXIS[knobs.softmax]
         if knobs.order == "scale_after_softmax":
-            return torch.softmax(_masked(raw, keep, mask), dim=axis) * factor
+            return self._softmax(_masked(self._scored(raw, 1.0), keep, mask), axis) * factor
         if knobs.order == "mask_after_softmax":
-            weights = torch.softmax(raw * factor, dim=axis)
+            weights = self._softmax(self._scored(raw, factor), axis)
             return weights if keep is None else weights * keep
         if knobs.order == "softmax_mask_softmax":
-            first = torch.softmax(raw * factor, dim=-1)
-            return torch.softmax(_masked(first, keep, mask), dim=axis)
-        return torch.softmax(_masked(raw * factor, keep, mask), dim=axis)
+            first = self._softmax(self._scored(raw, factor), -1)
+            return self._softmax(_masked(first, keep, mask), axis)
+        return self._softmax(_masked(self._scored(raw, factor), keep, mask), axis)
 
     def output(self, knobs: Knobs) -> torch.Tensor:
         """(b, q, d) output of the mutated reference."""

@@ -35,14 +35,21 @@ class RopeSpec:
     style: Style = "half"
     rotary_dim: int | None = None  # None: the whole head
     base: float = 10000.0
+    frequencies: tuple[float, ...] | None = None  # declared by the module (rope_scaling, inv_freq); None: from base
+    attention_factor: float = 1.0  # multiplies cos and sin (YaRN, LongRoPE)
+    scheme: str = ""  # where explicit frequencies come from, for the report
 
     def width(self, head_dim: int) -> int:
         return head_dim if self.rotary_dim is None else self.rotary_dim
 
+    def inv_freq(self, head_dim: int, variant: InvFreq = "standard") -> torch.Tensor:
+        """The spec's frequencies; a mistaken ``variant`` is always built from the base."""
+        if self.frequencies is not None and variant == "standard":
+            return torch.tensor(self.frequencies, dtype=torch.float64)
+        return inv_freq(self.width(head_dim), self.base, variant, head_dim)
 
-def inv_freq(
-    rotary_dim: int, base: float, variant: InvFreq = "standard", head_dim: int | None = None
-) -> torch.Tensor:
+
+def inv_freq(rotary_dim: int, base: float, variant: InvFreq = "standard", head_dim: int | None = None) -> torch.Tensor:
     """(r/2,) angular frequencies; the variants are the known ways to get them wrong.
 
     standard: ``base^(-2i/r)``; missing-step-2: ``base^(-i/r)`` (``arange(r//2)/r``);
@@ -92,8 +99,9 @@ def apply_rope(
     """
     head_dim = x.shape[-1]
     r = spec.width(head_dim)
-    freqs = positions.to(torch.float64).unsqueeze(-1) * inv_freq(r, spec.base, frequencies, head_dim)
+    freqs = positions.to(torch.float64).unsqueeze(-1) * spec.inv_freq(head_dim, frequencies)
     cos, sin = _cos_sin(freqs, layout or spec.style)
+    cos, sin = cos * spec.attention_factor, sin * spec.attention_factor
     if cos.dim() == 3:  # (b, s, r) -> (b, 1, s, r): one rotation shared by the heads
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
     rot, rest = x[..., :r], x[..., r:]
@@ -196,9 +204,7 @@ def _fit_base(freqs: list[float], rotary_dim: int) -> float | None:
     return math.exp(-slope)
 
 
-def _rotation_defects(
-    images: torch.Tensor, pairs: list[tuple[int, int]], tol: float
-) -> tuple[list[float], int, bool]:
+def _rotation_defects(images: torch.Tensor, pairs: list[tuple[int, int]], tol: float) -> tuple[list[float], int, bool]:
     """Per pair: the angle per position (from p=1), the sign, and whether every
     position is an exact 2-D rotation by p times that angle."""
     freqs, signs, exact = [], set(), True

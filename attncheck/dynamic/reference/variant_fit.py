@@ -1,0 +1,262 @@
+"""The reference configurations a module's declarations allow, anchored to what it declares.
+
+The child reads a module's variant parameters (``inside.variant_facts``); this module turns them into
+the few reference configurations they admit: the declared RoPE frequencies in both pairing
+conventions, a window in both off-by-one conventions, ALiBi in its three forms, and every other
+declared term (soft-cap, scale, sinks, q/k norm, T5 table) as declared. Nothing is fitted
+freely: a RoPE with the wrong exponent at declared base b equals a correct RoPE of base sqrt(b),
+and since only base b is tried, it stays a mismatch for the diagnosis to name (ATT402).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from attncheck.dynamic.reference import rope_scaling, variants
+from attncheck.dynamic.reference.mha import RopeHook, merge_heads, split_heads
+from attncheck.dynamic.reference.rope import RopeSpec
+from attncheck.dynamic.reference.variants import Variant
+
+BASE_NAMES = ("rope_theta", "rotary_base", "rotary_emb_base", "base")
+WINDOW_NAMES = ("sliding_window", "window_size")
+CAP_NAMES = ("softcap", "attn_logit_softcapping", "logit_softcap")
+SCALE_NAMES = ("scaling", "scale", "softmax_scale")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One reference configuration: the variant's terms, its rotation and its q/k norm."""
+
+    variant: Variant
+    rope: RopeSpec | None = None
+    qk_norm: RopeHook | None = None
+    masks_causal: bool = False  # the variant's mask is causal itself (window, chunks)
+
+
+@dataclass(frozen=True)
+class Declared:
+    """The child's ``variant_facts.declarations`` facts with their tensors, and the sizes they are read at."""
+
+    facts: Mapping[str, Any]
+    tensors: Mapping[str, torch.Tensor]
+    heads: int
+    head_dim: int
+    q_len: int
+    k_len: int
+
+    def scalar(self, names: Collection[str]) -> Any:
+        scalars = self.facts.get("scalars", {})
+        return next((scalars[n] for n in names if n in scalars), None)
+
+    def tensor(self, role: str) -> torch.Tensor | None:
+        return self.tensors.get(f"declared/{role}")
+
+    @property
+    def anything(self) -> bool:
+        return bool(self.facts.get("scalars") or self.facts.get("tensors") or self.facts.get("norms"))
+
+
+def unmodelled(facts: Mapping[str, Any] | None) -> str | None:
+    """The constructs a module shows that the reference does not model, worded for a skip."""
+    constructs = (facts or {}).get("unmodelled") or []
+    if not constructs:
+        return None
+    return (
+        f"the module shows {', '.join(constructs)}, which the float64 reference does not model; "
+        "the mismatch is not evidence of a mistake"
+    )
+
+
+# ---------------------------------------------------------------- rotation
+
+
+def rope_specs(declared: Declared, rotary: bool) -> list[RopeSpec | None]:
+    """The declared rotation in both pairing conventions; [None] when the module declares none."""
+    inv_freq = declared.tensor("inv_freq")
+    base = declared.scalar(BASE_NAMES)
+    scaling = declared.scalar(("rope_scaling",)) or declared.scalar(("rope_parameters",))
+    if inv_freq is None and base is None and not scaling:
+        return [None]
+    if isinstance(scaling, Mapping) and base is None:
+        base = scaling.get("rope_theta")
+    width = _rotary_width(declared, inv_freq)
+    factor = declared.scalar(("attention_scaling",))
+    if inv_freq is not None:
+        frequencies, scheme = inv_freq, "frequencies from the module's inv_freq buffer"
+        attention = float(factor) if factor is not None else 1.0
+    else:
+        try:
+            found = rope_scaling.frequencies(
+                float(base or 10000.0),
+                width,
+                scaling if isinstance(scaling, Mapping) else None,
+                declared.scalar(("max_position_embeddings",)),
+                declared.k_len,
+            )
+        except (ValueError, KeyError, TypeError, ZeroDivisionError):
+            return [None] if not rotary else []
+        frequencies, attention = found.inv_freq, found.attention_factor
+        scheme = f"declared base {float(base or 10000.0):g}" + (
+            f" with {found.scheme} scaling" if found.scheme != "default" else ""
+        )
+    rotary_dim = None if width == declared.head_dim else width
+    return [
+        RopeSpec(
+            style,
+            rotary_dim,
+            float(base or 10000.0),
+            tuple(float(f) for f in frequencies),
+            attention,
+            scheme,
+        )
+        for style in ("half", "interleaved")
+    ]
+
+
+def _rotary_width(declared: Declared, inv_freq: torch.Tensor | None) -> int:
+    if inv_freq is not None:
+        return 2 * inv_freq.numel()
+    rotary_dim = declared.scalar(("rotary_dim",))
+    if isinstance(rotary_dim, int) and 0 < rotary_dim <= declared.head_dim:
+        return rotary_dim
+    fraction = declared.scalar(("partial_rotary_factor", "rotary_pct"))
+    if isinstance(fraction, (int, float)) and 0 < fraction <= 1:
+        return int(declared.head_dim * fraction) // 2 * 2
+    return declared.head_dim
+
+
+# ---------------------------------------------------------------- scores and masks
+
+
+def _scale(declared: Declared, static_codes: Collection[str]) -> float | None:
+    """A declared scale, trusted only where the static pass did not call the scaling wrong (ATT201)
+    and at most 1; ``query_pre_attn_scalar`` s gives s^-0.5, a T5 bias table gives 1."""
+    if "ATT201" in static_codes:
+        return None
+    pre_attn = declared.scalar(("query_pre_attn_scalar",))
+    if isinstance(pre_attn, (int, float)) and pre_attn > 0:
+        return float(pre_attn) ** -0.5
+    scale = declared.scalar(SCALE_NAMES)
+    if isinstance(scale, (int, float)) and not isinstance(scale, bool) and 0 < scale <= 1:
+        return float(scale)  # above 1 it multiplies the scores up: sqrt(head_dim) where 1/sqrt was meant
+    if declared.tensor("t5_table") is not None or declared.scalar(("has_relative_attention_bias",)):
+        return 1.0  # T5: the 1/sqrt(d) is folded into the initialisation
+    return None
+
+
+def _masks(declared: Declared) -> list[tuple[str, tuple[variants.MaskMod, ...], bool]]:
+    """(description, mask mods, causal) for a declared window or chunk; one empty option otherwise."""
+    window = declared.scalar(WINDOW_NAMES)
+    chunk = declared.scalar(("attention_chunk_size", "chunk_size"))
+    offset = declared.k_len - declared.q_len
+    if isinstance(window, int) and not isinstance(window, bool) and window > 0:
+        return [
+            (f"sliding window {window} (W keys)", (variants.sliding_window(window, "W keys", offset),), True),
+            (f"sliding window {window} (W+1 keys)", (variants.sliding_window(window, "W+1 keys", offset),), True),
+            (f"local window |i-j| <= {window}", (variants.local_window(window),), False),
+        ]
+    if isinstance(chunk, int) and not isinstance(chunk, bool) and chunk > 0:
+        return [(f"chunked causal, chunks of {chunk}", (variants.chunked(chunk),), True)]
+    return [("", (), False)]
+
+
+def _biases(declared: Declared, scale: float) -> list[tuple[str, tuple[variants.ScoreMod, ...]]]:
+    """(description, score mods) for the declared biases: ALiBi in its forms, a T5 table."""
+    options: list[tuple[str, tuple[variants.ScoreMod, ...]]] = [("", ())]
+    slopes = declared.tensor("alibi_slopes")
+    if slopes is not None and slopes.numel() != declared.heads:
+        slopes = None  # a (b·h, 1, k) BLOOM tensor or a mask: not a slope per head
+    if slopes is None and (declared.scalar(("alibi", "use_alibi")) is True):
+        slopes = variants.alibi_slopes(declared.heads)
+    if slopes is not None:
+        slopes = slopes.reshape(-1)
+        options = [
+            (f"ALiBi ({form})", (variants.alibi(slopes, form, scale),))  # type: ignore[arg-type]
+            for form in ("post-scale", "pre-scale", "symmetric")
+        ]
+    table = declared.tensor("t5_table")
+    if table is not None and table.shape[1] == declared.heads:
+        bidirectional = not declared.scalar(("is_decoder",))
+        distance = declared.scalar(("relative_attention_max_distance",)) or 128
+        bias = variants.t5_bias(table, declared.q_len, declared.k_len, bidirectional, int(distance))
+        t5 = variants.position_bias(bias)
+        options = [(f"{text} + T5 relative bias".lstrip(" +"), (*mods, t5)) for text, mods in options]
+    return options
+
+
+def candidates(declared: Declared, static_codes: Collection[str], rotary: bool) -> list[Candidate]:
+    """Every configuration the declarations admit; empty when the module declares nothing."""
+    if not declared.anything:
+        return []
+    scale = _scale(declared, static_codes)
+    effective = scale if scale is not None else 1.0 / math.sqrt(declared.head_dim)
+    cap = declared.scalar(CAP_NAMES)
+    caps: tuple[variants.ScoreMod, ...] = ()
+    if isinstance(cap, (int, float)) and not isinstance(cap, bool) and cap > 0:
+        caps = (variants.softcap(float(cap)),)
+    sinks = declared.tensor("sinks")
+    if sinks is not None and sinks.numel() != declared.heads:
+        sinks = None
+    norm = qk_norm_hook(declared)
+    found = []
+    for rope, (mask_text, masks, causal), (bias_text, biases) in itertools.product(
+        rope_specs(declared, rotary), _masks(declared), _biases(declared, effective)
+    ):
+        terms = [
+            f"scale {scale:.4g}" if scale is not None else "",
+            bias_text,
+            f"soft-cap {cap:g}" if caps else "",
+            mask_text,
+            "sinks" if sinks is not None else "",
+            "q/k norm" if norm is not None else "",
+        ]
+        variant = Variant(
+            ", ".join(t for t in terms if t) or "declared rotation",
+            scale,
+            biases + caps,
+            masks,
+            sinks,
+            positional=bool(masks or biases),
+        )
+        found.append(Candidate(variant, rope, norm, causal))
+    return found
+
+
+# ---------------------------------------------------------------- q/k norm
+
+
+def _normalise(
+    x: torch.Tensor, fact: Mapping[str, Any], weight: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    if fact["kind"] == "layer":
+        x = (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + fact["eps"])
+    else:
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + fact["eps"])
+    x = x * (weight + fact.get("offset", 0.0))
+    return x + bias if bias is not None else x
+
+
+def qk_norm_hook(declared: Declared) -> RopeHook | None:
+    """The module's own q/k norm layers as a reference hook on per-head (b, h, s, dh) tensors:
+    per head when the weight is head_dim wide (Qwen3), else across the heads (OLMo2)."""
+    norms = declared.facts.get("norms") or {}
+    if not norms:
+        return None
+
+    def apply(x: torch.Tensor, role: str) -> torch.Tensor:
+        fact = norms.get(role)
+        if fact is None:
+            return x
+        weight = declared.tensors[f"declared/{role}_norm/weight"]
+        bias = declared.tensors.get(f"declared/{role}_norm/bias")
+        if weight.numel() == x.shape[-1]:
+            return _normalise(x, fact, weight, bias)
+        return split_heads(_normalise(merge_heads(x), fact, weight, bias), x.shape[1])
+
+    return lambda q, k: (apply(q, "q"), apply(k, "k"))

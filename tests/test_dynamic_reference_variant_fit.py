@@ -1,0 +1,68 @@
+"""The readings a module's declarations admit, and what is never taken from them."""
+
+from __future__ import annotations
+
+import torch
+
+from attncheck.dynamic.reference import variant_fit
+from attncheck.dynamic.reference.variants import index_grid
+
+HEADS, HEAD_DIM, SEQ = 4, 8, 7
+
+
+def _declared(scalars=None, tensors=None, norms=None, unmodelled=()) -> variant_fit.Declared:
+    facts = {
+        "scalars": scalars or {},
+        "tensors": list(tensors or {}),
+        "norms": norms or {},
+        "unmodelled": list(unmodelled),
+    }
+    out = {f"declared/{role}": value for role, value in (tensors or {}).items()}
+    return variant_fit.Declared(facts, out, HEADS, HEAD_DIM, SEQ, SEQ)
+
+
+def test_nothing_declared_gives_no_reading():
+    assert variant_fit.candidates(_declared(), (), rotary=False) == []
+
+
+def test_a_window_is_read_in_both_conventions_and_as_a_local_window():
+    readings = variant_fit.candidates(_declared({"sliding_window": 3}), (), rotary=False)
+    assert [r.variant.name for r in readings] == [
+        "sliding window 3 (W keys)",
+        "sliding window 3 (W+1 keys)",
+        "local window |i-j| <= 3",
+    ]
+    assert [r.masks_causal for r in readings] == [True, True, False]
+    _, _, i, j = index_grid(1, 1, SEQ, SEQ)
+    assert [int(r.variant.mask_mods[0](0, 0, i, j).sum(-1).max()) for r in readings] == [3, 4, 7]
+
+
+def test_a_declared_scale_is_taken_unless_the_static_pass_calls_the_scaling_wrong():
+    (reading,) = variant_fit.candidates(_declared({"query_pre_attn_scalar": 144}), (), rotary=False)
+    assert reading.variant.scale == 144**-0.5
+    (distrusted,) = variant_fit.candidates(_declared({"query_pre_attn_scalar": 144}), ("ATT201",), rotary=False)
+    assert distrusted.variant.scale is None
+
+
+def test_a_scale_above_one_is_never_taken_as_intended():
+    (reading,) = variant_fit.candidates(_declared({"scale": HEAD_DIM**0.5}), (), rotary=False)
+    assert reading.variant.scale is None
+
+
+def test_rope_is_anchored_to_the_declared_base():
+    readings = variant_fit.candidates(_declared({"rope_theta": 500000.0}), (), rotary=True)
+    assert {r.rope.style for r in readings} == {"half", "interleaved"}
+    expected = 500000.0 ** (-torch.arange(0, HEAD_DIM, 2, dtype=torch.float64) / HEAD_DIM)
+    assert all(torch.allclose(torch.tensor(r.rope.frequencies, dtype=torch.float64), expected) for r in readings)
+
+
+def test_alibi_slopes_from_a_buffer_in_three_forms():
+    readings = variant_fit.candidates(_declared(tensors={"alibi_slopes": torch.rand(HEADS)}), (), rotary=False)
+    assert [r.variant.name for r in readings] == ["ALiBi (post-scale)", "ALiBi (pre-scale)", "ALiBi (symmetric)"]
+    assert all(r.variant.positional for r in readings)
+
+
+def test_an_unmodelled_construct_is_named():
+    assert variant_fit.unmodelled({"unmodelled": []}) is None
+    reason = variant_fit.unmodelled({"unmodelled": ["paged KV cache (block_table)"]})
+    assert reason is not None and reason.startswith("the module shows paged KV cache (block_table)")

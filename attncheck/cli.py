@@ -72,6 +72,12 @@ def cli() -> None:
               help="Time limit of each dynamic target [default: 20].")
 @click.option("--device", type=click.Choice(DEVICES), help="Where dynamic checks run [default: auto].")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), help="Parallel workers [default: CPU count].")
+@click.option("--isolated", is_flag=True,
+              help="For CI and grading: ignore any configuration file found next to the checked files "
+                   "(--config still applies), and keep a static error an error even when the dynamic check passes.")
+@click.option("--unsafe-no-sandbox", is_flag=True,
+              help="Run user code even where bubblewrap does not start: only rlimits and seccomp then "
+                   "protect this machine (no file, network or process isolation).")
 @click.option("--fix", is_flag=True, help="Write the available fixes into the files.")
 @click.option("--diff", is_flag=True, help="Print the available fixes as a unified diff; change nothing.")
 @click.option("--no-color", is_flag=True, help="No colour (also: NO_COLOR=1). Colour is used on a terminal.")
@@ -86,8 +92,8 @@ def cli() -> None:
 def check(paths: tuple[str, ...], static_only: bool, output_format: str | None, style: str | None,
           show_checks: bool, statistics: bool, select: tuple[str, ...],
           ignore: tuple[str, ...], exit_zero: bool, config_file: Path | None, timeout: float | None,
-          device: str | None, jobs: int | None, fix: bool, diff: bool, no_color: bool,
-          output: Path | None, stdin_filename: str | None, force_exclude: bool, no_cache: bool) -> None:
+          device: str | None, isolated: bool, unsafe_no_sandbox: bool, jobs: int | None, fix: bool, diff: bool,
+          no_color: bool, output: Path | None, stdin_filename: str | None, force_exclude: bool, no_cache: bool) -> None:
     """Check files, directories, notebooks, or '-' (standard input)."""
     from attncheck import pipeline
     from attncheck.progress import Progress
@@ -105,7 +111,8 @@ def check(paths: tuple[str, ...], static_only: bool, output_format: str | None, 
     report = _report_name(output_format, style, statistics)
     jobs = jobs or os.cpu_count() or 1
     try:
-        projects = Projects(config_file, {"select": select, "ignore": ignore, "timeout": timeout, "device": device})
+        projects = Projects(config_file, {"select": select, "ignore": ignore, "timeout": timeout, "device": device,
+                                          "isolated": isolated, "unsafe_no_sandbox": unsafe_no_sandbox})
         groups = plan(list(paths), projects, force_exclude=force_exclude,
                       stdin=lambda: _stdin(stdin_filename or STDIN),
                       stdin_path=Path(stdin_filename) if stdin_filename else Path.cwd(), warn=_warn)

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 
 DEVICES = ("cpu", "cuda", "auto")
+MAX_TIMEOUT_S = 300.0  # per target: a configuration cannot hold a run (or a grader) for longer
+
 KEYS = ("select", "ignore", "per-file-ignores", "exclude", "timeout", "device", "targets")
 
 
@@ -35,6 +37,7 @@ class DynamicOptions:
     device: str = "auto"
     jobs: int = 1
     targets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    unsafe_no_sandbox: bool = False  # run user code even where bubblewrap does not start
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,8 @@ class Settings:
     timeout: float = 20.0
     device: str = "auto"
     targets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    unsafe_no_sandbox: bool = False  # only from the command line, never from a file
+    isolated: bool = False  # --isolated (CI, grading): no file's configuration; static errors stay errors
 
     def enabled(self, code: str) -> bool:
         """Whether ``code`` is on: the most specific matching selector wins, ``ignore`` on a tie."""
@@ -68,7 +73,13 @@ class Settings:
         return tuple(codes)
 
     def dynamic_options(self, jobs: int) -> DynamicOptions:
-        return DynamicOptions(timeout=self.timeout, device=self.device, jobs=jobs, targets=self.targets)
+        return DynamicOptions(
+            timeout=self.timeout,
+            device=self.device,
+            jobs=jobs,
+            targets=self.targets,
+            unsafe_no_sandbox=self.unsafe_no_sandbox,
+        )
 
 
 @lru_cache(maxsize=256)
@@ -217,6 +228,8 @@ def _targets(value: Any, path: Path) -> dict[str, dict[str, Any]]:
 def check_timeout(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
         raise ConfigError(f"{where}: must be a positive number of seconds, got {value!r}")
+    if value > MAX_TIMEOUT_S:
+        raise ConfigError(f"{where}: must be at most {MAX_TIMEOUT_S:g} seconds, got {value!r}")
     return float(value)
 
 
@@ -227,9 +240,11 @@ def check_device(value: Any, where: str) -> str:
 
 
 def with_overrides(settings: Settings, *, select: Sequence[str], ignore: Sequence[str],
-                   timeout: float | None, device: str | None) -> Settings:
-    """The command line's values replace the file's, key by key; absent options change nothing."""
-    changes: dict[str, Any] = {}
+                   timeout: float | None, device: str | None, isolated: bool = False,
+                   unsafe_no_sandbox: bool = False) -> Settings:
+    """The command line's values replace the file's, key by key; absent options change nothing.
+    ``isolated`` and ``unsafe_no_sandbox`` exist only here: no file can set them."""
+    changes: dict[str, Any] = {"isolated": isolated, "unsafe_no_sandbox": unsafe_no_sandbox}
     if select:
         changes["select"] = parse_selection(select, "--select")
     if ignore:

@@ -5,7 +5,9 @@ A mistake seen both ways is reported once, at the static location, with both kin
 the target, was able to see that very mistake on the inputs it used (``TargetResult.refuted``:
 a mutant of it differs from the reference there, or the probe of that claim ran and held), and
 did not see it. A passing check proves only what it could see, so every other static finding
-keeps its severity and says that the dynamic check could not confirm or refute it.
+keeps its severity and says that the dynamic check could not confirm or refute it. In an isolated
+run (CI, grading: ``keep_static_errors``) a static error is never downgraded: code that detects
+the checker can pass the dynamic check while its normal path is wrong.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ def _key(finding: Finding) -> Key:
 
 
 def merge(static: Sequence[Finding], dynamic: Iterable[Finding],
-          targets: Sequence[TargetResult]) -> list[Finding]:
+          targets: Sequence[TargetResult], keep_static_errors: bool = False) -> list[Finding]:
     """One finding per (code, path, target) seen both ways; see the module doc."""
     merged = list(static)
     index: dict[Key, list[int]] = {}
@@ -46,7 +48,10 @@ def merge(static: Sequence[Finding], dynamic: Iterable[Finding],
         for position in positions:
             merged[position] = _both(merged[position], finding)
     ran = {(r.target.path, r.target.name): r for r in targets if r.status in ("passed", "failed")}
-    merged = [_weighed(f, ran.get((f.path, f.target))) if f.source == "static" else f for f in merged]
+    merged = [
+        _weighed(f, ran.get((f.path, f.target)), keep_static_errors) if f.source == "static" else f
+        for f in merged
+    ]
     return merged + extra
 
 
@@ -58,7 +63,7 @@ def _both(static: Finding, dynamic: Finding) -> Finding:
     return replace(static, source="both", severity=severity, evidence=evidence)
 
 
-def _weighed(finding: Finding, result: TargetResult | None) -> Finding:
+def _weighed(finding: Finding, result: TargetResult | None, keep_static_errors: bool) -> Finding:
     """A static finding after a dynamic run of its target: downgraded on evidence, else annotated."""
     if result is None:
         return finding
@@ -67,7 +72,8 @@ def _weighed(finding: Finding, result: TargetResult | None) -> Finding:
         how = DESIGN_CONFIRMED  # the reference ran the declared design (e.g. T5's scale 1) and matched
     if how is None:
         return replace(finding, evidence=[*finding.evidence, UNSEEN_NOTE])
-    if result.status != "passed" or finding.severity == Severity.INFO:
+    kept = keep_static_errors and finding.severity >= Severity.ERROR
+    if result.status != "passed" or finding.severity == Severity.INFO or kept:
         return replace(finding, evidence=[*finding.evidence, f"dynamic: {how}"])
     return replace(
         finding,

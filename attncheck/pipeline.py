@@ -362,7 +362,7 @@ def _run(items: list[Item], settings: Settings, static_only: bool, jobs: int, wa
         dynamic = [f for f in dynamic if settings.enabled(f.code)]
         dynamic = _kept(dynamic, None, settings)
     static = [f for result in results for f in result.findings]
-    outcome.findings = withhold(sorted(merge(static, dynamic, outcome.targets), key=_order))
+    outcome.findings = withhold(sorted(merge(static, dynamic, outcome.targets, settings.isolated), key=_order))
     paths = {f.path for f in outcome.findings}
     outcome.sources = {r.source.path: r.source for r in results if r.source.path in paths}
     return outcome, results

@@ -49,7 +49,9 @@ class Projects:
         folder = path.resolve()
         if not folder.is_dir():
             folder = folder.parent
-        config = self.config_file if self.config_file is not None else _nearest_config(folder)
+        config = self.config_file
+        if config is None and not self.overrides.get("isolated"):  # --isolated: no file beside the checked ones
+            config = _nearest_config(folder)
         if config not in self._loaded:
             self._loaded[config] = with_overrides(load(config), **self.overrides)
         return self._loaded[config]

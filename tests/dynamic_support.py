@@ -104,3 +104,4 @@ class Options:
     device: str = "auto"
     jobs: int = 1
     targets: dict = field(default_factory=dict)
+    unsafe_no_sandbox: bool = False

@@ -45,3 +45,10 @@ def round_trip(module: ModuleType, request: dict, tensors: dict[str, torch.Tenso
     yield from echo(module, request, tensors)
     yield {"unit": "bfloat16"}, {"x16": tensors["x"].to(torch.bfloat16)}
     yield from forward(module, request, tensors)
+
+
+def forward_then_report(module: ModuleType, request: dict, tensors: dict[str, torch.Tensor]) -> Units:
+    """The user's forward, then what the hostile module recorded (``REPORT``, ``STARTED`` threads)."""
+    yield from forward(module, request, tensors)
+    started = len(getattr(module, "STARTED", []))
+    yield {"unit": "report", "report": getattr(module, "REPORT", None), "started": started}, {}

@@ -276,6 +276,14 @@ def test_readme_lists_every_code():
         assert f"| {info.code} | {info.name} |" in readme
 
 
+def test_isolated_ignores_the_configuration_beside_the_checked_files(project):
+    """Issue 17 item 3: an ``ignore = ["ATT"]`` planted next to a submission silences nothing."""
+    (project / "attncheck.toml").write_text("ignore = ['ATT']\n")
+    assert invoke("--format", "json", "model.py", cwd=project).exit_code == 0
+    isolated = invoke("--format", "json", "--isolated", "model.py", cwd=project)
+    assert isolated.exit_code == 1 and findings(isolated) == [("ATT204", "model.py", 4)]
+
+
 def test_output_format_statistics_and_their_conflicts(project):
     concise = invoke("--output-format", "concise", "model.py", cwd=project)
     assert concise.stdout.splitlines()[0].startswith("model.py:4:") and "ATT204 torch.sqrt(64)" in concise.stdout

@@ -113,6 +113,15 @@ def test_parse_codes_accepts_prefixes_all_and_commas():
     assert parse_codes(["att2, ATT301", "ALL"], "x") == ("ATT2", "ATT301", "ALL")
 
 
+def test_timeouts_are_capped_in_files_and_on_the_command_line(tmp_path):
+    """Issue 17 item 3: a configuration next to a submission cannot hold a grader for 1000 s."""
+    (tmp_path / "attncheck.toml").write_text("timeout = 1000\n")
+    with pytest.raises(ConfigError, match="must be at most 300 seconds"):
+        load(tmp_path / "attncheck.toml")
+    with pytest.raises(ConfigError, match="--timeout: must be at most"):
+        with_overrides(Settings(), select=(), ignore=(), timeout=301, device=None)
+
+
 @pytest.mark.parametrize(("declaration", "message"), [
     ("init = {d_model = 64}\nforwrd = ['x']", "[tool.attncheck.targets.Attn] unknown key 'forwrd'"),
     ("init = 64", "init must be a table"),

@@ -44,6 +44,7 @@ class DynamicOptions(Protocol):
     device: str
     jobs: int
     targets: Mapping[str, Mapping[str, Any]]
+    unsafe_no_sandbox: bool
 
 
 class Outcome(Protocol):
@@ -64,9 +65,12 @@ def sandbox_child(options: DynamicOptions) -> Child:
     when there is one: its Python and ``import torch`` are then (partly) done.
     """
     from attncheck.dynamic.harness.prestarted import limits_for, take
-    from attncheck.dynamic.harness.sandbox import run_child
+    from attncheck.dynamic.harness.sandbox import RLIMITS_ONLY, ChildOutcome, refusal, run_child
 
     def child(path: Path, request: dict, tensors: dict[str, np.ndarray]) -> Outcome:
+        refused = refusal(options.unsafe_no_sandbox)
+        if refused is not None:
+            return ChildOutcome("error", refused, [], "", "", RLIMITS_ONLY)
         limits = limits_for(options, len(request.get("targets", [])))
         started = take(path, limits)
         if started is not None:

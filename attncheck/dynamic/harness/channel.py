@@ -8,13 +8,21 @@ entry has run to its end the child writes ``done.json``. ``ready.json`` marks th
 child has imported torch and is about to import the user's file: the time limit counts from it.
 
 Only JSON and safetensors cross the boundary: no pickle, and the parent never reads
-the child's stdout. Everything the parent reads is bounded and validated here;
-files it does not expect are ignored.
+the child's stdout. Everything the parent reads is bounded and validated here, because the
+child is hostile and the parent may be root: a reply is opened without following a link
+(``O_NOFOLLOW``; a link to ``/proc/self/mem`` is refused, not read), must be a regular file, is
+read up to its limit and no further; a tensor's shape is checked in the header before any
+array exists (no 2**40-long empty tensors); every text in the facts is cut to ``MAX_TEXT_CHARS``.
+Files it does not expect are ignored.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import stat
+import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,6 +42,10 @@ MAX_REPLIES = 4096
 MAX_REPLY_JSON_BYTES = 1_000_000
 MAX_TENSOR_FILE_BYTES = 256 * 1024 * 1024
 MAX_TOTAL_BYTES = 1024 * 1024 * 1024
+MAX_TEXT_CHARS = 500  # of any string in a reply's facts (exception messages included)
+MAX_HEADER_BYTES = 1_000_000  # a safetensors header
+MAX_DIMS = 8
+MAX_DIM = 1 << 24  # elements along one axis
 
 # Non-numpy dtypes the child widens exactly to float32 before writing; the original
 # dtype travels in the safetensors metadata.
@@ -74,6 +86,7 @@ def write_request(workdir: Path, request: dict, tensors: dict[str, numpy.ndarray
     text = json.dumps(request)
     contiguous = {name: numpy.ascontiguousarray(array) for name, array in tensors.items()}
     safetensors.numpy.save_file(contiguous, str(workdir / INPUTS))
+    os.chmod(workdir / INPUTS, 0o644)  # written 0600; the child may run under a uid of its own
     # The request goes last, by rename: a child started early waits for it, and never reads half of it.
     partial = workdir / f".{REQUEST}.partial"
     partial.write_text(text, encoding="utf-8")
@@ -88,13 +101,13 @@ def read_replies(workdir: Path) -> tuple[list[Reply], str | None]:
     replies: list[Reply] = []
     total = 0
     for index in range(MAX_REPLIES):
-        json_path = workdir / reply_name(index)
-        if not json_path.is_file():
-            return replies, None
         try:
-            reply, size = _read_reply(json_path, workdir / tensors_name(index), MAX_TOTAL_BYTES - total)
+            read = _read_reply(workdir / reply_name(index), workdir / tensors_name(index), MAX_TOTAL_BYTES - total)
         except ProtocolError as error:
             return replies, f"reply {index} refused: {error}"
+        if read is None:
+            return replies, None
+        reply, size = read
         total += size
         replies.append(reply)
     return replies, f"more than {MAX_REPLIES} replies; the rest were ignored"
@@ -105,38 +118,96 @@ def finished(workdir: Path) -> bool:
     return (workdir / DONE).is_file()
 
 
-def _read_reply(json_path: Path, tensor_path: Path, budget: int) -> tuple[Reply, int]:
-    size = _bounded_size(json_path, min(MAX_REPLY_JSON_BYTES, budget))
+def _read_reply(json_path: Path, tensor_path: Path, budget: int) -> tuple[Reply, int] | None:
+    """One reply and its size in bytes; None when its JSON file does not exist."""
+    data = _read_bounded(json_path, min(MAX_REPLY_JSON_BYTES, budget))
+    if data is None:
+        return None
     try:
-        facts = json.loads(json_path.read_bytes())
+        facts = json.loads(data)
     except (ValueError, UnicodeDecodeError) as error:
         raise ProtocolError(f"invalid JSON ({error})") from None
     if not isinstance(facts, dict):
         raise ProtocolError("the reply is not a JSON object")
-    if not tensor_path.is_file():
-        return Reply(facts, {}), size
-    size += _bounded_size(tensor_path, min(MAX_TENSOR_FILE_BYTES, budget - size))
-    tensors, source_dtypes = _load_tensors(tensor_path)
-    return Reply(facts, tensors, source_dtypes), size
+    facts = _capped_texts(facts)
+    blob = _read_bounded(tensor_path, min(MAX_TENSOR_FILE_BYTES, budget - len(data)))
+    if blob is None:
+        return Reply(facts, {}), len(data)
+    tensors, source_dtypes = _load_tensors(blob, tensor_path.name)
+    return Reply(facts, tensors, source_dtypes), len(data) + len(blob)
 
 
-def _bounded_size(path: Path, limit: int) -> int:
-    size = path.stat().st_size
-    if size > limit:
-        raise ProtocolError(f"{path.name} is {size} bytes, over the limit of {limit}")
-    return size
+def _read_bounded(path: Path, limit: int) -> bytes | None:
+    """The bytes of a regular file the child wrote, at most ``limit``; None when it is absent.
+
+    Never follows a link, never blocks on a FIFO, never reads a device or ``/proc`` file.
+    """
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        reason = "is a symbolic link" if error.errno == errno.ELOOP else f"cannot be opened ({error.strerror})"
+        raise ProtocolError(f"{path.name} {reason}") from None
+    try:
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode):
+            raise ProtocolError(f"{path.name} is not a regular file")
+        if status.st_size > limit:
+            raise ProtocolError(f"{path.name} is {status.st_size} bytes, over the limit of {limit}")
+        with os.fdopen(os.dup(descriptor), "rb") as handle:
+            data = handle.read(limit + 1)
+    finally:
+        os.close(descriptor)
+    if len(data) > limit:
+        raise ProtocolError(f"{path.name} grew past the limit of {limit} bytes")
+    return data
 
 
-def _load_tensors(path: Path) -> tuple[dict[str, numpy.ndarray], dict[str, str]]:
+def _capped_texts(value: Any) -> Any:
+    """The facts with every string cut to ``MAX_TEXT_CHARS``: nothing long comes back to a report."""
+    if isinstance(value, str):
+        return value if len(value) <= MAX_TEXT_CHARS else value[: MAX_TEXT_CHARS - 1] + "…"
+    if isinstance(value, dict):
+        return {_capped_texts(key): _capped_texts(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_capped_texts(item) for item in value]
+    return value
+
+
+def _header(blob: bytes, name: str) -> dict[str, Any]:
+    """The safetensors header, with every tensor's shape checked before numpy sees it."""
+    if len(blob) < 8:
+        raise ProtocolError(f"{name} is not a safetensors file (too short)")
+    (length,) = struct.unpack("<Q", blob[:8])
+    if length > min(MAX_HEADER_BYTES, len(blob) - 8):
+        raise ProtocolError(f"{name} is not a safetensors file (header of {length} bytes)")
+    try:
+        header = json.loads(blob[8 : 8 + length])
+    except (ValueError, UnicodeDecodeError):
+        raise ProtocolError(f"{name} is not a safetensors file (header is not JSON)") from None
+    if not isinstance(header, dict):
+        raise ProtocolError(f"{name} is not a safetensors file (header is not an object)")
+    for key, entry in header.items():
+        shape = entry.get("shape") if isinstance(entry, dict) and key != "__metadata__" else []
+        if not isinstance(shape, list) or len(shape) > MAX_DIMS:
+            raise ProtocolError(f"{name}: tensor {key[:40]!r} has a shape of more than {MAX_DIMS} axes")
+        if not all(isinstance(size, int) and 0 <= size <= MAX_DIM for size in shape):
+            raise ProtocolError(f"{name}: tensor {key[:40]!r} has an axis longer than {MAX_DIM}")
+    return header
+
+
+def _load_tensors(blob: bytes, name: str) -> tuple[dict[str, numpy.ndarray], dict[str, str]]:
     import safetensors
     import safetensors.numpy
 
+    metadata = _header(blob, name).get("__metadata__") or {}
     try:
-        with safetensors.safe_open(str(path), framework="numpy") as handle:
-            metadata = handle.metadata() or {}
-        tensors = safetensors.numpy.load_file(str(path))
-    except (TypeError, ValueError, OSError, safetensors.SafetensorError) as error:
-        raise ProtocolError(f"{path.name} is not a safetensors file numpy can hold ({error})") from None
+        tensors = safetensors.numpy.load(blob)
+    except (TypeError, ValueError, KeyError, OSError, safetensors.SafetensorError) as error:
+        raise ProtocolError(f"{name} is not a safetensors file numpy can hold ({error})") from None
+    if not isinstance(metadata, dict):
+        metadata = {}
     source_dtypes = {
         key[len(ORIGINAL_DTYPE_PREFIX) :]: value
         for key, value in metadata.items()

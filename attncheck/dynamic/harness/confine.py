@@ -11,6 +11,13 @@ process on the host. The filter is small and the same with or without bubblewrap
 - signals only to itself: ``kill``/``tgkill`` aimed at another pid fail, ``tkill`` and
   ``pidfd_send_signal`` fail;
 - no ``ptrace`` or ``process_vm_readv``/``writev``;
+- no way out of the jail or around the filter: no ``execve``/``execveat`` (the child is
+  started; a new program would start unconfined by Python's own checks), no ``unshare``,
+  ``setns``, ``mount`` and the new mount API, ``chroot``/``pivot_root``;
+- no kernel interfaces with a history of escapes and no use for attention code: ``io_uring_*``
+  (its requests bypass seccomp), ``bpf``, ``userfaultfd``, ``perf_event_open``, the key ring;
+- no queued signals with forged senders (``rt_sigqueueinfo``, ``rt_tgsigqueueinfo``: they
+  take any pid, and without bubblewrap killed the checker itself);
 - no other syscall ABI (x32, i386 through ``int 0x80``).
 
 A filter cannot be removed once installed and is inherited by everything the
@@ -56,6 +63,10 @@ class _Arch:
     refused: tuple[int, ...]  # always refused
 
 
+# Syscall numbers shared by x86_64 and aarch64 (the unified table of newer calls).
+_IO_URING = (425, 426, 427)  # io_uring_setup, io_uring_enter, io_uring_register
+_NEW_MOUNT_API = (428, 429, 430, 431, 432, 433, 442)  # open_tree, move_mount, fsopen..fspick, mount_setattr
+
 _ARCHES = {
     "x86_64": _Arch(
         audit_arch=0xC000003E,
@@ -63,7 +74,16 @@ _ARCHES = {
         clone=56,
         clone3=435,
         signal_self_only=(62, 234),  # kill, tgkill
-        refused=(200, 101, 310, 311, 424),  # tkill, ptrace, process_vm_readv/writev, pidfd_send_signal
+        refused=(
+            *(200, 101, 310, 311, 424),  # tkill, ptrace, process_vm_readv/writev, pidfd_send_signal
+            *(59, 322),  # execve, execveat
+            *(272, 308, 165, 166, 155, 161),  # unshare, setns, mount, umount2, pivot_root, chroot
+            *(321, 323, 298),  # bpf, userfaultfd, perf_event_open
+            *(129, 297),  # rt_sigqueueinfo, rt_tgsigqueueinfo
+            *(248, 249, 250),  # add_key, request_key, keyctl
+            *_IO_URING,
+            *_NEW_MOUNT_API,
+        ),
     ),
     "aarch64": _Arch(
         audit_arch=0xC00000B7,
@@ -71,7 +91,16 @@ _ARCHES = {
         clone=220,
         clone3=435,
         signal_self_only=(129, 131),  # kill, tgkill
-        refused=(130, 117, 270, 271, 424),
+        refused=(
+            *(130, 117, 270, 271, 424),
+            *(221, 281),  # execve, execveat
+            *(97, 268, 40, 39, 41, 51),  # unshare, setns, mount, umount2, pivot_root, chroot
+            *(280, 282, 241),  # bpf, userfaultfd, perf_event_open
+            *(138, 240),  # rt_sigqueueinfo, rt_tgsigqueueinfo
+            *(217, 218, 219),  # add_key, request_key, keyctl
+            *_IO_URING,
+            *_NEW_MOUNT_API,
+        ),
     ),
 }
 
@@ -133,4 +162,4 @@ def install_filter() -> str:
         return f"no seccomp filter (no_new_privs: {os.strerror(ctypes.get_errno())})"
     if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(program), 0, 0) != 0:
         return f"no seccomp filter ({os.strerror(ctypes.get_errno())})"
-    return "seccomp: no fork, signals to itself only, no ptrace"
+    return "seccomp: no fork or exec, signals to itself only, no ptrace, namespaces, mounts, io_uring or bpf"

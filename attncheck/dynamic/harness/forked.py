@@ -66,7 +66,7 @@ class Jail:
 
 
 class Forked:
-    """What ``sandbox._watch`` needs of a process: its pid, and a place for its exit code."""
+    """What ``sandbox.watch`` needs of a process: its pid, and a place for its exit code."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid

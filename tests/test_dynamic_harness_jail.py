@@ -1,0 +1,194 @@
+"""Issue 17's holes, one hostile fixture each: what the child can see, call, start and send back.
+
+Every case runs once, two at a time, in a module-scoped batch (each child imports torch);
+the tests then read the outcomes. The protocol cases need no child.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import tempfile
+import time
+from pathlib import Path
+
+import numpy
+import pytest
+
+from attncheck.dynamic.harness import channel, rundir, sandbox
+from attncheck.dynamic.harness.sandbox import ChildOutcome, Limits, run_child
+
+pytestmark = pytest.mark.sandbox
+
+HOSTILE = Path(__file__).resolve().parents[1] / "fixtures" / "hostile"
+ENTRY = {"entry": "tests.sandbox_entries:forward_then_report"}
+ROOMY = Limits(timeout_s=20)
+X = numpy.random.default_rng(0).standard_normal((2, 4, 8)).astype(numpy.float32)
+SIBLING_SECRET = "the sibling's answer"
+
+needs_jail = pytest.mark.skipif(
+    sandbox.isolation_available() != sandbox.BUBBLEWRAP, reason="bubblewrap does not start on this machine"
+)
+
+
+@pytest.fixture(scope="module")
+def jailed(tmp_path_factory) -> dict[str, ChildOutcome]:
+    """The hostile modules, each run once; read_host from a folder of submissions beside a sibling."""
+    submissions = tmp_path_factory.mktemp("submissions")
+    (submissions / "alice").mkdir()
+    (submissions / "sibling").mkdir()
+    (submissions / "sibling" / "secret.txt").write_text(SIBLING_SECRET)
+    shutil.copy(HOSTILE / "read_host.py", submissions / "alice" / "read_host.py")
+    paths = {
+        "read_host": submissions / "alice" / "read_host.py",
+        **{name: HOSTILE / f"{name}.py" for name in ("seccomp_escapes", "leak_in_message", "thread_bomb")},
+        "checker_tells": HOSTILE / "checker_tells.py",
+    }
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {name: pool.submit(run_child, path, ENTRY, {"x": X}, ROOMY) for name, path in paths.items()}
+        return {name: future.result() for name, future in futures.items()}
+
+
+def _report(outcome: ChildOutcome) -> dict:
+    assert outcome.status == "ok", outcome.reason
+    return outcome.replies[-1].facts
+
+
+@needs_jail
+def test_the_host_is_not_visible(jailed):
+    """Item 1: no system secret, no grader's home, no attncheck cache, no sibling submission."""
+    report = _report(jailed["read_host"])["report"]
+    assert report and all(result != "read" for result in report.values()), report
+
+
+@needs_jail
+def test_a_host_file_cannot_come_back_in_a_message(jailed):
+    """Item 1: the message of a forward's exception carries neither /etc/passwd nor 5000 characters."""
+    outcome = jailed["leak_in_message"]
+    texts = json.dumps([reply.facts for reply in outcome.replies]) + outcome.reason
+    assert "root:" not in texts
+    error = outcome.replies[-1].facts["error"]
+    assert len(error["message"]) <= channel.MAX_TEXT_CHARS and len(error["traceback"]) <= channel.MAX_TEXT_CHARS
+
+
+@needs_jail
+def test_the_child_is_not_root_outside_its_namespace(jailed):
+    """Item 1: the uid the child runs as maps to a uid other than 0 on the host."""
+    report = _report(jailed["checker_tells"])["report"]
+    assert report["host_uid"] != 0, report
+
+
+@needs_jail
+def test_nothing_in_the_childs_paths_names_the_checker(jailed):
+    """Item 2: work dir, HOME, TMPDIR and argv look like a user's own run."""
+    report = _report(jailed["checker_tells"])["report"]
+    assert not [key for key in ("cwd", "home", "tmpdir", "argv") if "attncheck" in report[key].lower()], report
+
+
+def test_the_seccomp_filter_denies_escapes(jailed):
+    """Item 5: execve after start, unshare, setns, mount, io_uring, bpf, userfaultfd, perf, queued signals."""
+    report = _report(jailed["seccomp_escapes"])["report"]
+    assert report == dict.fromkeys(report, "EPERM"), report
+
+
+@needs_jail
+def test_threads_are_capped(jailed):
+    """Item 5: RLIMIT_NPROC under the child's own uid stops a thread bomb well short of 1500."""
+    facts = _report(jailed["thread_bomb"])
+    assert 0 < facts["started"] < sandbox.MAX_TASKS, facts
+
+
+# Item 4: the parent reads replies defensively (no child needed).
+
+
+def _tensor_file(shape: list[int]) -> bytes:
+    header = json.dumps({"t": {"dtype": "F32", "shape": shape, "data_offsets": [0, 0]}}).encode()
+    return struct.pack("<Q", len(header)) + header
+
+
+@pytest.mark.parametrize(
+    ("plant", "refusal"),
+    [
+        (lambda folder: os.symlink("/proc/self/mem", folder / channel.reply_name(0)), "is a symbolic link"),
+        (lambda folder: os.mkfifo(folder / channel.reply_name(0)), "is not a regular file"),
+        (lambda folder: os.mkdir(folder / channel.reply_name(0)), "is not a regular file"),
+        (
+            lambda folder: (
+                (folder / channel.reply_name(0)).write_text("{}"),
+                os.symlink("/proc/self/mem", folder / channel.tensors_name(0)),
+            ),
+            "is a symbolic link",
+        ),
+        (
+            lambda folder: (
+                (folder / channel.reply_name(0)).write_text("{}"),
+                (folder / channel.tensors_name(0)).write_bytes(_tensor_file([0, 2**40])),
+            ),
+            "has an axis longer than",
+        ),
+    ],
+    ids=["reply-to-proc-mem", "reply-fifo", "reply-folder", "tensors-to-proc-mem", "zero-size-huge-tensor"],
+)
+def test_hostile_reply_files_are_refused_not_followed(tmp_path, plant, refusal):
+    plant(tmp_path)
+    started = time.monotonic()
+    replies, refused = channel.read_replies(tmp_path)
+    assert replies == [] and refused is not None and refusal in refused and "\n" not in refused
+    assert time.monotonic() - started < 1.0  # a FIFO is not waited on
+
+
+def test_long_texts_in_replies_are_cut(tmp_path):
+    (tmp_path / channel.reply_name(0)).write_text(json.dumps({"error": {"message": "x" * 5000}, "k" * 900: 1}))
+    (reply,), refused = channel.read_replies(tmp_path)
+    assert refused is None
+    assert all(len(key) <= channel.MAX_TEXT_CHARS for key in reply.facts)
+    assert len(reply.facts["error"]["message"]) == channel.MAX_TEXT_CHARS
+
+
+# Item 6: a run folder a killed run left behind is swept at the next start; a live one is not.
+
+
+def test_stale_run_folders_are_swept_and_live_ones_kept(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(rundir, "_swept", set())
+    live = rundir.create()
+    stale = tmp_path / f"{rundir.PREFIX}killed"
+    (stale / "work").mkdir(parents=True)
+    old = time.time() - 2 * rundir.FRESH_S
+    for path in (stale, live.path):
+        os.utime(path, (old, old))
+    monkeypatch.setattr(rundir, "_swept", set())
+    assert rundir.sweep_stale(tmp_path) == [stale]
+    assert live.path.is_dir() and not stale.exists()
+    live.remove()
+    assert not live.path.exists()
+
+
+# Item 6: no bubblewrap, no untrusted run, unless the operator says so.
+
+
+def test_without_bubblewrap_user_code_is_refused_unless_unsafe_is_given(monkeypatch, tmp_path):
+    from attncheck.dynamic import runner
+    from tests.dynamic_support import Options
+
+    monkeypatch.setattr(sandbox, "isolation_available", lambda: sandbox.RLIMITS_ONLY)
+    refused = runner.sandbox_child(Options())(HOSTILE / "well_behaved.py", {}, {"x": X})
+    assert refused.status == "error" and "--unsafe-no-sandbox" in refused.reason
+    assert "rlimits and seccomp only" in refused.reason and "\n" not in refused.reason
+    assert sandbox.refusal(unsafe_no_sandbox=True) is None
+
+
+# Item 2: weights are the ones the module had when called.
+
+
+def test_a_forward_that_rescales_its_own_weights_does_not_pass():
+    from attncheck.dynamic.runner import check_file
+    from tests.dynamic_support import Options, file_result, in_process_child
+
+    _, (result,) = check_file(file_result(HOSTILE / "rescale_weights.py"), Options(device="cpu"), in_process_child)
+    assert result.status != "passed"
+    assert "changed its own parameters" in result.reason + " ".join(c.detail for c in result.checks), result

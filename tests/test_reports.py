@@ -253,11 +253,13 @@ def test_fix_source_reports_which_findings_were_fixed():
 def test_an_isolated_run_keeps_a_static_error_on_a_target_that_passed():
     """Issue 17 item 2: code that detects the checker may pass the dynamic check; its static error
     (ATT201, the normal path) must still fail a CI or grading run. A warning is still downgraded."""
-    passed = [TargetResult(target("Other"), "passed", "", [Check("reference", "passed", "")])]
+    # the dynamic check could see both mistakes on its inputs (issue 16's evidence), and did not
+    refuted = {"ATT201": "a wrong scale would move the output by 0.3", "ATT204": "the probe ran and held"}
+    passed = [TargetResult(target("Other"), "passed", "", [Check("reference", "passed", "")], refuted=refuted)]
     static = [finding("ATT201", 5, target="Other", severity=Severity.ERROR),
               finding("ATT204", 6, target="Other", severity=Severity.WARNING)]
     kept, warning = merge(static, [], passed, keep_static_errors=True)
-    assert kept.severity == Severity.ERROR and PASSED_REASON not in kept.message
+    assert kept.severity == Severity.ERROR and REFUTED_REASON not in kept.message
     assert warning.severity == Severity.INFO
     assert merge(static, [], passed)[0].severity == Severity.INFO  # a plain local run, as before
 

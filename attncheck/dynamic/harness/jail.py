@@ -85,14 +85,16 @@ def readable_copies(paths: Sequence[Path], into: Path) -> dict[Path, Path]:
 
 
 def _readable_by_anyone(path: Path) -> bool:
-    """Whether every file under ``path`` is world-readable and every folder world-searchable."""
-    entries = [path] if not path.is_dir() else [path, *path.rglob("*")]
-    for entry in entries:
-        mode = entry.lstat().st_mode
-        needed = stat.S_IROTH | (stat.S_IXOTH if stat.S_ISDIR(mode) else 0)
-        if not stat.S_ISLNK(mode) and mode & needed != needed:
-            return False
-    return True
+    """Whether ``path`` itself is world-readable (and, a folder, world-searchable).
+
+    Only the exposed path is looked at, not the tree below it: an exposed project root holds
+    thousands of files (its ``.git``, its environment), and walking them, or copying the whole
+    tree for one private file inside, would cost every child start seconds to minutes. A
+    private file below a readable folder simply stays unreadable to the child's uid.
+    """
+    mode = path.lstat().st_mode
+    needed = stat.S_IROTH | (stat.S_IXOTH if stat.S_ISDIR(mode) else 0)
+    return stat.S_ISLNK(mode) or mode & needed == needed
 
 
 def bwrap_command(

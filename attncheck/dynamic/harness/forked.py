@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attncheck.dynamic.harness import channel, sandbox
+from attncheck.dynamic.harness import channel, jail, sandbox
 from attncheck.dynamic.harness.sandbox import ChildOutcome, Limits
 from attncheck.dynamic.harness.zygote_client import ZygoteGoneError, start_zygote
 
@@ -153,7 +153,11 @@ def _enter_namespaces(hidden: tuple[Path, ...], own: Path, run_dir: Path) -> Non
         Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
         Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
-    kept = [(own, os.open(own, _O_PATH | os.O_DIRECTORY)), (run_dir, os.open(run_dir, _O_PATH | os.O_DIRECTORY))]
+    # The interpreter, its packages and attncheck stay readable even where they lie under a covered
+    # folder (a checkout and its venv under /tmp, as on a CI runner): the child still imports lazily.
+    interpreter = {Path(sys.prefix).resolve(), *(Path(path).resolve() for path in jail.python_paths())}
+    kept = [(folder, os.open(folder, _O_PATH | os.O_DIRECTORY))
+            for folder in (own, run_dir, *sorted(path for path in interpreter if path.is_dir()))]
     temporary = Path(tempfile.gettempdir())
     for folder in _outermost((*hidden, temporary)):
         _mount("tmpfs", str(folder), "tmpfs", _MS_NOSUID | _MS_NODEV, TMPFS_OPTIONS)

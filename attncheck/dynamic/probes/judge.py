@@ -20,7 +20,7 @@ import torch
 
 from attncheck.dynamic import codes
 from attncheck.dynamic.binding.bind import Binding, MaskConvention
-from attncheck.dynamic.binding.mask_docs import documented_convention
+from attncheck.dynamic.binding.mask_docs import documented_convention, mask_comments
 from attncheck.dynamic.binding.weights import Assignment, assignments, layers_from
 from attncheck.dynamic.diagnosis import explain
 from attncheck.dynamic.harness.protocol import Experiment
@@ -552,7 +552,7 @@ class Judge:
 
     def mask_docs(self) -> str:
         """Where the module states its mask convention: its docstrings and its comments."""
-        return "\n".join(filter(None, [self.docs(), self.facts.get("comments")]))
+        return "\n".join(filter(None, [self.docs(), mask_comments(self.facts.get("comments") or "")]))
 
     @staticmethod
     def choose_combo(matches: list[str], documented: MaskConvention | None, ran: list[str]) -> str:

@@ -19,7 +19,6 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from attncheck import catalogue
 from attncheck.catalogue import CODES
 from attncheck.dynamic import codes
 from attncheck.dynamic.binding.bind import Binding, bind
@@ -206,7 +205,7 @@ def judge(
     findings: list[Finding] = []
     # the mistakes the static pass claims; a by-design verdict (a declared unit scale) claims none
     static_codes = {
-        f.code for f in result.findings if f.target == target.name and not catalogue.by_design(f.code, f.severity)
+        f.code for f in result.findings if f.target == target.name and not f.by_design
     }
     judging = Judge(target_plan, facts, tensors, static_codes)
     for verdict in judging.verdicts():

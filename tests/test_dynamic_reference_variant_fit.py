@@ -30,11 +30,12 @@ def test_a_window_is_read_in_both_conventions_and_as_a_local_window():
     assert [r.variant.name for r in readings] == [
         "sliding window 3 (W keys)",
         "sliding window 3 (W+1 keys)",
+        "local window |i-j| < 3",
         "local window |i-j| <= 3",
     ]
-    assert [r.masks_causal for r in readings] == [True, True, False]
+    assert [r.masks_causal for r in readings] == [True, True, False, False]
     _, _, i, j = index_grid(1, 1, SEQ, SEQ)
-    assert [int(r.variant.mask_mods[0](0, 0, i, j).sum(-1).max()) for r in readings] == [3, 4, 7]
+    assert [int(r.variant.mask_mods[0](0, 0, i, j).sum(-1).max()) for r in readings] == [3, 4, 5, 7]
 
 
 def test_a_declared_scale_is_taken_unless_the_static_pass_calls_the_scaling_wrong():
@@ -60,9 +61,3 @@ def test_alibi_slopes_from_a_buffer_in_three_forms():
     readings = variant_fit.candidates(_declared(tensors={"alibi_slopes": torch.rand(HEADS)}), (), rotary=False)
     assert [r.variant.name for r in readings] == ["ALiBi (post-scale)", "ALiBi (pre-scale)", "ALiBi (symmetric)"]
     assert all(r.variant.positional for r in readings)
-
-
-def test_an_unmodelled_construct_is_named():
-    assert variant_fit.unmodelled({"unmodelled": []}) is None
-    reason = variant_fit.unmodelled({"unmodelled": ["paged KV cache (block_table)"]})
-    assert reason is not None and reason.startswith("the module shows paged KV cache (block_table)")

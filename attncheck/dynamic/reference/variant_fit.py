@@ -2,8 +2,8 @@
 
 The child reads a module's variant parameters (``inside.variant_facts``); this module turns them into
 the few reference configurations they admit: the declared RoPE frequencies in both pairing
-conventions, a window in both off-by-one conventions, ALiBi in its three forms, and every other
-declared term (soft-cap, scale, sinks, q/k norm, T5 table) as declared. Nothing is fitted
+conventions, a window in both off-by-one conventions (causal or both-sided), ALiBi in its three
+forms, and every other declared term (soft-cap, scale, sinks, q/k norm, T5 table) as declared. Nothing is fitted
 freely: a RoPE with the wrong exponent at declared base b equals a correct RoPE of base sqrt(b),
 and since only base b is tried, it stays a mismatch for the diagnosis to name (ATT402).
 """
@@ -60,17 +60,6 @@ class Declared:
     @property
     def anything(self) -> bool:
         return bool(self.facts.get("scalars") or self.facts.get("tensors") or self.facts.get("norms"))
-
-
-def unmodelled(facts: Mapping[str, Any] | None) -> str | None:
-    """The constructs a module shows that the reference does not model, worded for a skip."""
-    constructs = (facts or {}).get("unmodelled") or []
-    if not constructs:
-        return None
-    return (
-        f"the module shows {', '.join(constructs)}, which the float64 reference does not model; "
-        "the mismatch is not evidence of a mistake"
-    )
 
 
 # ---------------------------------------------------------------- rotation
@@ -151,7 +140,10 @@ def _scale(declared: Declared, static_codes: Collection[str]) -> float | None:
 
 
 def _masks(declared: Declared) -> list[tuple[str, tuple[variants.MaskMod, ...], bool]]:
-    """(description, mask mods, causal) for a declared window or chunk; one empty option otherwise."""
+    """(description, mask mods, causal) for a declared window or chunk; one empty option otherwise.
+
+    A bidirectional window is read in both conventions too: |i-j| < W (HF's bidirectional
+    sliding-window overlay) and |i-j| <= W (flash-attn ``window_size=(W, W)``)."""
     window = declared.scalar(WINDOW_NAMES)
     chunk = declared.scalar(("attention_chunk_size", "chunk_size"))
     offset = declared.k_len - declared.q_len
@@ -159,6 +151,7 @@ def _masks(declared: Declared) -> list[tuple[str, tuple[variants.MaskMod, ...], 
         return [
             (f"sliding window {window} (W keys)", (variants.sliding_window(window, "W keys", offset),), True),
             (f"sliding window {window} (W+1 keys)", (variants.sliding_window(window, "W+1 keys", offset),), True),
+            (f"local window |i-j| < {window}", (variants.local_window(window - 1),), False),
             (f"local window |i-j| <= {window}", (variants.local_window(window),), False),
         ]
     if isinstance(chunk, int) and not isinstance(chunk, bool) and chunk > 0:

@@ -25,8 +25,38 @@ from attncheck.dynamic.reference.variants import Variant
 
 BASE_NAMES = ("rope_theta", "rotary_base", "rotary_emb_base", "base")
 WINDOW_NAMES = ("sliding_window", "window_size")
+CHUNK_NAMES = ("attention_chunk_size", "chunk_size")
 CAP_NAMES = ("softcap", "attn_logit_softcapping", "logit_softcap")
 SCALE_NAMES = ("scaling", "scale", "softmax_scale")
+
+
+TERMS = {
+    "window": "sliding window or chunk size",
+    "softcap": "soft-cap",
+    "dynamic-rope": "dynamic NTK RoPE scaling with max_position_embeddings",
+}
+"""The terms a probe makes visible with a longer or larger input (``Experiment.variant``)."""
+
+
+def _positive(scalars: Mapping[str, Any], names: tuple[str, ...]) -> tuple[str, float] | None:
+    for name in names:
+        value = scalars.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+            return name, value
+    return None
+
+
+def declared_term(scalars: Mapping[str, Any], term: str) -> tuple[str, Any] | None:
+    """(attribute name, value) of one of ``TERMS`` among a module's declared scalars, None when absent;
+    read the same way in the child (whether to run the probe) and in the parent (whether to judge it)."""
+    if term == "window":
+        return _positive(scalars, WINDOW_NAMES + CHUNK_NAMES)
+    if term == "softcap":
+        return _positive(scalars, CAP_NAMES)
+    scaling = scalars.get("rope_scaling") or scalars.get("rope_parameters")
+    dynamic = isinstance(scaling, Mapping) and rope_scaling.scheme_of(scaling) == "dynamic"
+    limit = scalars.get("max_position_embeddings")
+    return ("max_position_embeddings", limit) if dynamic and isinstance(limit, int) else None
 
 
 @dataclass(frozen=True)
@@ -145,7 +175,7 @@ def _masks(declared: Declared) -> list[tuple[str, tuple[variants.MaskMod, ...], 
     A bidirectional window is read in both conventions too: |i-j| < W (HF's bidirectional
     sliding-window overlay) and |i-j| <= W (flash-attn ``window_size=(W, W)``)."""
     window = declared.scalar(WINDOW_NAMES)
-    chunk = declared.scalar(("attention_chunk_size", "chunk_size"))
+    chunk = declared.scalar(CHUNK_NAMES)
     offset = declared.k_len - declared.q_len
     if isinstance(window, int) and not isinstance(window, bool) and window > 0:
         return [

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from attncheck.dynamic.runner import check_file
-from tests.dynamic_support import FIXTURES, Options, file_result, in_process_child, write_module
+from tests.dynamic_support import FIXTURES, checked_target, write_module
 
 WINDOWED = """
 import torch
@@ -56,27 +55,23 @@ def _windowed(
     return write_module(tmp_path, text)
 
 
-def _run(path: Path):
-    findings, (result,) = check_file(file_result(path), Options(), in_process_child)
-    return findings, result, {c.name: c for c in result.checks}
-
 
 def test_a_window_longer_than_the_plain_run_passes_on_sixteen_tokens(tmp_path):
-    findings, result, checks = _run(_windowed(tmp_path))
+    findings, result, checks = checked_target(_windowed(tmp_path))
     assert (result.status, findings) == ("passed", [])
     assert checks["window-length"].status == "passed"
     detail = checks["window-length"].detail
     assert "sliding_window = 8 on 16 tokens: closest reading sliding window 8 (W keys)" in detail
 
 
-def test_a_window_of_the_config_default_4096_is_set_smaller_for_the_run():
-    findings, result, checks = _run(FIXTURES / "correct" / "variant_sliding_window_long.py")
+def test_a_window_of_the_config_default_4096_is_set_smaller_for_thechecked_target():
+    findings, result, checks = checked_target(FIXTURES / "correct" / "variant_sliding_window_long.py")
     assert (result.status, findings) == ("passed", [])
     assert "sliding_window = 4096, set to 7 for the run," in checks["window-length"].detail
 
 
 def test_an_ignored_window_is_att305():
-    findings, _, checks = _run(FIXTURES / "buggy" / "window_ignored_att305.py")
+    findings, _, checks = checked_target(FIXTURES / "buggy" / "window_ignored_att305.py")
     assert [f.code for f in findings] == ["ATT305"]
     assert checks["reference"].status == "passed"  # on 7 tokens the mistake is invisible
     assert checks["window-length"].status == "failed"
@@ -86,7 +81,7 @@ def test_an_ignored_window_is_att305():
 
 
 def test_a_window_off_by_one_is_att305_with_the_keys_it_keeps():
-    findings, _, checks = _run(FIXTURES / "buggy" / "window_off_by_one_att305.py")
+    findings, _, checks = checked_target(FIXTURES / "buggy" / "window_off_by_one_att305.py")
     assert [f.code for f in findings] == ["ATT305"]
     assert "closest reading sliding window 8 (W keys), max error" in checks["window-length"].detail
     assert "a window of 7 keys: one fewer than sliding_window = 8 allows" in findings[0].message
@@ -94,7 +89,7 @@ def test_a_window_off_by_one_is_att305_with_the_keys_it_keeps():
 
 
 def test_an_ignored_chunk_is_att305():
-    findings, _, checks = _run(FIXTURES / "buggy" / "chunk_ignored_att305.py")
+    findings, _, checks = checked_target(FIXTURES / "buggy" / "chunk_ignored_att305.py")
     assert [f.code for f in findings] == ["ATT305"]
     assert checks["window-length"].status == "failed" and checks["causal"].status == "passed"
     assert "the declared attention_chunk_size = 8 is ignored" in findings[0].message
@@ -103,7 +98,7 @@ def test_an_ignored_chunk_is_att305():
 
 def _skipped_window(path: Path) -> str:
     """The window-length check's detail where it is skipped and the target passes with no finding."""
-    findings, result, checks = _run(path)
+    findings, result, checks = checked_target(path)
     assert findings == [] and result.status == "passed"
     assert checks["window-length"].status == "skipped"
     return checks["window-length"].detail
@@ -121,6 +116,6 @@ def test_a_window_that_cannot_be_set_smaller_is_skipped_with_why(tmp_path):
 
 def test_no_window_no_check(tmp_path):
     path = _windowed(tmp_path, init="", store="pass", window="s + 1", mask="unused: bool = False")
-    findings, result, checks = _run(path)
+    findings, result, checks = checked_target(path)
     assert (result.status, findings) == ("passed", [])
     assert "window-length" not in checks

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from attncheck.dynamic.reference import variant_fit
@@ -61,3 +62,19 @@ def test_alibi_slopes_from_a_buffer_in_three_forms():
     readings = variant_fit.candidates(_declared(tensors={"alibi_slopes": torch.rand(HEADS)}), (), rotary=False)
     assert [r.variant.name for r in readings] == ["ALiBi (post-scale)", "ALiBi (pre-scale)", "ALiBi (symmetric)"]
     assert all(r.variant.positional for r in readings)
+
+
+def test_dynamic_scaling_is_read_from_the_declaration_at_the_run_length_not_from_a_buffer():
+    """A dynamic module's inv_freq buffer holds the frequencies of whichever length ran last."""
+    dynamic = {"rope_type": "dynamic", "factor": 2.0}
+    scalars = {"rope_theta": 10000.0, "max_position_embeddings": 16, "rope_scaling": dynamic}
+    stale = {"inv_freq": torch.full((HEAD_DIM // 2,), 0.5, dtype=torch.float64)}
+    short = variant_fit.rope_specs(_declared(scalars, stale), rotary=True)[0]
+    expected = 1.0 / 10000.0 ** (torch.arange(0, HEAD_DIM, 2, dtype=torch.float64) / HEAD_DIM)
+    assert short is not None and torch.allclose(torch.tensor(short.frequencies, dtype=torch.float64), expected)
+    assert short.scheme == "declared base 10000 with dynamic scaling"
+    facts = {"scalars": scalars, "tensors": ["inv_freq"], "norms": {}, "unmodelled": []}
+    long = variant_fit.Declared(facts, {"declared/inv_freq": stale["inv_freq"]}, HEADS, HEAD_DIM, 24, 24)
+    grown = 10000.0 * (2.0 * 24 / 16 - 1.0) ** (HEAD_DIM / (HEAD_DIM - 2))
+    spec = variant_fit.rope_specs(long, rotary=True)[0]
+    assert spec is not None and spec.frequencies[1] == pytest.approx(grown ** (-2 / HEAD_DIM))

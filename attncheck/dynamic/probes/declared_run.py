@@ -29,6 +29,7 @@ class Reading:
 
     name: str
     error: float
+    rotation: str = ""  # how its RoPE frequencies were made ("declared base 10000 with dynamic scaling")
 
 
 def held(view: JudgeView, name: str) -> dict[str, Any]:
@@ -51,6 +52,18 @@ def not_run(view: JudgeView, name: str, check: str, length: str) -> Check | None
         return Check(check, "skipped", error.get("message", ""))
     raised = f"{error.get('type', 'an error')}: {error.get('message', '')}"
     return Check(check, "skipped", f"the {length} run raised {raised}")
+
+
+def unjudged(view: JudgeView, name: str, check: str, length: str) -> Check | None:
+    """The skipped check when ``name`` cannot be judged: it did not run, or the plain run has no
+    matching fit to rebuild its reference from (the plain mismatch is reported there); None otherwise."""
+    skipped = not_run(view, name, check, length)
+    if skipped is not None:
+        return skipped
+    fit = view.fit
+    if fit is None or fit.assignment is None or fit.error > view.tol:
+        return Check(check, "skipped", "the plain output does not match the reference: judged there")
+    return None
 
 
 def readings(
@@ -76,5 +89,6 @@ def readings(
     for candidate in variant_fit.candidates(declared, view.static_codes, rotary):
         alignment = causal or ("none" if candidate.masks_causal else fit.causal)
         trial = Fit(fit.assignment, alignment, 0.0, candidate.rope or fit.rope, candidate)
-        found.append(Reading(candidate.variant.name, max_error(output, view.reference(name, None, trial))))
+        rotation = candidate.rope.scheme if candidate.rope is not None else ""
+        found.append(Reading(candidate.variant.name, max_error(output, view.reference(name, None, trial)), rotation))
     return sorted(found, key=lambda reading: reading.error)

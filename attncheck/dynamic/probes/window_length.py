@@ -62,12 +62,9 @@ def verdict(view: JudgeView) -> Outcome | None:
     name, size = declared
     original = (view.facts.get("declared") or {}).get("scalars", {}).get(name, size)
     said = f"{name} = {size}" if original == size else f"{name} = {original}, set to {size} for the run,"
-    skipped = declared_run.not_run(view, EXPERIMENT, NAME, f"{LENGTH}-token")
+    skipped = declared_run.unjudged(view, EXPERIMENT, NAME, f"{LENGTH}-token")
     if skipped is not None:
         return skipped, None, ""
-    fit = view.fit
-    if fit is None or fit.assignment is None or fit.error > view.tol:
-        return Check(NAME, "skipped", "the plain output does not match the reference: judged there"), None, ""
     best = declared_run.readings(view, EXPERIMENT)
     detail = f"{said} on {LENGTH} tokens: closest reading {best[0].name}, max error {best[0].error:.3g}"
     if best[0].error <= view.tol:

@@ -106,7 +106,8 @@ def rope_specs(declared: Declared, rotary: bool) -> list[RopeSpec | None]:
         base = scaling.get("rope_theta")
     width = _rotary_width(declared, inv_freq)
     factor = declared.scalar(("attention_scaling",))
-    if inv_freq is not None:
+    grows = rope_scaling.scheme_of(scaling if isinstance(scaling, Mapping) else None) == "dynamic"
+    if inv_freq is not None and not grows:  # a dynamic buffer holds the frequencies of the last length run
         frequencies, scheme = inv_freq, "frequencies from the module's inv_freq buffer"
         attention = float(factor) if factor is not None else 1.0
     else:

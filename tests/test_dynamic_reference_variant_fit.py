@@ -78,3 +78,11 @@ def test_dynamic_scaling_is_read_from_the_declaration_at_the_run_length_not_from
     grown = 10000.0 * (2.0 * 24 / 16 - 1.0) ** (HEAD_DIM / (HEAD_DIM - 2))
     spec = variant_fit.rope_specs(long, rotary=True)[0]
     assert spec is not None and spec.frequencies[1] == pytest.approx(grown ** (-2 / HEAD_DIM))
+
+
+def test_a_window_switched_off_is_no_window():
+    """Qwen2's config keeps sliding_window = 4096 next to use_sliding_window = False."""
+    off = {"sliding_window": 4096, "use_sliding_window": False}
+    assert [r.variant.name for r in variant_fit.candidates(_declared(off), (), rotary=False)] == ["declared rotation"]
+    assert variant_fit.declared_term(off, "window") is None
+    assert variant_fit.declared_term({"sliding_window": 4096}, "window") == ("sliding_window", 4096)

@@ -23,6 +23,7 @@ SCALARS = (
     "softcap", "attn_logit_softcapping", "logit_softcap", "scaling", "scale", "softmax_scale",
     "query_pre_attn_scalar", "relative_attention_num_buckets", "relative_attention_max_distance",
     "is_decoder", "has_relative_attention_bias", "alibi", "use_alibi", "alibi_form", "attention_scaling",
+    "use_sliding_window",
 )  # fmt: skip
 """Attribute names whose number (or flag) says what the variant is, on the module or its config."""
 

@@ -50,7 +50,8 @@ def declared_term(scalars: Mapping[str, Any], term: str) -> tuple[str, Any] | No
     """(attribute name, value) of one of ``TERMS`` among a module's declared scalars, None when absent;
     read the same way in the child (whether to run the probe) and in the parent (whether to judge it)."""
     if term == "window":
-        return _positive(scalars, WINDOW_NAMES + CHUNK_NAMES)
+        switched_off = scalars.get("use_sliding_window") is False  # Qwen2: a sliding_window kept but unused
+        return None if switched_off else _positive(scalars, WINDOW_NAMES + CHUNK_NAMES)
     if term == "softcap":
         return _positive(scalars, CAP_NAMES)
     scaling = scalars.get("rope_scaling") or scalars.get("rope_parameters")
@@ -175,7 +176,7 @@ def _masks(declared: Declared) -> list[tuple[str, tuple[variants.MaskMod, ...], 
 
     A bidirectional window is read in both conventions too: |i-j| < W (HF's bidirectional
     sliding-window overlay) and |i-j| <= W (flash-attn ``window_size=(W, W)``)."""
-    window = declared.scalar(WINDOW_NAMES)
+    window = declared.scalar(WINDOW_NAMES) if declared.scalar(("use_sliding_window",)) is not False else None
     chunk = declared.scalar(CHUNK_NAMES)
     offset = declared.k_len - declared.q_len
     if isinstance(window, int) and not isinstance(window, bool) and window > 0:

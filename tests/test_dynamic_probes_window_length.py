@@ -88,6 +88,15 @@ def test_a_window_off_by_one_is_att305_with_the_keys_it_keeps():
     assert "Fix: keep key j for query i when i - sliding_window < j <= i" in findings[0].message
 
 
+def test_a_window_measured_on_the_future_side_is_att305(tmp_path):
+    path = _windowed(tmp_path, mask="unused: bool = False")
+    path.write_text(path.read_text().replace("(distance < self.sliding_window)", "(-distance < self.sliding_window)"))
+    findings, _, checks = checked_target(path)
+    assert [f.code for f in findings] == ["ATT305"]
+    assert "is ignored (or measured on the future side, j - i < W" in findings[0].message
+    assert checks["causal"].status == "passed"
+
+
 def test_an_ignored_chunk_is_att305():
     findings, _, checks = checked_target(FIXTURES / "buggy" / "chunk_ignored_att305.py")
     assert [f.code for f in findings] == ["ATT305"]

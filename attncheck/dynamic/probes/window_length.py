@@ -1,8 +1,9 @@
 """The window-length probe: a declared sliding window or chunk, judged on a sequence longer than it.
 
 The plain run has 7 tokens, and a causal window or chunk of 7 or more keys hides nothing there:
-a window ignored, off by one (W - 1 keys where the declaration says W or W + 1) or anchored at
-the start of the sequence passes as plain causal attention. Where the module declares a window
+a window ignored, off by one (W - 1 keys where the declaration says W or W + 1) or measured on
+the wrong side (j - i < W, which the causal mask makes always true) passes as plain causal
+attention. Where the module declares a window
 or chunk (``sliding_window``, ``window_size``, ``attention_chunk_size``, ``chunk_size``), the child
 runs 16 tokens, setting a longer window smaller through its constructor or config
 (``inside.variant_runs``), and the output is judged against the declaration's readings at that
@@ -39,7 +40,11 @@ def plan(planner: Planner) -> None:
 def _wrong_edges(view: JudgeView, name: str, size: int, said: str) -> list[tuple[str, float]]:
     """(what the module does, error) for the window mistakes the long run can show, closest first."""
     unset = dict.fromkeys(WINDOW_NAMES + CHUNK_NAMES)
-    tried = [(f"plain causal attention: the declared {said} is ignored", unset, "top-left")]
+    ignored = (
+        f"plain causal attention: the declared {said} is ignored (or measured on the future side, j - i < W, "
+        "which keeps every past key)"
+    )
+    tried = [(ignored, unset, "top-left")]
     if name in WINDOW_NAMES:
         tried += [
             (f"a window of {size - 1} keys: one fewer than {name} = {size} allows", {name: size - 1}, None),

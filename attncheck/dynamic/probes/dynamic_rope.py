@@ -24,7 +24,8 @@ LENGTH = 24
 
 def wanted(binding: Binding) -> bool:
     """A rotary self-attention class: the child runs the long input only where it declares dynamic scaling."""
-    return binding.target.is_class and "rope" in binding.target.kinds and binding.style == "self"
+    rotary = binding.target.is_class and "rope" in binding.target.kinds
+    return rotary and binding.forward is not None and binding.style == "self"
 
 
 def plan(planner: Planner) -> None:

@@ -105,3 +105,12 @@ class Options:
     jobs: int = 1
     targets: dict = field(default_factory=dict)
     unsafe_no_sandbox: bool = False
+
+
+def checked_target(path: Path) -> tuple[list, object, dict]:
+    """A one-target file through the dynamic checker in process: its findings, its result, and its
+    checks by name (what the probe tests assert on)."""
+    from attncheck.dynamic.runner import check_file  # the runner imports the whole pipeline: only when used
+
+    findings, (result,) = check_file(file_result(path), Options(), in_process_child)
+    return findings, result, {check.name: check for check in result.checks}

@@ -201,3 +201,13 @@ def test_an_unmodelled_variant_is_skipped_with_its_name():
     findings, (result,) = check_file(_static(path), Options(device="cpu"), in_process_child)
     assert (result.status, findings) == ("skipped", [])
     assert "MLA latent key/value projections" in result.reason and "max error" in result.reason
+
+
+def test_a_window_without_its_causal_half_is_named_by_its_leak_alone():
+    """The output is a both-sided window of |i-j| < W (a reading of the declared window): the reference
+    holds, and the only mistake is the future leak, not an unexplained mismatch next to it."""
+    path = FIXTURES / "buggy" / "causal_leak_sliding_window.py"
+    findings, (result,) = check_file(_static(path), Options(device="cpu"), in_process_child)
+    assert [f.code for f in findings] == ["ATT906"]
+    checks = {c.name: c for c in result.checks}
+    assert checks["reference"].status == "passed" and "local window |i-j| < 3" in checks["reference"].detail

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from attncheck.dynamic.reference import variant_fit
@@ -30,11 +31,12 @@ def test_a_window_is_read_in_both_conventions_and_as_a_local_window():
     assert [r.variant.name for r in readings] == [
         "sliding window 3 (W keys)",
         "sliding window 3 (W+1 keys)",
+        "local window |i-j| < 3",
         "local window |i-j| <= 3",
     ]
-    assert [r.masks_causal for r in readings] == [True, True, False]
+    assert [r.masks_causal for r in readings] == [True, True, False, False]
     _, _, i, j = index_grid(1, 1, SEQ, SEQ)
-    assert [int(r.variant.mask_mods[0](0, 0, i, j).sum(-1).max()) for r in readings] == [3, 4, 7]
+    assert [int(r.variant.mask_mods[0](0, 0, i, j).sum(-1).max()) for r in readings] == [3, 4, 5, 7]
 
 
 def test_a_declared_scale_is_taken_unless_the_static_pass_calls_the_scaling_wrong():
@@ -62,7 +64,25 @@ def test_alibi_slopes_from_a_buffer_in_three_forms():
     assert all(r.variant.positional for r in readings)
 
 
-def test_an_unmodelled_construct_is_named():
-    assert variant_fit.unmodelled({"unmodelled": []}) is None
-    reason = variant_fit.unmodelled({"unmodelled": ["paged KV cache (block_table)"]})
-    assert reason is not None and reason.startswith("the module shows paged KV cache (block_table)")
+def test_dynamic_scaling_is_read_from_the_declaration_at_the_run_length_not_from_a_buffer():
+    """A dynamic module's inv_freq buffer holds the frequencies of whichever length ran last."""
+    dynamic = {"rope_type": "dynamic", "factor": 2.0}
+    scalars = {"rope_theta": 10000.0, "max_position_embeddings": 16, "rope_scaling": dynamic}
+    stale = {"inv_freq": torch.full((HEAD_DIM // 2,), 0.5, dtype=torch.float64)}
+    short = variant_fit.rope_specs(_declared(scalars, stale), rotary=True)[0]
+    expected = 1.0 / 10000.0 ** (torch.arange(0, HEAD_DIM, 2, dtype=torch.float64) / HEAD_DIM)
+    assert short is not None and torch.allclose(torch.tensor(short.frequencies, dtype=torch.float64), expected)
+    assert short.scheme == "declared base 10000 with dynamic scaling"
+    facts = {"scalars": scalars, "tensors": ["inv_freq"], "norms": {}, "unmodelled": []}
+    long = variant_fit.Declared(facts, {"declared/inv_freq": stale["inv_freq"]}, HEADS, HEAD_DIM, 24, 24)
+    grown = 10000.0 * (2.0 * 24 / 16 - 1.0) ** (HEAD_DIM / (HEAD_DIM - 2))
+    spec = variant_fit.rope_specs(long, rotary=True)[0]
+    assert spec is not None and spec.frequencies[1] == pytest.approx(grown ** (-2 / HEAD_DIM))
+
+
+def test_a_window_switched_off_is_no_window():
+    """Qwen2's config keeps sliding_window = 4096 next to use_sliding_window = False."""
+    off = {"sliding_window": 4096, "use_sliding_window": False}
+    assert [r.variant.name for r in variant_fit.candidates(_declared(off), (), rotary=False)] == ["declared rotation"]
+    assert variant_fit.declared_term(off, "window") is None
+    assert variant_fit.declared_term({"sliding_window": 4096}, "window") == ("sliding_window", 4096)

@@ -216,12 +216,9 @@ def judge(
         seen = evidence.refuted(judging, checks)
         return TargetResult(target, "failed", checks=checks, device=device, refuted=seen), findings
     # The properties held, but the reference could not say whether the output is right: a construct it
-    # does not model (judging.unmodelled), or a declared variant outside its vocabulary (the reference skipped).
-    reference = next((c for c in checks if c.name == "reference"), None)
-    unmodelled = judging.unmodelled or (reference.detail if reference is not None and reference.status == "skipped"
-                                        else "")
-    if unmodelled:
-        return TargetResult(target, "skipped", unmodelled, checks=checks, device=device), findings
+    # does not model (reference.unmodelled.reason, the one path of every such skip).
+    if judging.unmodelled:
+        return TargetResult(target, "skipped", judging.unmodelled, checks=checks, device=device), findings
     seen = evidence.refuted(judging, checks)
     return TargetResult(target, "passed", checks=checks, device=device, refuted=seen), findings
 

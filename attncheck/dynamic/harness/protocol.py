@@ -29,6 +29,7 @@ class Experiment:
     keywords: dict[str, str] = field(default_factory=dict)  # forward parameter -> tensor name
     constants: dict[str, Any] = field(default_factory=dict)  # forward parameter -> JSON value
     all_outputs: bool = False  # keep every returned tensor, not only the first
+    variant: str | None = None  # inside.variant_runs' term: run only when the module declares it
 
     def to_request(self) -> dict[str, Any]:
         return {
@@ -45,6 +46,7 @@ class Experiment:
             "keywords": self.keywords,
             "constants": self.constants,
             "all_outputs": self.all_outputs,
+            "variant": self.variant,
         }
 
     @classmethod

@@ -34,7 +34,7 @@ from torch import nn
 
 from attncheck.dynamic.binding.bind import all_sizes, size_for
 from attncheck.dynamic.harness.protocol import Experiment
-from attncheck.dynamic.inside import kv_cache, kv_perturb, variant_facts
+from attncheck.dynamic.inside import kv_cache, kv_perturb, variant_facts, variant_runs
 from attncheck.dynamic.inside.recorder import Recorder, is_projection
 
 Tensors = dict[str, torch.Tensor]
@@ -101,17 +101,28 @@ class _Target:
         self.dropout_calls = 0
         self.no_grad: str | None = None  # why the forwards run without gradients (flex_attention on CPU)
 
-    def construct(self, candidate: dict, rate: float) -> nn.Module:
+    def construct(self, candidate: dict, rate: float, overrides: dict[str, Any] | None = None) -> nn.Module:
+        """Build with the seed; ``overrides`` set constructor arguments and config fields of those names."""
         kwargs = dict(candidate["kwargs"])
         for name in candidate["dropout_names"]:
             kwargs[name] = rate
         if candidate["config"]:
-            kwargs[candidate["config"]["param"]] = _build_config(self.module, candidate["config"]["class"], rate)
+            config = _build_config(self.module, candidate["config"]["class"], rate)
+            for name, value in (overrides or {}).items():
+                if hasattr(config, name):
+                    setattr(config, name, value)
+            kwargs[candidate["config"]["param"]] = config
+        kwargs.update({n: v for n, v in (overrides or {}).items() if n in kwargs or n in _init_names(self.obj)})
         torch.manual_seed(self.seed)
         instance = self.obj(*candidate["args"], **kwargs)
         if not isinstance(instance, nn.Module):
             raise TypeError(f"{self.unit['name']}(...) is not a torch.nn.Module")
         return _cast(instance.to(self.device), torch.float64).eval()
+
+    def rebuilt(self, overrides: dict[str, Any]) -> nn.Module:
+        """Another exact instance (same seed, same weights) with ``overrides`` set (``variant_runs``)."""
+        assert self.candidate is not None
+        return self.construct(self.candidate, 0.0, overrides)
 
     def instance(self, kind: str) -> Any:
         if not self.unit["is_class"]:
@@ -206,6 +217,14 @@ def _lowered(tensor: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
 def _cast(module: nn.Module, dtype: torch.dtype) -> nn.Module:
     """Real floating parameters and buffers to ``dtype``; complex ones (Meta's freqs_cis) stay complex."""
     return module._apply(lambda t: t.to(dtype) if t.is_floating_point() else t)
+
+
+def _init_names(cls: Any) -> set[str]:
+    """The constructor's parameter names (none when its signature cannot be read)."""
+    try:
+        return set(inspect.signature(cls).parameters)
+    except (TypeError, ValueError):
+        return set()
 
 
 def _build_config(module: types.ModuleType, class_name: str | None, rate: float) -> Any:
@@ -307,8 +326,12 @@ def _run_experiment(target: _Target, experiment: Experiment, facts: dict, out: T
     recorder = None
     perturbing: list[Any] = []
     failure: Exception | None = None
+    declared = None
     try:
         instance = target.instance(experiment.instance)
+        if experiment.variant and isinstance(instance, nn.Module):
+            length = target.tensors[next(iter(experiment.inputs.values()))].shape[-2]
+            instance, declared = variant_runs.prepare(instance, experiment.variant, length, target.rebuilt)
         if experiment.record:
             recorder = Recorder(instance, target.tensors, experiment.inputs)
         if experiment.perturb_kv and isinstance(instance, nn.Module):
@@ -353,6 +376,8 @@ def _run_experiment(target: _Target, experiment: Experiment, facts: dict, out: T
         facts["experiments"][name] = {"ok": False, "error": error_facts(failure, target.file)}
         return False
     facts["experiments"][name] = {"ok": True, "shape": list(output.shape), "weights": weights is not None}
+    if declared is not None:  # what the instance that ran declares (a window set smaller)
+        facts["experiments"][name]["declared"] = declared
     out[f"{name}/out"] = output.detach().to("cpu", torch.float64)
     if experiment.all_outputs:  # a rotary function's second tensor (its rotated k)
         for index, item in enumerate(_tensors(result)[1:], 1):

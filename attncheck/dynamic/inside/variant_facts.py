@@ -23,6 +23,7 @@ SCALARS = (
     "softcap", "attn_logit_softcapping", "logit_softcap", "scaling", "scale", "softmax_scale",
     "query_pre_attn_scalar", "relative_attention_num_buckets", "relative_attention_max_distance",
     "is_decoder", "has_relative_attention_bias", "alibi", "use_alibi", "alibi_form", "attention_scaling",
+    "use_sliding_window",
 )  # fmt: skip
 """Attribute names whose number (or flag) says what the variant is, on the module or its config."""
 
@@ -125,16 +126,24 @@ def _tensors(instance: nn.Module, out: dict[str, torch.Tensor]) -> list[str]:
     return roles
 
 
+def declared_scalars(instance: nn.Module) -> dict[str, Any]:
+    """The variant's numbers and flags: of its submodules, then its config, then the module itself
+    (a later one wins: a rotary submodule's base and attention_scaling give way to the module's)."""
+    config = _config_of(instance)
+    scalars: dict[str, Any] = {}
+    for sub in reversed(list(instance.modules())[1:]):
+        scalars.update(_scalars(sub))
+    scalars.update(_scalars(config) if config is not None else {})
+    scalars.update(_scalars(instance))
+    return scalars
+
+
 def declarations(instance: nn.Module, out: dict[str, torch.Tensor]) -> dict[str, Any]:
     """The variant facts of a built module: scalars of the module, its config, then its submodules
     (in that priority),
     the tensors that carry a variant, its q/k norm layers, and the unmodelled constructs it shows."""
     config = _config_of(instance)
-    scalars: dict[str, Any] = {}
-    for sub in reversed(list(instance.modules())[1:]):  # a rotary submodule's base and attention_scaling
-        scalars.update(_scalars(sub))
-    scalars.update(_scalars(config) if config is not None else {})
-    scalars.update(_scalars(instance))
+    scalars = declared_scalars(instance)
     norms = {}
     children = dict(instance.named_children())
     for role, names in NORM_NAMES.items():

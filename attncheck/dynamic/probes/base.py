@@ -70,6 +70,7 @@ class Planner(Protocol):
     positions: tuple[int, int]  # (batch, seq) of the plain query
 
     def tensor(self, name: str, value: np.ndarray) -> str: ...
+    def random(self, length: int) -> np.ndarray: ...  # seeded inputs of another length, shaped as ``base``
     def add(self, name: str, inputs: dict[str, str], mask: str | None = None, **options: Any) -> None: ...
 
 

@@ -305,13 +305,13 @@ class Judge:
         if self.ran("plain"):
             found.append(Verdict(*structure.nan_rows(self.output("plain"))))
         named = any(v.code and v.code.startswith(structure.MISTAKE_PREFIXES) for v in found)
-        unmodelled = variant_fit.unmodelled(self.facts.get("declared"))
         for i, verdict in enumerate(found):
             if verdict.code == codes.REFERENCE_MISMATCH:
                 if named:
                     found[i] = Verdict(verdict.check)
-                elif unmodelled:
-                    detail = f"{unmodelled} ({verdict.check.detail})"
+                elif why := self.unmodelled or unmodelled.reason(self.facts, *self.lengths()):
+                    detail = f"{why} ({verdict.check.detail})"
+                    self.unmodelled = self.unmodelled or detail
                     found[i] = Verdict(replace(verdict.check, status="skipped", detail=detail))
                 else:
                     properties = [v.check for v in found if v is not verdict]
@@ -428,36 +428,39 @@ class Judge:
         found = explain.diagnose_judge(self, ["plain", "self"])
         if found is not None:
             return Verdict(Check("reference", "failed", f"{detail}; {found.detail}"), found.code, found.message)
-        self.unmodelled = self.unmodelled_construct()
-        if self.unmodelled:
-            return Verdict(Check("reference", "skipped", f"{detail}; {self.unmodelled}"))
+        why = self.unmodelled_construct()
+        if why:
+            self.unmodelled = f"{why} ({detail})"
+            return Verdict(Check("reference", "skipped", self.unmodelled))
         return Verdict(
             Check("reference", "failed", detail),
             codes.REFERENCE_MISMATCH,
             f"output differs from the reference by {worst:.3g} (tolerance {self.tol:g}) on {worst_kind}",
         )
 
-    def unmodelled_construct(self) -> str:
-        """Why the reference cannot model the plain output ('' when it could have)."""
+    def lengths(self) -> tuple[int, int]:
+        """(query, key) lengths of the plain run."""
         query, key, _ = self.role_inputs("plain")
-        axis = unmodelled.other_axis(self.facts.get("softmax"), query.shape[-2], key.shape[-2])
-        if axis or "ATT201" in self.static_codes or self.fit is None or self.style == "function":
-            return axis or ""
-        dims, causal = self.binding.dims, self.fit.causal
-        head_dim, value = dims.width // dims.heads, self.role_inputs("plain")[2]
-        layers = layers_from(self.facts.get("layers", []), self.out)
-        for assignment in assignments(layers, dims.width, dims.heads):
+        return query.shape[-2], key.shape[-2]
 
-            def scaled(scale: float, assignment: Assignment = assignment) -> torch.Tensor:
-                return reference.mha(
+    def unmodelled_construct(self) -> str:
+        """Why the reference cannot model the plain output ('' when it could have), a scale set on
+        purpose included (``unmodelled.reason``, which every skip of a mismatch goes through)."""
+        rescaled = None
+        if "ATT201" not in self.static_codes and self.fit is not None and self.style != "function":
+            query, key, value = self.role_inputs("plain")
+            dims, causal = self.binding.dims, self.fit.causal
+            layers = layers_from(self.facts.get("layers", []), self.out)
+
+            def scaled(assignment: Assignment) -> unmodelled.Reference:
+                return lambda scale: reference.mha(
                     query, key, value, assignment.projections, dims.heads,
                     num_kv_heads=assignment.kv_heads, causal=causal, scale=scale,
                 )
 
-            factor = unmodelled.fitted_scale(self.output("plain"), scaled, head_dim, self.tol)
-            if factor is not None:
-                return unmodelled.scale_text(factor, head_dim)
-        return ""
+            references = (scaled(a) for a in assignments(layers, dims.width, dims.heads))
+            rescaled = unmodelled.Rescaled(self.output("plain"), references, dims.width // dims.heads, self.tol)
+        return unmodelled.reason(self.facts, *self.lengths(), rescaled)
 
     def mask_checks(self) -> Iterator[Verdict]:
         if not (self.binding.forward and self.binding.forward.mask_name):
@@ -686,9 +689,9 @@ class Judge:
             return Verdict(Check(name, "skipped", "causal attention is not permutation-equivariant"))
         if "rope" in self.binding.target.kinds:
             return Verdict(Check(name, "skipped", "rotary attention depends on positions by design"))
-        unmodelled = variant_fit.unmodelled(self.facts.get("declared"))
-        if unmodelled:
-            return Verdict(Check(name, "skipped", unmodelled))
+        construct = unmodelled.declared(self.facts.get("declared"))
+        if construct:
+            return Verdict(Check(name, "skipped", construct))
         variant = self.fit.variant if self.fit is not None else None
         if variant is not None and variant.positional:
             return Verdict(Check(name, "skipped", f"the declared {variant.name} depends on positions by design"))

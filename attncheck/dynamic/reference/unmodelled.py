@@ -1,17 +1,20 @@
 """Constructs the reference does not model, recognised so a target is skipped with why, never ATT903.
 
 ATT903 says "the output differs and no known mistake explains it". That is only fair when
-the reference could have matched: when the module attends across another axis than the
-tokens (channel attention: its softmax runs over (head_dim, head_dim) scores), or scales
-its scores on purpose by a factor the reference does not take (DeBERTa's
-1/sqrt(head_dim * 3)), a mismatch says nothing about a mistake. Both are asked only after
-every known mistake failed to explain the output.
+the reference could have matched: when the module shows a construct outside the variant
+vocabulary (MLA latent KV, differential attention..., read in the child by
+``inside.variant_facts``), attends across another axis than the tokens (channel attention:
+its softmax runs over (head_dim, head_dim) scores), or scales its scores on purpose by a
+factor the reference does not take (DeBERTa's 1/sqrt(head_dim * 3)), a mismatch says nothing
+about a mistake. :func:`reason` is the one place that answers, asked only after every known
+mistake failed to explain the output.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -19,6 +22,41 @@ import torch
 from attncheck.dynamic.reference.tolerance import max_error
 
 Reference = Callable[[float], torch.Tensor]  # the reference output with a given score scale
+
+
+@dataclass(frozen=True)
+class Rescaled:
+    """The plain output and the references it may be a rescaled version of (one per weight mapping)."""
+
+    output: torch.Tensor
+    references: Iterable[Reference]
+    head_dim: int
+    tol: float
+
+
+def reason(facts: Mapping[str, Any], q_len: int, k_len: int, rescaled: Rescaled | None = None) -> str:
+    """Why the reference cannot model this target ('' when it could have): a declared construct it
+    does not model, else a softmax over another axis, else (when ``rescaled`` is given) a scale set
+    on purpose. Every skip of a mismatch goes through here, so all say why in the same words."""
+    why = declared(facts.get("declared")) or other_axis(facts.get("softmax"), q_len, k_len)
+    if why or rescaled is None:
+        return why or ""
+    for reference in rescaled.references:
+        factor = fitted_scale(rescaled.output, reference, rescaled.head_dim, rescaled.tol)
+        if factor is not None:
+            return scale_text(factor, rescaled.head_dim)
+    return ""
+
+
+def declared(facts: Mapping[str, Any] | None) -> str | None:
+    """The constructs a module shows that the reference does not model, worded for a skip."""
+    constructs = (facts or {}).get("unmodelled") or []
+    if not constructs:
+        return None
+    return (
+        f"the module shows {', '.join(constructs)}, which the float64 reference does not model; "
+        "the mismatch is not evidence of a mistake"
+    )
 
 
 def other_axis(softmax: Sequence[dict[str, Any]] | None, q_len: int, k_len: int) -> str | None:

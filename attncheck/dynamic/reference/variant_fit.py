@@ -2,8 +2,8 @@
 
 The child reads a module's variant parameters (``inside.variant_facts``); this module turns them into
 the few reference configurations they admit: the declared RoPE frequencies in both pairing
-conventions, a window in both off-by-one conventions, ALiBi in its three forms, and every other
-declared term (soft-cap, scale, sinks, q/k norm, T5 table) as declared. Nothing is fitted
+conventions, a window in both off-by-one conventions (causal or both-sided), ALiBi in its three
+forms, and every other declared term (soft-cap, scale, sinks, q/k norm, T5 table) as declared. Nothing is fitted
 freely: a RoPE with the wrong exponent at declared base b equals a correct RoPE of base sqrt(b),
 and since only base b is tried, it stays a mismatch for the diagnosis to name (ATT402).
 """
@@ -25,8 +25,39 @@ from attncheck.dynamic.reference.variants import Variant
 
 BASE_NAMES = ("rope_theta", "rotary_base", "rotary_emb_base", "base")
 WINDOW_NAMES = ("sliding_window", "window_size")
+CHUNK_NAMES = ("attention_chunk_size", "chunk_size")
 CAP_NAMES = ("softcap", "attn_logit_softcapping", "logit_softcap")
 SCALE_NAMES = ("scaling", "scale", "softmax_scale")
+
+
+TERMS = {
+    "window": "sliding window or chunk size",
+    "softcap": "soft-cap",
+    "dynamic-rope": "dynamic NTK RoPE scaling with max_position_embeddings",
+}
+"""The terms a probe makes visible with a longer or larger input (``Experiment.variant``)."""
+
+
+def _positive(scalars: Mapping[str, Any], names: tuple[str, ...]) -> tuple[str, float] | None:
+    for name in names:
+        value = scalars.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+            return name, value
+    return None
+
+
+def declared_term(scalars: Mapping[str, Any], term: str) -> tuple[str, Any] | None:
+    """(attribute name, value) of one of ``TERMS`` among a module's declared scalars, None when absent;
+    read the same way in the child (whether to run the probe) and in the parent (whether to judge it)."""
+    if term == "window":
+        switched_off = scalars.get("use_sliding_window") is False  # Qwen2: a sliding_window kept but unused
+        return None if switched_off else _positive(scalars, WINDOW_NAMES + CHUNK_NAMES)
+    if term == "softcap":
+        return _positive(scalars, CAP_NAMES)
+    scaling = scalars.get("rope_scaling") or scalars.get("rope_parameters")
+    dynamic = isinstance(scaling, Mapping) and rope_scaling.scheme_of(scaling) == "dynamic"
+    limit = scalars.get("max_position_embeddings")
+    return ("max_position_embeddings", limit) if dynamic and isinstance(limit, int) else None
 
 
 @dataclass(frozen=True)
@@ -62,17 +93,6 @@ class Declared:
         return bool(self.facts.get("scalars") or self.facts.get("tensors") or self.facts.get("norms"))
 
 
-def unmodelled(facts: Mapping[str, Any] | None) -> str | None:
-    """The constructs a module shows that the reference does not model, worded for a skip."""
-    constructs = (facts or {}).get("unmodelled") or []
-    if not constructs:
-        return None
-    return (
-        f"the module shows {', '.join(constructs)}, which the float64 reference does not model; "
-        "the mismatch is not evidence of a mistake"
-    )
-
-
 # ---------------------------------------------------------------- rotation
 
 
@@ -87,7 +107,8 @@ def rope_specs(declared: Declared, rotary: bool) -> list[RopeSpec | None]:
         base = scaling.get("rope_theta")
     width = _rotary_width(declared, inv_freq)
     factor = declared.scalar(("attention_scaling",))
-    if inv_freq is not None:
+    grows = rope_scaling.scheme_of(scaling if isinstance(scaling, Mapping) else None) == "dynamic"
+    if inv_freq is not None and not grows:  # a dynamic buffer holds the frequencies of the last length run
         frequencies, scheme = inv_freq, "frequencies from the module's inv_freq buffer"
         attention = float(factor) if factor is not None else 1.0
     else:
@@ -151,14 +172,18 @@ def _scale(declared: Declared, static_codes: Collection[str]) -> float | None:
 
 
 def _masks(declared: Declared) -> list[tuple[str, tuple[variants.MaskMod, ...], bool]]:
-    """(description, mask mods, causal) for a declared window or chunk; one empty option otherwise."""
-    window = declared.scalar(WINDOW_NAMES)
-    chunk = declared.scalar(("attention_chunk_size", "chunk_size"))
+    """(description, mask mods, causal) for a declared window or chunk; one empty option otherwise.
+
+    A bidirectional window is read in both conventions too: |i-j| < W (HF's bidirectional
+    sliding-window overlay) and |i-j| <= W (flash-attn ``window_size=(W, W)``)."""
+    window = declared.scalar(WINDOW_NAMES) if declared.scalar(("use_sliding_window",)) is not False else None
+    chunk = declared.scalar(CHUNK_NAMES)
     offset = declared.k_len - declared.q_len
     if isinstance(window, int) and not isinstance(window, bool) and window > 0:
         return [
             (f"sliding window {window} (W keys)", (variants.sliding_window(window, "W keys", offset),), True),
             (f"sliding window {window} (W+1 keys)", (variants.sliding_window(window, "W+1 keys", offset),), True),
+            (f"local window |i-j| < {window}", (variants.local_window(window - 1),), False),
             (f"local window |i-j| <= {window}", (variants.local_window(window),), False),
         ]
     if isinstance(chunk, int) and not isinstance(chunk, bool) and chunk > 0:

@@ -1,0 +1,55 @@
+"""Runs inside the child: an experiment that makes a declared variant visible runs only where it is declared.
+
+A sliding window or chunk of W equals plain causal attention on W tokens or fewer, a tanh soft-cap
+is the identity on small scores, and dynamic NTK scaling engages only past
+``max_position_embeddings``: the probes that show them run longer or larger inputs. The parent
+plans these experiments for every self-attention class, since it sees a module's declarations
+only once the child built it, and marks each with the term it needs (``Experiment.variant``).
+Here, with the module built, the term is looked up among its declarations
+(``variant_facts.declared_scalars``): where it is absent the experiment does not run
+(:class:`NotDeclaredError`, reported as the experiment's error). A window or chunk too long for the
+planned input is set smaller through the constructor argument or config field it is read from,
+on a second instance built with the same seed (so the same weights), and read back: the parent
+judges against the window the run really had, and a window that cannot be set is a skip with why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from torch import nn
+
+from attncheck.dynamic.inside.variant_facts import declared_scalars
+from attncheck.dynamic.reference.variant_fit import CHUNK_NAMES, TERMS, WINDOW_NAMES, declared_term
+
+SPARE = 2  # a window is visible when the input is longer than W + SPARE
+
+
+class NotDeclaredError(Exception):
+    """The module does not declare the experiment's variant term, or it cannot be made visible."""
+
+
+def prepare(
+    instance: nn.Module, term: str, length: int, rebuild: Callable[[dict[str, Any]], nn.Module]
+) -> tuple[nn.Module, dict[str, Any]]:
+    """The instance to run on ``length`` tokens and its declared scalars; raises NotDeclaredError."""
+    scalars = declared_scalars(instance)
+    found = declared_term(scalars, term)
+    if found is None:
+        raise NotDeclaredError(f"the module declares no {TERMS[term]}")
+    name, value = found
+    if term == "dynamic-rope" and value >= length:
+        raise NotDeclaredError(f"max_position_embeddings {value} leaves no position past it in {length} tokens")
+    if term != "window" or value + SPARE < length:
+        return instance, scalars
+    smaller = (length - SPARE) // 2
+    names = [n for n in WINDOW_NAMES + CHUNK_NAMES if n in scalars]
+    rebuilt = rebuild(dict.fromkeys(names, smaller))
+    again = declared_scalars(rebuilt)
+    if any(again.get(n) != smaller for n in names):
+        raise NotDeclaredError(
+            f"{name} = {value} is not shorter than the {length} tokens the probe runs, and setting it to "
+            f"{smaller} through the constructor or its config did not change what the module holds"
+        )
+    return rebuilt, again

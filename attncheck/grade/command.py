@@ -47,8 +47,7 @@ def grade(submissions: Path, assignment_file: Path | None, out: Path, rerun: boo
         (out / ".attncheck-write-test").unlink()
     except OSError as error:
         raise click.ClickException(f"--out: cannot write {out}: {error.strerror or error}") from error
-    hidden = (root if root.is_dir() else root.parent, out)
-    plan = schedule.Plan(found, task, out, hidden, schedule.draw_seed() if seed is None else seed, jobs, rerun,
+    plan = schedule.Plan(found, task, out, schedule.draw_seed() if seed is None else seed, jobs, rerun,
                          dask_scheduler)
     started = time.monotonic()
     with _ProgressBar(len(found)) as advance:

@@ -54,8 +54,7 @@ def warm_up() -> bool:
     return True
 
 
-def check(staged: submissions.Staged, assignment: Assignment, seed: int, hidden: tuple[Path, ...],
-          dynamic: bool = True) -> Checked:
+def check(staged: submissions.Staged, assignment: Assignment, seed: int, dynamic: bool = True) -> Checked:
     """Lint, run and judge one submission; nothing it does can raise past here."""
     started = time.perf_counter()
     settings = Settings(root=staged.folder, timeout=assignment.timeout, device="cpu")
@@ -72,7 +71,7 @@ def check(staged: submissions.Staged, assignment: Assignment, seed: int, hidden:
     static = [f for r in results for f in r.findings]
     found: list[Finding] = []
     if dynamic and any(r.targets for r in results):
-        found, outcome.targets, checked.isolation, checked.weights = _run_dynamic(results, assignment, seed, hidden,
+        found, outcome.targets, checked.isolation, checked.weights = _run_dynamic(results, assignment, seed,
                                                                                 staged.folder)
     else:
         outcome.targets = [TargetResult(t, "skipped", NO_TORCH) for r in results for t in r.targets]
@@ -85,7 +84,7 @@ def check(staged: submissions.Staged, assignment: Assignment, seed: int, hidden:
     return checked
 
 
-def _run_dynamic(results: list[FileResult], assignment: Assignment, seed: int, hidden: tuple[Path, ...],
+def _run_dynamic(results: list[FileResult], assignment: Assignment, seed: int,
                  own: Path) -> tuple[list[Finding], list[TargetResult], str, dict[str, dict[str, Weights]]]:
     from attncheck.dynamic import runner
 
@@ -94,7 +93,7 @@ def _run_dynamic(results: list[FileResult], assignment: Assignment, seed: int, h
     wanted = names if assignment.target == AUTO else [assignment.target]
     options = DynamicOptions(timeout=assignment.timeout, device="cpu", jobs=1,
                              targets={name: declaration for name in wanted} if declaration else {})
-    child = _GradingChild(hidden, own, options)
+    child = _GradingChild(own, options)
     found, targets = runner.run_dynamic(results, options, child, seed)
     return list(found), list(targets), child.isolation, child.weights
 
@@ -103,10 +102,8 @@ class _GradingChild:
     """The runner's child: a jailed fork of this process per call, running the capturing entry;
     keeps how it was jailed and the attention weights each target showed."""
 
-    def __init__(self, hidden: tuple[Path, ...], own: Path, options: DynamicOptions) -> None:
-        from attncheck.dynamic.harness.forked import Jail
-
-        self.jail, self.own, self.options = Jail(hidden), own, options
+    def __init__(self, own: Path, options: DynamicOptions) -> None:
+        self.own, self.options = own, options
         self.isolation = ""
         self.weights: dict[str, dict[str, Weights]] = {}
 
@@ -117,7 +114,7 @@ class _GradingChild:
 
         module = path if path.is_absolute() else self.own / path  # sources are named relative to the submission
         limits = limits_for(self.options, len(request.get("targets", [])))
-        outcome = run_forked(self.jail, self.own, module, {**request, "entry": capture.ENTRY}, tensors, limits)
+        outcome = run_forked(module, {**request, "entry": capture.ENTRY}, tensors, limits, [self.own])
         self.isolation = outcome.isolation
         self.weights.update(_weights(outcome.replies, request, tensors))
         return outcome

@@ -20,7 +20,7 @@ SECRET = "the answers to homework 3"
 
 def _plan(root: Path, out: Path, **changes) -> schedule.Plan:
     task = assignment.Assignment(timeout=4.0)
-    return schedule.Plan(submissions.find(root), task, out, (root, out), seed=7, **changes)
+    return schedule.Plan(submissions.find(root), task, out, seed=7, **changes)
 
 
 def test_a_submission_that_reads_a_sibling_or_the_class_folder_gets_nothing(tmp_path):

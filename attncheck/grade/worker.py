@@ -57,7 +57,9 @@ def warm_up() -> bool:
 def check(staged: submissions.Staged, assignment: Assignment, seed: int, dynamic: bool = True) -> Checked:
     """Lint, run and judge one submission; nothing it does can raise past here."""
     started = time.perf_counter()
-    settings = Settings(root=staged.folder, timeout=assignment.timeout, device="cpu")
+    # Always isolated: no configuration beside a submission is read (a student's ``ignore``), and
+    # a dynamic pass never silences a static error (code that behaves only when it is watched).
+    settings = Settings(root=staged.folder, timeout=assignment.timeout, device="cpu", isolated=True)
     codes = pipeline.enabled_codes(settings)
     candidates = [Candidate(path, path.relative_to(staged.folder).as_posix(), True) for path in staged.files]
     outcome = pipeline.Outcome()
@@ -75,7 +77,7 @@ def check(staged: submissions.Staged, assignment: Assignment, seed: int, dynamic
                                                                                 staged.folder)
     else:
         outcome.targets = [TargetResult(t, "skipped", NO_TORCH) for r in results for t in r.targets]
-    outcome.findings = merge(static, found, outcome.targets)
+    outcome.findings = merge(static, found, outcome.targets, keep_static_errors=settings.isolated)
     outcome.sources = {r.source.path: r.source for r in results}
     outcome.paths = [c.shown for c in candidates]
     checked.target = choose(outcome.targets, assignment)

@@ -31,6 +31,7 @@ import torch  # noqa: E402
 
 from attncheck.dynamic.harness import channel, jail  # noqa: E402
 from attncheck.dynamic.harness.confine import install_filter  # noqa: E402
+from attncheck.dynamic.inside.disguise import disguise  # noqa: E402
 from attncheck.dynamic.loading import importer  # noqa: E402
 from attncheck.dynamic.loading import request as loading_request  # noqa: E402
 
@@ -140,7 +141,7 @@ def main(workdir: Path) -> None:
     confinement = install_filter()
     print(f"attncheck child: {confinement}", file=sys.stderr, flush=True)
     writer.ready()
-    sys.argv[:] = [str(user_file)]  # as if its author ran it: no sign of the checker in argv
+    disguise(user_file)  # as if its author ran it: no sign of the checker in argv or sys.modules
     try:
         loaded = importer.load(how_to_load)
     except BaseException as error:

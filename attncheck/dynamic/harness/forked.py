@@ -62,7 +62,7 @@ def run_forked(module_path: Path, request: dict, tensors: dict[str, np.ndarray],
     jailed = jail_available()
     isolation = FORKED_JAIL if jailed else FORKED_RLIMITS
     run_dir = rundir.create()
-    workdir, new_root = run_dir.path / "work", run_dir.path / "root"
+    workdir, new_root = run_dir.path / rundir.WORK, run_dir.path / "root"
     try:
         workdir.mkdir(mode=0o700)
         new_root.mkdir(mode=0o700)

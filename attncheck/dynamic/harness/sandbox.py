@@ -165,7 +165,7 @@ class StartedChild:
         self.module_path, self.isolation = module_path, isolation
         self.limits = limits  # the rlimits it started under; ``run`` only sets the time limit
         self.run_dir = rundir.create()
-        self.workdir = self.run_dir.path / "work"
+        self.workdir = self.run_dir.path / rundir.WORK
         self.workdir.mkdir(mode=0o700)
         self.started = time.monotonic()
         self.process: subprocess.Popen | None = None

@@ -97,10 +97,10 @@ def test_the_child_is_not_root_outside_its_namespace(jailed):
 
 @needs_jail
 def test_nothing_in_the_childs_paths_names_the_checker(jailed):
-    """Item 2: work dir, HOME, TMPDIR, argv, the process's command line, sys.modules, __main__ and
-    the paths of its stdout and stderr look like a user's own run."""
+    """Item 2: work dir, HOME, TMPDIR, argv, its own and pid 1's command lines, sys.modules,
+    __main__ and the paths of its stdout and stderr look like a user's own run."""
     report = _report(jailed["checker_tells"])["report"]
-    tells = ("cwd", "home", "tmpdir", "argv", "orig_argv", "cmdline", "modules", "main", "output")
+    tells = ("cwd", "home", "tmpdir", "argv", "orig_argv", "cmdline", "modules", "main", "output", "init")
     assert not [key for key in tells if "attncheck" in report[key].lower()], report
 
 

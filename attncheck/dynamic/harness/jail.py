@@ -146,7 +146,9 @@ def bwrap_command(
     else:
         command += ["--unshare-all", "--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY)]
         command += ["--cap-drop", "ALL"]
-    return [*command, "--die-with-parent", "--new-session", "--"]
+    # --as-pid-1: the child is pid 1 and splits itself (``unshared.split_init``), so that user code
+    # does not find bubblewrap's command line, which names attncheck, in /proc/1/cmdline.
+    return [*command, "--as-pid-1", "--die-with-parent", "--new-session", "--"]
 
 
 _BWRAP_OPTIONS: dict[str, Callable[[Mount], list[str]]] = {

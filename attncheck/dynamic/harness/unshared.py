@@ -9,8 +9,8 @@ detached. What the child can see is therefore the same list in both commands.
 
 The PID namespace only holds the children of the process that made it: ``enter`` forks twice
 more. The process that called it waits for pid 1 of the namespace, which builds the root and
-waits in turn for pid 2, which goes on as the child; each ends as its child ended, so the
-zygote's watch still sees one process ending, with the child's status.
+waits in turn for pid 2 (``split_init``), which goes on as the child; each ends as its child
+ended, so the zygote's watch still sees one process ending, with the child's status.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ _MNT_DETACH = 2
 _SYS_MOUNT_SETATTR, _AT_FDCWD, _AT_RECURSIVE, _MOUNT_ATTR_RDONLY = 442, -100, 0x8000, 1
 _SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 _PR_SET_PDEATHSIG, _PR_CAPBSET_DROP = 1, 24
+_ARG_START = 45  # in /proc/self/stat, counted from 0 after the command name (field 48), then arg_end
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 DEVICE_LINKS = {"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1",
                 "stderr": "/proc/self/fd/2"}
@@ -53,7 +54,7 @@ def enter(mounts: Sequence[Mount], new_root: Path, uid: int | None) -> None:
         Path("/proc/self/setgroups").write_text("deny")
         Path("/proc/self/uid_map").write_text(f"{host_uid} {host_uid} 1")
         Path("/proc/self/gid_map").write_text(f"{host_gid} {host_gid} 1")
-    _wait_in(os.fork())  # the child is pid 1 of the new PID namespace: it builds the root
+    wait_in(os.fork())  # the child is pid 1 of the new PID namespace: it builds the root
     _check(_libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl PDEATHSIG")
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
     _mount("tmpfs", str(new_root), "tmpfs", _MS_NOSUID | _MS_NODEV, b"mode=0755")
@@ -68,17 +69,40 @@ def enter(mounts: Sequence[Mount], new_root: Path, uid: int | None) -> None:
     _check(_libc.umount2(b".", _MNT_DETACH), "umount the host's root")
     os.chdir(jail.JAIL_HOME)
     _drop_bounding_set()
-    # pid 1 ignores the signals it sends itself (a crash by ``os.kill(os.getpid(), SIGSEGV)``):
-    # as with bubblewrap, user code runs as pid 2.
-    _wait_in(os.fork())
-    _check(_libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl PDEATHSIG")
+    split_init()
     if uid is not None:
         jail.drop_privileges(uid, jail.MAX_TASKS)
     else:
         _drop_capabilities()
 
 
-def _wait_in(pid: int) -> None:
+def split_init() -> None:
+    """As pid 1 of a PID namespace: stay behind as a waiter named ``python``, go on as pid 2.
+
+    Pid 1 ignores the signals it sends itself (a crash by ``os.kill(os.getpid(), SIGSEGV)``),
+    and user code reads its command line in ``/proc/1/cmdline``: the one that started the
+    zygote or, in ``check``, the child, both naming attncheck. So user code runs as pid 2 in
+    both jails (bubblewrap is told ``--as-pid-1`` so that it is not pid 1 itself, with its
+    whole command line), and pid 1 names no checker.
+    """
+    overwrite_command_line(b"python\0")
+    wait_in(os.fork())
+    _check(_libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl PDEATHSIG")
+
+
+def overwrite_command_line(wanted: bytes) -> None:
+    """Write ``wanted`` over this process's argument area (``/proc/self/cmdline``), cut to its
+    size, the rest zeroed: as ``setproctitle`` does, with no privilege."""
+    with open("/proc/self/stat", "rb") as stat:
+        fields = stat.read().rpartition(b")")[2].split()
+    start, end = int(fields[_ARG_START]), int(fields[_ARG_START + 1])
+    if not 0 < start < end:
+        return
+    size = end - start
+    ctypes.memmove(start, wanted[: size - 1].ljust(size, b"\0"), size)
+
+
+def wait_in(pid: int) -> None:
     """In the parent of a fork (``pid`` not 0): wait for the child and end as it ended.
 
     Pid 1 cannot end by its own signal, so it exits with 128 + the signal, as bubblewrap does;

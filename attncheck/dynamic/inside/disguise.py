@@ -7,7 +7,8 @@ under the checker and its own elsewhere). So, once the child's own code is loade
   objects it already holds; it imports nothing of attncheck later), and ``__main__`` is a fresh
   module rather than the child's or the zygote's;
 - ``sys.argv`` and ``sys.orig_argv`` are ``python FILE``, and so is ``/proc/self/cmdline``: the
-  command line in the process's own memory is overwritten in place (as ``setproctitle`` does).
+  command line in the process's own memory is overwritten in place (as ``setproctitle`` does);
+  pid 1 of its namespace, the waiter above it, is plain ``python`` (``unshared.split_init``).
 
 Not hidden: the code objects of the frames below the user's (``sys._getframe``, a traceback of
 its own) still carry the checker's file names, and the inputs are float64 (the references need it).
@@ -15,13 +16,13 @@ its own) still carry the checker's file names, and the inputs are float64 (the r
 
 from __future__ import annotations
 
-import ctypes
 import sys
 import types
 from pathlib import Path
 
+from attncheck.dynamic.harness.unshared import overwrite_command_line
+
 PACKAGE = "attncheck"
-_ARG_START = 45  # in /proc/self/stat, counted from 0 after the command name (field 48), then arg_end
 
 
 def disguise(user_file: Path) -> None:
@@ -32,16 +33,4 @@ def disguise(user_file: Path) -> None:
     command = [Path(sys.executable).name, str(user_file)]
     sys.argv[:] = command[1:]
     sys.orig_argv[:] = command
-    _overwrite_command_line("\0".join(command).encode() + b"\0")
-
-
-def _overwrite_command_line(wanted: bytes) -> None:
-    """Write ``wanted`` over the process's argument area, cut to its size, the rest zeroed."""
-    with open("/proc/self/stat", "rb") as stat:
-        fields = stat.read().rpartition(b")")[2].split()
-    start, end = int(fields[_ARG_START]), int(fields[_ARG_START + 1])
-    if not 0 < start < end:
-        return
-    size = end - start
-    text = wanted[: size - 1].ljust(size, b"\0")
-    ctypes.memmove(start, text, size)
+    overwrite_command_line("\0".join(command).encode() + b"\0")

@@ -26,6 +26,8 @@ from attncheck.sources import FileError
 from attncheck.static.result import FileResult
 
 Weights = list[list[float]]
+# what the dynamic pass gives: findings, targets, isolation, attention weights
+Dynamic = tuple[list[Finding], list[TargetResult], str, dict[str, dict[str, Weights]]]
 NO_TORCH = f"not run: the dynamic checks need torch ({pipeline.INSTALL_HINT})"
 
 
@@ -54,7 +56,8 @@ def warm_up() -> bool:
     return True
 
 
-def check(staged: submissions.Staged, assignment: Assignment, seed: int, dynamic: bool = True) -> Checked:
+def check(staged: submissions.Staged, assignment: Assignment, seed: int, dynamic: bool = True,
+          unsafe_no_sandbox: bool = False) -> Checked:
     """Lint, run and judge one submission; nothing it does can raise past here."""
     started = time.perf_counter()
     # Always isolated: no configuration beside a submission is read (a student's ``ignore``), and
@@ -74,7 +77,7 @@ def check(staged: submissions.Staged, assignment: Assignment, seed: int, dynamic
     found: list[Finding] = []
     if dynamic and any(r.targets for r in results):
         found, outcome.targets, checked.isolation, checked.weights = _run_dynamic(results, assignment, seed,
-                                                                                staged.folder)
+                                                                                staged.folder, unsafe_no_sandbox)
     else:
         outcome.targets = [TargetResult(t, "skipped", NO_TORCH) for r in results for t in r.targets]
     outcome.findings = merge(static, found, outcome.targets, keep_static_errors=settings.isolated)
@@ -86,14 +89,14 @@ def check(staged: submissions.Staged, assignment: Assignment, seed: int, dynamic
     return checked
 
 
-def _run_dynamic(results: list[FileResult], assignment: Assignment, seed: int,
-                 own: Path) -> tuple[list[Finding], list[TargetResult], str, dict[str, dict[str, Weights]]]:
+def _run_dynamic(results: list[FileResult], assignment: Assignment, seed: int, own: Path,
+                 unsafe_no_sandbox: bool) -> Dynamic:
     from attncheck.dynamic import runner
 
     declaration = assignment.declaration()
     names = [t.name for r in results for t in r.targets]
     wanted = names if assignment.target == AUTO else [assignment.target]
-    options = DynamicOptions(timeout=assignment.timeout, device="cpu", jobs=1,
+    options = DynamicOptions(timeout=assignment.timeout, device="cpu", jobs=1, unsafe_no_sandbox=unsafe_no_sandbox,
                              targets={name: declaration for name in wanted} if declaration else {})
     child = _GradingChild(own, options)
     found, targets = runner.run_dynamic(results, options, child, seed)
@@ -116,7 +119,8 @@ class _GradingChild:
 
         module = path if path.is_absolute() else self.own / path  # sources are named relative to the submission
         limits = limits_for(self.options, len(request.get("targets", [])))
-        outcome = run_forked(module, {**request, "entry": capture.ENTRY}, tensors, limits, [self.own])
+        outcome = run_forked(module, {**request, "entry": capture.ENTRY}, tensors, limits, [self.own],
+                             self.options.unsafe_no_sandbox)
         self.isolation = outcome.isolation
         self.weights.update(_weights(outcome.replies, request, tensors))
         return outcome

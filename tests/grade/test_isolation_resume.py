@@ -159,3 +159,17 @@ def test_grading_ignores_a_submissions_own_config_and_keeps_its_static_errors(tm
     scale = [mistake for mistake in grade.mistakes if mistake.code == "ATT201"]
     assert grade.status == GRADED and grade.score < grade.maximum, grade
     assert [mistake.severity for mistake in scale] == ["error"], grade.mistakes
+
+
+def test_where_the_jail_cannot_be_built_a_submission_is_not_run_unless_the_operator_says_so(tmp_path, monkeypatch):
+    """As ``check`` without bubblewrap: no silent run with the whole host visible."""
+    from attncheck.dynamic.harness import forked
+
+    monkeypatch.setattr(forked, "jail_available", lambda: False)
+    root = tmp_path / "class"
+    root.mkdir()
+    (root / "ann.py").write_text(CORRECT)
+    (refused,) = schedule.run(_plan(root, tmp_path / "out"))
+    assert refused.status == NOT_RUN and "--unsafe-no-sandbox" in refused.problem, refused.problem
+    (ran,) = schedule.run(_plan(root, tmp_path / "unsafe", unsafe_no_sandbox=True))
+    assert ran.status == GRADED and ran.score == ran.maximum and ran.isolation == forked.FORKED_RLIMITS

@@ -44,6 +44,11 @@ FORKED_JAIL = "forked jail (empty root, namespaces, own uid, seccomp, rlimits)"
 FORKED_RLIMITS = "forked, rlimits and seccomp only"
 JAIL_FAILED_EXIT = 70
 JAIL_FAILED = "the grading jail failed"
+UNJAILED_REFUSAL = (
+    "not run: the kernel refuses the grading jail's namespaces here, so this submission would see the "
+    "whole host and the other submissions; give --unsafe-no-sandbox to run it with rlimits and seccomp "
+    "only (no fork, exec or signals to other processes, capped memory and time)"
+)
 
 
 class Forked:
@@ -55,12 +60,15 @@ class Forked:
 
 
 def run_forked(module_path: Path, request: dict, tensors: dict[str, np.ndarray], limits: Limits,
-               expose: Sequence[Path]) -> ChildOutcome:
+               expose: Sequence[Path], unsafe_no_sandbox: bool = False) -> ChildOutcome:
     """Run ``request`` on ``module_path`` in a jailed child of the zygote; ``expose`` is what it
-    may read of the submission (its staged folder), as ``sandbox.run_child``'s."""
+    may read of the submission (its staged folder), as ``sandbox.run_child``'s. Where the jail
+    cannot be built, refused unless ``unsafe_no_sandbox``, as ``check`` refuses without bubblewrap."""
     limits = replace(limits, cpu_s=limits.cpu_seconds)
     jailed = jail_available()
     isolation = FORKED_JAIL if jailed else FORKED_RLIMITS
+    if not (jailed or unsafe_no_sandbox):
+        return ChildOutcome("error", UNJAILED_REFUSAL, [], "", "", isolation)
     run_dir = rundir.create()
     workdir, new_root = run_dir.path / rundir.WORK, run_dir.path / "root"
     try:

@@ -20,6 +20,7 @@ import ctypes
 import os
 import platform
 import signal
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -39,6 +40,7 @@ DEVICE_LINKS = {"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/p
                 "stderr": "/proc/self/fd/2"}
 
 _libc = ctypes.CDLL(None, use_errno=True)
+cpu_before_split = 0.0  # CPU seconds pid 1 spent (the start-up) before pid 2 began: pid 2 counts from 0
 
 
 def enter(mounts: Sequence[Mount], new_root: Path, uid: int | None) -> None:
@@ -86,6 +88,8 @@ def split_init() -> None:
     whole command line), and pid 1 names no checker.
     """
     overwrite_command_line(b"python\0")
+    global cpu_before_split
+    cpu_before_split = time.process_time()
     wait_in(os.fork())
     _check(_libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl PDEATHSIG")
 

@@ -1,8 +1,10 @@
 """Every hostile fixture against the jail: the attack, how it ended, and how long it took.
 
-Run from the repository root: ``python bench/hostile.py [NAME...]`` (default: every file in
-fixtures/hostile/). Each runs in a fresh child with the sandbox tests' entry, which calls the
-module's ``Attention`` (when it has one) and sends back what the module recorded in ``REPORT``.
+Run from the repository root: ``python bench/hostile.py [--grade] [NAME...]`` (default: every
+file in fixtures/hostile/). Each runs in a fresh child with the sandbox tests' entry, which calls
+the module's ``Attention`` (when it has one) and sends back what the module recorded in
+``REPORT``: by default in ``attncheck check``'s jail (bubblewrap), with ``--grade`` in
+``attncheck grade``'s (a child of the zygote that jails itself).
 The first line of each file's docstring is the attack.
 """
 
@@ -18,7 +20,7 @@ import numpy
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from attncheck.dynamic.harness import sandbox  # noqa: E402
+from attncheck.dynamic.harness import forked, sandbox  # noqa: E402
 
 HOSTILE = ROOT / "fixtures" / "hostile"
 REQUEST = {"entry": "tests.sandbox_entries:forward_then_report"}
@@ -44,12 +46,17 @@ def outcome_line(outcome: sandbox.ChildOutcome) -> str:
 
 
 def main(names: list[str]) -> None:
+    graded = "--grade" in names
+    names = [name for name in names if name != "--grade"]
     paths = [HOSTILE / f"{name.removesuffix('.py')}.py" for name in names] or sorted(HOSTILE.glob("*.py"))
-    print(f"isolation: {sandbox.isolation_available()}")
+    print(f"isolation: {forked.FORKED_JAIL if graded and forked.jail_available() else sandbox.isolation_available()}")
     print(f"{'file':22s} {'seconds':>7s}  attack -> outcome")
     for path in paths:
         start = time.monotonic()
-        outcome = sandbox.run_child(path, REQUEST, TENSORS, LIMITS)
+        if graded:
+            outcome = forked.run_forked(path, REQUEST, TENSORS, LIMITS, [path.parent, ROOT / "tests"])
+        else:
+            outcome = sandbox.run_child(path, REQUEST, TENSORS, LIMITS)
         seconds = time.monotonic() - start
         print(f"{path.stem:22s} {seconds:7.1f}  {attack(path)} -> {outcome_line(outcome)[:400]}")
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy
 import pytest
 
-from attncheck.dynamic.harness import channel, rundir, sandbox
+from attncheck.dynamic.harness import channel, jail, rundir, sandbox
 from attncheck.dynamic.harness.sandbox import ChildOutcome, Limits, run_child
 
 pytestmark = pytest.mark.sandbox
@@ -33,9 +33,22 @@ needs_jail = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(scope="module")
-def jailed(tmp_path_factory) -> dict[str, ChildOutcome]:
-    """The hostile modules, each run once; read_host from a folder of submissions beside a sibling."""
+def _checked(path: Path) -> ChildOutcome:
+    """As ``attncheck check`` runs a file: a new interpreter in bubblewrap."""
+    return run_child(path, ENTRY, {"x": X}, ROOMY)
+
+
+def _graded(path: Path) -> ChildOutcome:
+    """As ``attncheck grade`` runs a submission: forked from the zygote, jailed by itself."""
+    from attncheck.dynamic.harness.forked import run_forked
+
+    return run_forked(path, ENTRY, {"x": X}, ROOMY, [path.parent, Path(__file__).resolve().parent])
+
+
+@pytest.fixture(scope="module", params=[_checked, _graded], ids=["check", "grade"])
+def jailed(request, tmp_path_factory) -> dict[str, ChildOutcome]:
+    """The hostile modules, each run once by ``check``'s or ``grade``'s jail; read_host from a
+    folder of submissions beside a sibling."""
     submissions = tmp_path_factory.mktemp("submissions")
     (submissions / "alice").mkdir()
     (submissions / "sibling").mkdir()
@@ -49,7 +62,7 @@ def jailed(tmp_path_factory) -> dict[str, ChildOutcome]:
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {name: pool.submit(run_child, path, ENTRY, {"x": X}, ROOMY) for name, path in paths.items()}
+        futures = {name: pool.submit(request.param, path) for name, path in paths.items()}
         return {name: future.result() for name, future in futures.items()}
 
 
@@ -84,9 +97,11 @@ def test_the_child_is_not_root_outside_its_namespace(jailed):
 
 @needs_jail
 def test_nothing_in_the_childs_paths_names_the_checker(jailed):
-    """Item 2: work dir, HOME, TMPDIR and argv look like a user's own run."""
+    """Item 2: work dir, HOME, TMPDIR, argv, its own and pid 1's command lines, sys.modules,
+    __main__ and the paths of its stdout and stderr look like a user's own run."""
     report = _report(jailed["checker_tells"])["report"]
-    assert not [key for key in ("cwd", "home", "tmpdir", "argv") if "attncheck" in report[key].lower()], report
+    tells = ("cwd", "home", "tmpdir", "argv", "orig_argv", "cmdline", "modules", "main", "output", "init")
+    assert not [key for key in tells if "attncheck" in report[key].lower()], report
 
 
 def test_the_seccomp_filter_denies_escapes(jailed):
@@ -99,7 +114,7 @@ def test_the_seccomp_filter_denies_escapes(jailed):
 def test_threads_are_capped(jailed):
     """Item 5: RLIMIT_NPROC under the child's own uid stops a thread bomb well short of 1500."""
     facts = _report(jailed["thread_bomb"])
-    assert 0 < facts["started"] < sandbox.MAX_TASKS, facts
+    assert 0 < facts["started"] < jail.MAX_TASKS, facts
 
 
 # Item 4: the parent reads replies defensively (no child needed).

@@ -20,7 +20,7 @@ import pytest
 import safetensors.torch
 import torch
 
-from attncheck.dynamic.harness import channel, sandbox
+from attncheck.dynamic.harness import channel, rundir, sandbox
 from attncheck.dynamic.harness.sandbox import ChildOutcome, Limits, run_child
 
 pytestmark = pytest.mark.sandbox
@@ -101,7 +101,7 @@ def _escapes() -> set[Path]:
 
 
 def _run_dirs() -> set[Path]:
-    return set(Path(tempfile.gettempdir()).glob("attncheck-run-*"))
+    return set(Path(tempfile.gettempdir()).glob(f"{rundir.PREFIX}*"))
 
 
 @pytest.fixture(scope="module")

@@ -26,8 +26,11 @@ DEFAULT_OUT = "attncheck-grade"
 @click.option("--seed", type=click.IntRange(min=0), help="Reproduce a run's inputs [default: drawn afresh].")
 @click.option("--dask-scheduler", metavar="ADDRESS",
               help="Grade on an existing Dask distributed cluster (pip install 'attncheck[grade-dask]').")
+@click.option("--unsafe-no-sandbox", is_flag=True,
+              help="Run submissions even where the kernel refuses the grading jail's namespaces: only "
+                   "rlimits and seccomp then protect this machine and the other submissions.")
 def grade(submissions: Path, assignment_file: Path | None, out: Path, rerun: bool, jobs: int, seed: int | None,
-          dask_scheduler: str | None) -> None:
+          dask_scheduler: str | None, unsafe_no_sandbox: bool) -> None:
     """Grade a folder of submissions (one .py, notebook, folder or .zip per student), or one file."""
     from attncheck.grade import assignment, outputs, schedule
     from attncheck.grade.submissions import find
@@ -47,9 +50,8 @@ def grade(submissions: Path, assignment_file: Path | None, out: Path, rerun: boo
         (out / ".attncheck-write-test").unlink()
     except OSError as error:
         raise click.ClickException(f"--out: cannot write {out}: {error.strerror or error}") from error
-    hidden = (root if root.is_dir() else root.parent, out)
-    plan = schedule.Plan(found, task, out, hidden, schedule.draw_seed() if seed is None else seed, jobs, rerun,
-                         dask_scheduler)
+    plan = schedule.Plan(found, task, out, schedule.draw_seed() if seed is None else seed, jobs, rerun,
+                         dask_scheduler, unsafe_no_sandbox)
     started = time.monotonic()
     with _ProgressBar(len(found)) as advance:
         grades = schedule.run(plan, advance)

@@ -75,15 +75,15 @@ class Grade:
 
 
 def grade_one(submission: submissions.Submission, assignment: Assignment, seed: int,
-              hidden: tuple[Path, ...], staging_root: Path | None = None, dynamic: bool = True) -> Grade:
+              staging_root: Path | None = None, dynamic: bool = True, unsafe_no_sandbox: bool = False) -> Grade:
     """Stage, check and score one submission; every failure becomes the row's status."""
     from attncheck.grade import worker
 
     base = Grade(submission.student, submission.digest, UNREADABLE, maximum=assignment.rubric.maximum, seed=seed)
-    own_root = Path(tempfile.mkdtemp(prefix="attncheck-grade-stage-", dir=staging_root))
+    own_root = Path(tempfile.mkdtemp(dir=staging_root))  # a neutral name: the child sees its path
     try:
         staged = submissions.stage(submission, own_root)
-        checked = worker.check(staged, assignment, seed, (*hidden, own_root), dynamic)
+        checked = worker.check(staged, assignment, seed, dynamic, unsafe_no_sandbox)
         return score(base, checked, assignment, staged)
     except submissions.UnreadableError as error:
         base.problem = f"could not be read: {error}"

@@ -38,11 +38,11 @@ class Plan:
     submissions: list[Submission]
     assignment: Assignment
     out: Path
-    hidden: tuple[Path, ...]  # folders no submission may read: the class folder, the output folder
     seed: int
     jobs: int = 1
     rerun: bool = False
     dask_scheduler: str | None = None
+    unsafe_no_sandbox: bool = False  # run unjailed where the kernel refuses the namespaces
 
 
 def draw_seed() -> int:
@@ -86,18 +86,19 @@ def _graded(plan: Plan, todo: list[Submission]) -> Iterator[Grade]:
     if plan.dask_scheduler is not None:
         yield from _on_dask(plan, todo)
         return
-    with tempfile.TemporaryDirectory(prefix="attncheck-grade-") as staging:
-        hidden = (*plan.hidden, Path(staging))
+    with tempfile.TemporaryDirectory() as staging:  # a neutral name: the child sees its own path below it
         workers = min(plan.jobs, max(1, len(todo) // SUBMISSIONS_PER_WORKER))
         if workers == 1:
             dynamic = worker.warm_up()
             for submission in todo:
-                yield grade_one(submission, plan.assignment, plan.seed, hidden, Path(staging), dynamic)
+                yield grade_one(submission, plan.assignment, plan.seed, Path(staging), dynamic,
+                                plan.unsafe_no_sandbox)
             return
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(workers, mp_context=context, initializer=worker.warm_up) as pool:
             futures = [
-                pool.submit(grade_one, s, plan.assignment, plan.seed, hidden, Path(staging), _has_torch())
+                pool.submit(grade_one, s, plan.assignment, plan.seed, Path(staging), _has_torch(),
+                            plan.unsafe_no_sandbox)
                 for s in todo
             ]
             for future in as_completed(futures):
@@ -121,13 +122,13 @@ def _on_dask(plan: Plan, todo: list[Submission]) -> Iterator[Grade]:
         raise RuntimeError("--dask-scheduler needs dask: pip install 'attncheck[grade-dask]'") from error
     with Client(plan.dask_scheduler) as client:
         futures = [
-            client.submit(_dask_task, s, plan.assignment, plan.seed, plan.hidden, pure=False) for s in todo
+            client.submit(_dask_task, s, plan.assignment, plan.seed, plan.unsafe_no_sandbox, pure=False) for s in todo
         ]
         for future in dask_completed(futures):
             yield future.result()
 
 
-def _dask_task(submission: Submission, assignment: Assignment, seed: int, hidden: tuple[Path, ...]) -> Grade:
+def _dask_task(submission: Submission, assignment: Assignment, seed: int, unsafe_no_sandbox: bool) -> Grade:
     """On a Dask worker: warm once per worker process, then grade like a local worker."""
     dynamic = worker.warm_up()
-    return grade_one(submission, assignment, seed, hidden, None, dynamic)
+    return grade_one(submission, assignment, seed, None, dynamic, unsafe_no_sandbox)

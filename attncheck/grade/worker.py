@@ -26,6 +26,8 @@ from attncheck.sources import FileError
 from attncheck.static.result import FileResult
 
 Weights = list[list[float]]
+# what the dynamic pass gives: findings, targets, isolation, attention weights
+Dynamic = tuple[list[Finding], list[TargetResult], str, dict[str, dict[str, Weights]]]
 NO_TORCH = f"not run: the dynamic checks need torch ({pipeline.INSTALL_HINT})"
 
 
@@ -54,11 +56,13 @@ def warm_up() -> bool:
     return True
 
 
-def check(staged: submissions.Staged, assignment: Assignment, seed: int, hidden: tuple[Path, ...],
-          dynamic: bool = True) -> Checked:
+def check(staged: submissions.Staged, assignment: Assignment, seed: int, dynamic: bool = True,
+          unsafe_no_sandbox: bool = False) -> Checked:
     """Lint, run and judge one submission; nothing it does can raise past here."""
     started = time.perf_counter()
-    settings = Settings(root=staged.folder, timeout=assignment.timeout, device="cpu")
+    # Always isolated: no configuration beside a submission is read (a student's ``ignore``), and
+    # a dynamic pass never silences a static error (code that behaves only when it is watched).
+    settings = Settings(root=staged.folder, timeout=assignment.timeout, device="cpu", isolated=True)
     codes = pipeline.enabled_codes(settings)
     candidates = [Candidate(path, path.relative_to(staged.folder).as_posix(), True) for path in staged.files]
     outcome = pipeline.Outcome()
@@ -72,11 +76,11 @@ def check(staged: submissions.Staged, assignment: Assignment, seed: int, hidden:
     static = [f for r in results for f in r.findings]
     found: list[Finding] = []
     if dynamic and any(r.targets for r in results):
-        found, outcome.targets, checked.isolation, checked.weights = _run_dynamic(results, assignment, seed, hidden,
-                                                                                staged.folder)
+        found, outcome.targets, checked.isolation, checked.weights = _run_dynamic(results, assignment, seed,
+                                                                                staged.folder, unsafe_no_sandbox)
     else:
         outcome.targets = [TargetResult(t, "skipped", NO_TORCH) for r in results for t in r.targets]
-    outcome.findings = merge(static, found, outcome.targets)
+    outcome.findings = merge(static, found, outcome.targets, keep_static_errors=settings.isolated)
     outcome.sources = {r.source.path: r.source for r in results}
     outcome.paths = [c.shown for c in candidates]
     checked.target = choose(outcome.targets, assignment)
@@ -85,16 +89,16 @@ def check(staged: submissions.Staged, assignment: Assignment, seed: int, hidden:
     return checked
 
 
-def _run_dynamic(results: list[FileResult], assignment: Assignment, seed: int, hidden: tuple[Path, ...],
-                 own: Path) -> tuple[list[Finding], list[TargetResult], str, dict[str, dict[str, Weights]]]:
+def _run_dynamic(results: list[FileResult], assignment: Assignment, seed: int, own: Path,
+                 unsafe_no_sandbox: bool) -> Dynamic:
     from attncheck.dynamic import runner
 
     declaration = assignment.declaration()
     names = [t.name for r in results for t in r.targets]
     wanted = names if assignment.target == AUTO else [assignment.target]
-    options = DynamicOptions(timeout=assignment.timeout, device="cpu", jobs=1,
+    options = DynamicOptions(timeout=assignment.timeout, device="cpu", jobs=1, unsafe_no_sandbox=unsafe_no_sandbox,
                              targets={name: declaration for name in wanted} if declaration else {})
-    child = _GradingChild(hidden, own, options)
+    child = _GradingChild(own, options)
     found, targets = runner.run_dynamic(results, options, child, seed)
     return list(found), list(targets), child.isolation, child.weights
 
@@ -103,10 +107,8 @@ class _GradingChild:
     """The runner's child: a jailed fork of this process per call, running the capturing entry;
     keeps how it was jailed and the attention weights each target showed."""
 
-    def __init__(self, hidden: tuple[Path, ...], own: Path, options: DynamicOptions) -> None:
-        from attncheck.dynamic.harness.forked import Jail
-
-        self.jail, self.own, self.options = Jail(hidden), own, options
+    def __init__(self, own: Path, options: DynamicOptions) -> None:
+        self.own, self.options = own, options
         self.isolation = ""
         self.weights: dict[str, dict[str, Weights]] = {}
 
@@ -117,7 +119,8 @@ class _GradingChild:
 
         module = path if path.is_absolute() else self.own / path  # sources are named relative to the submission
         limits = limits_for(self.options, len(request.get("targets", [])))
-        outcome = run_forked(self.jail, self.own, module, {**request, "entry": capture.ENTRY}, tensors, limits)
+        outcome = run_forked(module, {**request, "entry": capture.ENTRY}, tensors, limits, [self.own],
+                             self.options.unsafe_no_sandbox)
         self.isolation = outcome.isolation
         self.weights.update(_weights(outcome.replies, request, tensors))
         return outcome

@@ -44,9 +44,9 @@ def test_grading_on_a_dask_local_cluster_gives_the_local_grades(tmp_path, gradin
     task = assignment.Assignment()
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
         address = cluster.scheduler_address
-        plan = schedule.Plan(found, task, tmp_path / "dask", (grading_class,), seed=5, dask_scheduler=address)
+        plan = schedule.Plan(found, task, tmp_path / "dask", seed=5, dask_scheduler=address)
         remote = schedule.run(plan)
-    local = schedule.run(schedule.Plan(found, task, tmp_path / "local", (grading_class,), seed=5))
+    local = schedule.run(schedule.Plan(found, task, tmp_path / "local", seed=5))
     assert [(g.student, g.status, g.score) for g in remote] == [(g.student, g.status, g.score) for g in local]
     assert remote[0].score == remote[0].maximum and remote[1].score < remote[1].maximum
     assert remote[0].isolation.startswith("forked jail")

@@ -50,7 +50,7 @@ GRADESCOPE_SCHEMA = {
 def graded(tmp_path_factory, grading_class):
     out = tmp_path_factory.mktemp("grade-out")
     task = assignment.load(None)
-    plan = schedule.Plan(submissions.find(grading_class), task, out, (grading_class, out), seed=1234)
+    plan = schedule.Plan(submissions.find(grading_class), task, out, seed=1234)
     grades = schedule.run(plan)
     outputs.write_all(out, grades, task, plan.seed)
     return out, {g.student: g for g in grades}, task

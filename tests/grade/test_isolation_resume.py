@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import textwrap
 from pathlib import Path
 
@@ -16,11 +17,12 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
 CORRECT = (Path(__file__).resolve().parents[2] / "fixtures" / "grading" / "class" / "s01" / "attention.py").read_text()
 SECRET = "the answers to homework 3"
+HOSTILE_FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "hostile"
 
 
 def _plan(root: Path, out: Path, **changes) -> schedule.Plan:
     task = assignment.Assignment(timeout=4.0)
-    return schedule.Plan(submissions.find(root), task, out, (root, out), seed=7, **changes)
+    return schedule.Plan(submissions.find(root), task, out, seed=7, **changes)
 
 
 def test_a_submission_that_reads_a_sibling_or_the_class_folder_gets_nothing(tmp_path):
@@ -146,3 +148,28 @@ def test_an_interrupted_run_resumes_and_a_rerun_grades_only_what_changed(tmp_pat
     runs = book.connection.execute("SELECT submissions, graded FROM runs ORDER BY rowid").fetchall()
     book.close()
     assert runs[-2:] == [(3, 1), (3, 3)]
+
+
+def test_grading_ignores_a_submissions_own_config_and_keeps_its_static_errors(tmp_path):
+    """Issue 17: a student's attncheck.toml / pyproject.toml ignoring every code is not read, and
+    a module that behaves only on the checker's inputs keeps its static error at full severity."""
+    root = tmp_path / "class"
+    shutil.copytree(HOSTILE_FIXTURES / "forged_pass", root / "mallory")
+    (grade,) = schedule.run(_plan(root, tmp_path / "out"))
+    scale = [mistake for mistake in grade.mistakes if mistake.code == "ATT201"]
+    assert grade.status == GRADED and grade.score < grade.maximum, grade
+    assert [mistake.severity for mistake in scale] == ["error"], grade.mistakes
+
+
+def test_where_the_jail_cannot_be_built_a_submission_is_not_run_unless_the_operator_says_so(tmp_path, monkeypatch):
+    """As ``check`` without bubblewrap: no silent run with the whole host visible."""
+    from attncheck.dynamic.harness import forked
+
+    monkeypatch.setattr(forked, "jail_available", lambda: False)
+    root = tmp_path / "class"
+    root.mkdir()
+    (root / "ann.py").write_text(CORRECT)
+    (refused,) = schedule.run(_plan(root, tmp_path / "out"))
+    assert refused.status == NOT_RUN and "--unsafe-no-sandbox" in refused.problem, refused.problem
+    (ran,) = schedule.run(_plan(root, tmp_path / "unsafe", unsafe_no_sandbox=True))
+    assert ran.status == GRADED and ran.score == ran.maximum and ran.isolation == forked.FORKED_RLIMITS

@@ -19,20 +19,25 @@ that user outside.
 from __future__ import annotations
 
 import os
+import resource
 import secrets
 import shutil
 import site
 import stat
 import sys
 import sysconfig
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 JAIL_HOME = "/home/user"  # the work dir, as the child sees it
 NOBODY = 65534
 UID_BASE = 1_600_000_000  # the uids given to children started by root: far above any real account's
 UID_SPAN = 1 << 24
 PRIVATE_TMP_BYTES = 64 * 1024 * 1024
+MAX_TASKS = 128  # threads and processes of one child (RLIMIT_NPROC under its own uid); torch needs a few
+MAX_OPEN_FILES = 1024  # RLIMIT_NOFILE
 SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 SYSTEM_FILES = ("/etc/ld.so.cache",)  # where the dynamic loader looks libraries up; no secrets
 
@@ -97,44 +102,90 @@ def _readable_by_anyone(path: Path) -> bool:
     return stat.S_ISLNK(mode) or mode & needed == needed
 
 
+@dataclass(frozen=True)
+class Mount:
+    """One step of building the child's root, from an empty one; ``kind`` says which.
+
+    ``dir`` a folder (0755); ``symlink`` a link to ``source``; ``ro-bind``/``bind`` the host's
+    ``source`` read-only/writable; ``tmpfs`` a private memory file system of ``size`` bytes;
+    ``proc`` the child's own /proc; ``dev`` a minimal /dev (null, zero, random, ...).
+    """
+
+    kind: Literal["dir", "symlink", "ro-bind", "bind", "tmpfs", "proc", "dev"]
+    target: str
+    source: str = ""
+    size: int = 0
+
+
+def view(workdir: Path, readable: Sequence[Path], copies: dict[Path, Path] | None = None) -> list[Mount]:
+    """The child's whole file system, in mount order: the one definition both jails build.
+
+    ``readable`` are mounted read-only at their own paths (from ``copies[path]`` where it names
+    a copy); ``workdir`` writable at ``JAIL_HOME``; a private /tmp of ``PRIVATE_TMP_BYTES``.
+    """
+    copies = copies or {}
+    mounts = [Mount("dev", "/dev"), Mount("proc", "/proc"), Mount("tmpfs", "/tmp", size=PRIVATE_TMP_BYTES)]
+    mounts += _system_mounts()
+    roots = _outermost([path for path in readable if path.exists()])
+    for folder in sorted({parent for root in roots for parent in root.parents} - {Path("/")}, key=_depth):
+        mounts.append(Mount("dir", str(folder)))
+    mounts += [Mount("ro-bind", str(root), str(copies.get(root, root))) for root in roots]
+    return [*mounts, Mount("dir", "/home"), Mount("bind", JAIL_HOME, str(workdir))]
+
+
 def bwrap_command(
     binary: str, workdir: Path, readable: Sequence[Path], copies: dict[Path, Path] | None = None
 ) -> list[str]:
-    """The bwrap command line up to the program: ``workdir`` writable at ``JAIL_HOME``.
-
-    ``readable`` are mounted at their own paths, from ``copies[path]`` where it names a copy.
-    """
-    copies = copies or {}
-    command = [binary, "--tmpfs", "/", "--dev", "/dev", "--proc", "/proc"]
-    command += ["--size", str(PRIVATE_TMP_BYTES), "--tmpfs", "/tmp"]
-    command += _system_mounts()
-    roots = _outermost([path for path in readable if path.exists()])
-    for folder in sorted({parent for root in roots for parent in root.parents} - {Path("/")}, key=_depth):
-        command += ["--perms", "0755", "--dir", str(folder)]
-    for root in roots:
-        command += ["--ro-bind", str(copies.get(root, root)), str(root)]
-    command += ["--perms", "0755", "--dir", "/home", "--bind", str(workdir), JAIL_HOME]
-    if started_by_root():  # the child drops to its own uid itself (``inside.child``)
+    """The bwrap command line up to the program: ``view`` as bubblewrap's options."""
+    command = [binary, "--tmpfs", "/"]
+    for mount in view(workdir, readable, copies):
+        command += _BWRAP_OPTIONS[mount.kind](mount)
+    if started_by_root():  # the child drops to its own uid itself (``drop_privileges``)
         command += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
         command += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     else:
         command += ["--unshare-all", "--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY)]
         command += ["--cap-drop", "ALL"]
-    return [*command, "--die-with-parent", "--new-session", "--"]
+    # --as-pid-1: the child is pid 1 and splits itself (``unshared.split_init``), so that user code
+    # does not find bubblewrap's command line, which names attncheck, in /proc/1/cmdline.
+    return [*command, "--as-pid-1", "--die-with-parent", "--new-session", "--"]
 
 
-def _system_mounts() -> list[str]:
+_BWRAP_OPTIONS: dict[str, Callable[[Mount], list[str]]] = {
+    "dir": lambda mount: ["--perms", "0755", "--dir", mount.target],
+    "symlink": lambda mount: ["--symlink", mount.source, mount.target],
+    "ro-bind": lambda mount: ["--ro-bind", mount.source, mount.target],
+    "bind": lambda mount: ["--bind", mount.source, mount.target],
+    "tmpfs": lambda mount: ["--perms", "01777", "--size", str(mount.size), "--tmpfs", mount.target],
+    "proc": lambda mount: ["--proc", mount.target],
+    "dev": lambda mount: ["--dev", mount.target],
+}
+
+
+def drop_privileges(uid: int, tasks: int) -> None:
+    """Become ``uid`` for good (no groups, no capabilities left), with at most ``tasks`` threads.
+
+    Root started the jail so that this uid is unprivileged on the host too; RLIMIT_NPROC, which
+    the kernel does not apply to root, then counts this child's tasks alone.
+    """
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    resource.setrlimit(resource.RLIMIT_NPROC, (tasks, tasks))
+
+
+def _system_mounts() -> list[Mount]:
     """``/usr`` and the links into it (``/lib -> usr/lib``) as on the host; the loader's cache."""
-    command: list[str] = []
+    mounts: list[Mount] = []
     for name in SYSTEM_FOLDERS:
         if os.path.islink(name):
-            command += ["--symlink", os.readlink(name), name]
+            mounts.append(Mount("symlink", name, os.readlink(name)))
         elif os.path.isdir(name):
-            command += ["--ro-bind", name, name]
+            mounts.append(Mount("ro-bind", name, name))
     for name in SYSTEM_FILES:
         if os.path.isfile(name):
-            command += ["--perms", "0755", "--dir", os.path.dirname(name), "--ro-bind", name, name]
-    return command
+            mounts += [Mount("dir", os.path.dirname(name)), Mount("ro-bind", name, name)]
+    return mounts
 
 
 def _outermost(paths: Sequence[Path]) -> list[Path]:

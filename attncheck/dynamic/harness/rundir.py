@@ -2,8 +2,9 @@
 
 Each folder is locked (``flock`` on its own descriptor) for as long as its parent lives: the
 kernel drops the lock when the parent dies, however it dies. So at the start of a run, a folder
-with our prefix whose lock can be taken belongs to no live run and is removed; one whose lock is
-held belongs to a run going on beside ours and is left alone.
+with our prefix and a ``work`` folder, ours, a minute old, whose lock can be taken belongs to no
+live run and is removed; one whose lock is held belongs to a run going on beside ours and is left
+alone. The prefix names no checker: the child can read its output files' paths.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-PREFIX = "attncheck-run-"
+PREFIX = "run-"  # neutral: the child sees its stdout's path (``/proc/self/fd/1``) under this folder
+WORK = "work"  # every run folder holds one: with the prefix, what tells ours from another program's
 FRESH_S = 60.0  # younger folders are never swept: their creator may not have locked them yet
 
 _swept: set[str] = set()  # temp folders swept by this process already
@@ -61,6 +63,8 @@ def sweep_stale(folder: Path) -> list[Path]:
     for path in folder.glob(f"{PREFIX}*"):
         with contextlib.suppress(OSError):
             if path.is_symlink() or not path.is_dir() or path.stat().st_uid != os.getuid():
+                continue
+            if not (path / WORK).is_dir():
                 continue
             if now - path.stat().st_mtime < FRESH_S:
                 continue

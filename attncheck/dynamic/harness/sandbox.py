@@ -48,8 +48,6 @@ log = logging.getLogger(__name__)
 BUBBLEWRAP = "bubblewrap"
 RLIMITS_ONLY = "rlimits only"
 NPROC_HEADROOM = 64
-MAX_TASKS = 128  # threads and processes of one child (RLIMIT_NPROC under its own uid); torch needs a few
-MAX_OPEN_FILES = 1024  # RLIMIT_NOFILE
 POLL_S = 0.02
 START_CPU_S = 5  # CPU seconds allowed for start-up (interpreter, torch, safetensors) on top of the limit
 KILL_MARGIN_S = 0.5
@@ -167,7 +165,7 @@ class StartedChild:
         self.module_path, self.isolation = module_path, isolation
         self.limits = limits  # the rlimits it started under; ``run`` only sets the time limit
         self.run_dir = rundir.create()
-        self.workdir = self.run_dir.path / "work"
+        self.workdir = self.run_dir.path / rundir.WORK
         self.workdir.mkdir(mode=0o700)
         self.started = time.monotonic()
         self.process: subprocess.Popen | None = None
@@ -286,7 +284,7 @@ def _command(
     """The child's command line; in the jail, with the uid it drops to and its task limit."""
     python = [sys.executable, "-m", "attncheck.dynamic.inside.child", home]
     if uid is not None:
-        python += [str(uid), str(MAX_TASKS)]
+        python += [str(uid), str(jail.MAX_TASKS)]
     if isolation != BUBBLEWRAP:
         return python
     binary = _bwrap_binary()
@@ -325,7 +323,7 @@ def preexec(limits: Limits, nproc: int | None):
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 2))
         resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (MAX_OPEN_FILES, MAX_OPEN_FILES))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (jail.MAX_OPEN_FILES, jail.MAX_OPEN_FILES))
         if nproc is not None:
             resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
         libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)

@@ -19,7 +19,6 @@ sys.dont_write_bytecode = True
 import importlib  # noqa: E402  (bytecode writing must be off before any import)
 import json  # noqa: E402
 import os  # noqa: E402
-import resource  # noqa: E402
 import signal  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
@@ -30,8 +29,9 @@ from types import ModuleType  # noqa: E402
 import safetensors.torch  # noqa: E402
 import torch  # noqa: E402
 
-from attncheck.dynamic.harness import channel  # noqa: E402
+from attncheck.dynamic.harness import channel, jail, unshared  # noqa: E402
 from attncheck.dynamic.harness.confine import install_filter  # noqa: E402
+from attncheck.dynamic.inside.disguise import disguise  # noqa: E402
 from attncheck.dynamic.loading import importer  # noqa: E402
 from attncheck.dynamic.loading import request as loading_request  # noqa: E402
 
@@ -124,18 +124,6 @@ def load_entry(spec: str) -> Callable[[ModuleType, dict, dict], Iterator[tuple[d
     return getattr(importlib.import_module(module_name), function)
 
 
-def drop_privileges(uid: int, tasks: int) -> None:
-    """Become ``uid`` for good (no groups, no capabilities left), with at most ``tasks`` threads.
-
-    Root started the jail so that this uid is unprivileged on the host too; RLIMIT_NPROC, which
-    the kernel does not apply to root, then counts this child's tasks alone.
-    """
-    os.setgroups([])
-    os.setresgid(uid, uid, uid)
-    os.setresuid(uid, uid, uid)
-    resource.setrlimit(resource.RLIMIT_NPROC, (tasks, tasks))
-
-
 def main(workdir: Path) -> None:
     os.chdir(workdir)
     # A write past RLIMIT_FSIZE becomes an OSError in user code rather than a kill.
@@ -153,7 +141,7 @@ def main(workdir: Path) -> None:
     confinement = install_filter()
     print(f"attncheck child: {confinement}", file=sys.stderr, flush=True)
     writer.ready()
-    sys.argv[:] = [str(user_file)]  # as if its author ran it: no sign of the checker in argv
+    disguise(user_file)  # as if its author ran it: no sign of the checker in argv or sys.modules
     try:
         loaded = importer.load(how_to_load)
     except BaseException as error:
@@ -172,8 +160,10 @@ def main(workdir: Path) -> None:
 
 
 if __name__ == "__main__":
+    if os.getpid() == 1:  # in bubblewrap (``--as-pid-1``): user code runs as pid 2, as in grade's jail
+        unshared.split_init()
     if len(sys.argv) == 4:
-        drop_privileges(int(sys.argv[2]), int(sys.argv[3]))
+        jail.drop_privileges(int(sys.argv[2]), int(sys.argv[3]))
     main(Path(sys.argv[1]))
     sys.stdout.flush()
     sys.stderr.flush()

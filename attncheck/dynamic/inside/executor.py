@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from attncheck.dynamic.binding.bind import all_sizes, size_for
+from attncheck.dynamic.harness import unshared
 from attncheck.dynamic.harness.protocol import Experiment
 from attncheck.dynamic.inside import kv_cache, kv_perturb, variant_facts, variant_runs
 from attncheck.dynamic.inside.recorder import Recorder, is_projection
@@ -55,7 +56,7 @@ def run(module: types.ModuleType, request: dict, tensors: Tensors) -> Iterator[t
         facts["timing"] = {
             "experiments_s": time.perf_counter() - wall,
             "cpu_s": time.process_time() - cpu,
-            "process_cpu_s": time.process_time(),
+            "process_cpu_s": time.process_time() + unshared.cpu_before_split,
         }
         yield facts, out
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PROJECT_MARKERS = ("pyproject.toml", "setup.cfg", "setup.py", ".git")
-PRIVATE_PREFIX = "attncheck_user_"
+PRIVATE_PREFIX = "user_"  # no "attncheck": user code must not tell the checker by its module name
 
 
 @dataclass(frozen=True)

@@ -35,11 +35,12 @@ class Mistake:
     line: int
     source: str
     costs: float
+    advice: bool = False  # the rubric grades this code as advice: reported, never charged
 
     @property
     def counts(self) -> bool:
         """A mistake that costs points (or fails a check), not advice a correct module may keep."""
-        return self.severity != "info" and (self.source == "dynamic" or self.costs > 0)
+        return self.severity != "info" and not self.advice and (self.source == "dynamic" or self.costs > 0)
 
 
 @dataclass
@@ -130,7 +131,8 @@ def _mistake(finding: Any, cells: tuple[tuple[int, int], ...], grading: rubric.R
     line = finding.span.line
     return Mistake(finding.code, info.name if info else finding.code, str(finding.severity), finding.message,
                    submissions.where(cells, line), line, finding.source,
-                   grading.cost(finding.code) if finding.source in ("static", "both") else 0.0)
+                   grading.cost(finding.code) if finding.source in ("static", "both") else 0.0,
+                   grading.is_advice(finding.code))
 
 
 def _zero_groups(assignment: Assignment) -> list[dict[str, Any]]:

@@ -47,6 +47,18 @@ def test_a_forward_crash_or_no_target_zeroes_every_dynamic_group():
     assert all(s.score == 0 and s.status == "not run" for s in rubric.score_groups(rubric.Rubric(), None))
 
 
+def test_a_fully_masked_row_check_is_advice_unless_the_rubric_charges_att303():
+    result = _result(("reference-masked", "passed"), ("masked-keys", "passed"), ("fully-masked-rows", "failed"))
+    free = _by_group(rubric.score_groups(rubric.Rubric(), result))["mask"]
+    assert (free.score, free.status) == (15, "passed")
+    assert ("fully-masked-rows", rubric.ADVICE, "") in free.checks
+    charged = rubric.Rubric(costs={"ATT303": 2})
+    graded = _by_group(rubric.score_groups(charged, result))["mask"]
+    assert (graded.score, graded.status) == (10, "partial")
+    assert rubric.Rubric().is_advice("ATT303") and not charged.is_advice("ATT303")
+    assert not rubric.Rubric(costs={"ATT201": 0}).is_advice("ATT201")
+
+
 def test_low_precision_checks_are_one_group_by_prefix():
     assert rubric.group_of("low-precision-bfloat16") == "low_precision"
     assert rubric.group_of("rope-fingerprint") == "variant"

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from attncheck.catalogue import CODES
+from attncheck.dynamic.probes.sizes import drawn
 from attncheck.grade import rubric, submissions
 from attncheck.grade.assignment import Assignment
 
@@ -61,6 +62,7 @@ class Grade:
     isolation: str = ""
     seconds: float = 0.0
     seed: int = 0
+    sizes: dict[str, int] = field(default_factory=dict)  # the batch and sequence lengths drawn from ``seed``
 
     def codes(self) -> str:
         """The codes of the mistakes that count, once each, in order: the gradebook's column."""
@@ -80,11 +82,13 @@ def grade_one(submission: submissions.Submission, assignment: Assignment, seed: 
     """Stage, check and score one submission; every failure becomes the row's status."""
     from attncheck.grade import worker
 
-    base = Grade(submission.student, submission.digest, UNREADABLE, maximum=assignment.rubric.maximum, seed=seed)
+    sizes = drawn(seed)
+    base = Grade(submission.student, submission.digest, UNREADABLE, maximum=assignment.rubric.maximum, seed=seed,
+                 sizes=sizes.to_dict())
     own_root = Path(tempfile.mkdtemp(prefix="attncheck-grade-stage-", dir=staging_root))
     try:
         staged = submissions.stage(submission, own_root)
-        checked = worker.check(staged, assignment, seed, (*hidden, own_root), dynamic)
+        checked = worker.check(staged, assignment, seed, sizes, (*hidden, own_root), dynamic)
         return score(base, checked, assignment, staged)
     except submissions.UnreadableError as error:
         base.problem = f"could not be read: {error}"

@@ -18,6 +18,7 @@ from typing import Any
 from attncheck import pipeline
 from attncheck.config import DynamicOptions, Settings
 from attncheck.discovery import Candidate
+from attncheck.dynamic.probes.sizes import Sizes
 from attncheck.findings import Finding, TargetResult
 from attncheck.grade import submissions
 from attncheck.grade.assignment import AUTO, Assignment
@@ -54,9 +55,10 @@ def warm_up() -> bool:
     return True
 
 
-def check(staged: submissions.Staged, assignment: Assignment, seed: int, hidden: tuple[Path, ...],
+def check(staged: submissions.Staged, assignment: Assignment, seed: int, sizes: Sizes, hidden: tuple[Path, ...],
           dynamic: bool = True) -> Checked:
-    """Lint, run and judge one submission; nothing it does can raise past here."""
+    """Lint, run and judge one submission, its inputs drawn with ``seed`` at ``sizes``; nothing it does can
+    raise past here."""
     started = time.perf_counter()
     settings = Settings(root=staged.folder, timeout=assignment.timeout, device="cpu")
     codes = pipeline.enabled_codes(settings)
@@ -72,8 +74,8 @@ def check(staged: submissions.Staged, assignment: Assignment, seed: int, hidden:
     static = [f for r in results for f in r.findings]
     found: list[Finding] = []
     if dynamic and any(r.targets for r in results):
-        found, outcome.targets, checked.isolation, checked.weights = _run_dynamic(results, assignment, seed, hidden,
-                                                                                staged.folder)
+        found, outcome.targets, checked.isolation, checked.weights = _run_dynamic(results, assignment, seed, sizes,
+                                                                                hidden, staged.folder)
     else:
         outcome.targets = [TargetResult(t, "skipped", NO_TORCH) for r in results for t in r.targets]
     outcome.findings = merge(static, found, outcome.targets)
@@ -85,7 +87,7 @@ def check(staged: submissions.Staged, assignment: Assignment, seed: int, hidden:
     return checked
 
 
-def _run_dynamic(results: list[FileResult], assignment: Assignment, seed: int, hidden: tuple[Path, ...],
+def _run_dynamic(results: list[FileResult], assignment: Assignment, seed: int, sizes: Sizes, hidden: tuple[Path, ...],
                  own: Path) -> tuple[list[Finding], list[TargetResult], str, dict[str, dict[str, Weights]]]:
     from attncheck.dynamic import runner
 
@@ -95,7 +97,7 @@ def _run_dynamic(results: list[FileResult], assignment: Assignment, seed: int, h
     options = DynamicOptions(timeout=assignment.timeout, device="cpu", jobs=1,
                              targets={name: declaration for name in wanted} if declaration else {})
     child = _GradingChild(hidden, own, options)
-    found, targets = runner.run_dynamic(results, options, child, seed)
+    found, targets = runner.run_dynamic(results, options, child, seed, sizes)
     return list(found), list(targets), child.isolation, child.weights
 
 

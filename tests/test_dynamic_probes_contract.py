@@ -10,7 +10,7 @@ from attncheck.dynamic.probes.registry import all_probes
 
 def test_the_registry_finds_the_probe_modules_in_their_order():
     names = [probe.name for probe in all_probes()]
-    assert names == ["low-precision", "gqa-grouping", "kv-cache", "rope-relative-shift"]
+    assert names == ["low-precision", "gqa-grouping", "rope-declared", "kv-cache", "rope-relative-shift"]
 
 
 def test_every_declared_code_is_in_the_catalogue():

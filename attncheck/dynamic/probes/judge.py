@@ -360,6 +360,9 @@ class Judge:
         rotary = "rope" in self.binding.target.kinds and self.style != "function"
         if not matching and rotary:
             specs = explain.rope_candidates(self.binding.dims.d_model // self.binding.dims.heads)
+            variant = self.binding.declared_variant
+            if variant is not None and variant.rope_base is not None:  # the base a RoPE assignment asks for
+                specs = [replace(spec, base=variant.rope_base) for spec in specs]
             matching = [
                 f for f in self._errors([replace(f, rope=s) for f in fits for s in specs]) if f.error <= self.tol
             ]

@@ -36,7 +36,7 @@ def check_declaration(name: str, declaration: Mapping[str, Any], where: str) -> 
 
 
 def _problem(key: str, value: Any, declaration: Mapping[str, Any]) -> str | None:
-    from attncheck.dynamic.binding.bind import DECLARATION_KEYS, ROLE_NAMES, MaskConvention
+    from attncheck.dynamic.binding.bind import DECLARATION_KEYS, ROLE_NAMES, MaskConvention, RopeConvention
 
     if key not in DECLARATION_KEYS:
         return f"unknown key {key!r} (known: {', '.join(DECLARATION_KEYS)})"
@@ -52,12 +52,31 @@ def _problem(key: str, value: Any, declaration: Mapping[str, Any]) -> str | None
         return f"mask must be one of {', '.join(map(repr, get_args(MaskConvention)))}, got {value!r}"
     if key == "causal" and not isinstance(value, bool):
         return f"causal must be true or false, got {value!r}"
-    if key in ("d_model", "heads"):
+    if key in ("d_model", "heads", "kv_heads"):
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             return f"{key} must be a positive integer, got {value!r}"
         heads = declaration.get("heads")
         if key == "d_model" and isinstance(heads, int) and heads > 0 and value % heads:
             return f"d_model = {value} is not a multiple of heads = {heads}"
+        if key == "kv_heads":
+            return _kv_heads_problem(value, heads, declaration.get("init"))
+    if key == "rope" and value not in get_args(RopeConvention):
+        return f"rope must be one of {', '.join(map(repr, get_args(RopeConvention)))}, got {value!r}"
+    if key == "rope_base" and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 1):
+        return f"rope_base must be a number above 1 (the rotary frequencies' base, like 10000), got {value!r}"
+    return None
+
+
+def _kv_heads_problem(kv_heads: int, heads: Any, init: Any) -> str | None:
+    """The K/V head count must divide the query heads, and agree with init's own K/V-head argument."""
+    from attncheck.dynamic.binding.bind import KV_HEAD_COUNT_NAMES
+
+    if isinstance(heads, int) and heads > 0 and heads % kv_heads:
+        return f"heads = {heads} is not a multiple of kv_heads = {kv_heads}"
+    named = {k: v for k, v in init.items() if k.lower() in KV_HEAD_COUNT_NAMES} if isinstance(init, Mapping) else {}
+    for name, value in named.items():
+        if value != kv_heads:
+            return f"kv_heads = {kv_heads} but init sets {name} = {value!r}"
     return None
 
 

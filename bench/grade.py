@@ -11,7 +11,10 @@ spends per submission (this process's children, every worker and jailed child in
 the other users of a shared machine do not change: 2 cores / CPU per submission is the rate
 the machine gives when it is not shared. Usage::
 
-    .venv/bin/python bench/grade.py [--submissions 120] [--naive 8] [--jobs 2]
+    .venv/bin/python bench/grade.py [--submissions 120] [--naive 8] [--jobs 2] [--seed 1]
+
+The seed draws the grading run's inputs and their sizes (``probes/sizes.py``): seed 1 is batch 5,
+sequence 13, the largest draw; seed 6 is batch 3, sequence 9, the smallest.
 """
 
 from __future__ import annotations
@@ -85,6 +88,7 @@ def main() -> None:
     parser.add_argument("--submissions", type=int, default=120)
     parser.add_argument("--naive", type=int, default=8, help="how many submissions the naive loop runs")
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=1, help="the grading run's seed (inputs and their sizes)")
     args = parser.parse_args()
     attncheck = [str(Path(sys.executable).parent / "attncheck")]
     with tempfile.TemporaryDirectory(prefix="attncheck-bench-grade-") as scratch:
@@ -93,7 +97,8 @@ def main() -> None:
         env = {**os.environ, "ATTNCHECK_CACHE_DIR": str(Path(scratch) / "cache")}
         started, cpu = time.perf_counter(), _children_cpu()
         subprocess.run([*attncheck, "grade", str(folder), "--out", str(Path(scratch) / "out"), "--jobs",
-                        str(args.jobs), "--rerun", "--seed", "1"], check=True, env=env, stdout=subprocess.DEVNULL)
+                        str(args.jobs), "--rerun", "--seed", str(args.seed)],
+                       check=True, env=env, stdout=subprocess.DEVNULL)
         graded, graded_cpu = time.perf_counter() - started, _children_cpu() - cpu
         started, cpu = time.perf_counter(), _children_cpu()
         for student in sorted(folder.iterdir())[: args.naive]:

@@ -132,6 +132,11 @@ def test_timeouts_are_capped_in_files_and_on_the_command_line(tmp_path):
     ("heads = '4'", "heads must be a positive integer, got '4'"),
     ("heads = 0", "heads must be a positive integer"),
     ("d_model = 64\nheads = 5", "d_model = 64 is not a multiple of heads = 5"),
+    ("kv_heads = 0", "kv_heads must be a positive integer, got 0"),
+    ("heads = 4\nkv_heads = 3", "heads = 4 is not a multiple of kv_heads = 3"),
+    ("init = {num_kv_heads = 1}\nkv_heads = 2", "kv_heads = 2 but init sets num_kv_heads = 1"),
+    ("rope = 'rotate_half'", "rope must be one of 'half', 'interleaved', got 'rotate_half'"),
+    ("rope_base = 0.5", "rope_base must be a number above 1"),
 ])
 def test_every_declaration_key_and_value_is_validated(tmp_path, declaration, message):
     write(tmp_path / "model.py", "class Attn:\n    pass\n")

@@ -13,6 +13,7 @@ def test_the_registry_finds_the_probe_modules_in_their_order():
     assert names == [
         "low-precision",
         "gqa-grouping",
+        "rope-declared",
         "kv-cache",
         "rope-relative-shift",
         "window-length",

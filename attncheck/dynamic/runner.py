@@ -30,6 +30,7 @@ from attncheck.dynamic.probes import evidence
 from attncheck.dynamic.probes import rope_functions as rope_targets
 from attncheck.dynamic.probes.base import Plan
 from attncheck.dynamic.probes.judge import Judge, plan
+from attncheck.dynamic.probes.sizes import DEFAULT, Sizes
 from attncheck.findings import Check, Finding, Target, TargetResult
 from attncheck.static.result import FileResult
 
@@ -80,11 +81,16 @@ def sandbox_child(options: DynamicOptions) -> Child:
 
 
 def run_dynamic(
-    results: Sequence[FileResult], options: DynamicOptions, child: Child | None = None, seed: int = SEED
+    results: Sequence[FileResult],
+    options: DynamicOptions,
+    child: Child | None = None,
+    seed: int = SEED,
+    sizes: Sizes = DEFAULT,
 ) -> tuple[list[Finding], list[TargetResult]]:
     """Check every target of every file; findings and per-target results, in file order.
 
-    ``seed`` draws the inputs, masks and weights (``attncheck grade`` draws a fresh one per run)."""
+    ``seed`` draws the inputs, masks and weights, ``sizes`` are their batch and sequence lengths
+    (``attncheck grade`` draws both afresh per run)."""
     runnable = [result for result in results if result.targets and result.error is None]
     if child is None:
         try:
@@ -94,7 +100,7 @@ def run_dynamic(
                 TargetResult(t, "error", f"the sandbox is not available: {exc}") for r in runnable for t in r.targets
             ]
     with _one_intra_op_thread(), ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
-        per_file = list(pool.map(lambda r: check_file(r, options, child, seed), runnable))
+        per_file = list(pool.map(lambda r: check_file(r, options, child, seed, sizes), runnable))
     findings = [f for file_findings, _ in per_file for f in file_findings]
     target_results = [t for _, file_results in per_file for t in file_results]
     return findings, target_results
@@ -114,7 +120,7 @@ def _one_intra_op_thread() -> Iterator[None]:
 
 
 def check_file(
-    result: FileResult, options: DynamicOptions, child: Child, seed: int = SEED
+    result: FileResult, options: DynamicOptions, child: Child, seed: int = SEED, sizes: Sizes = DEFAULT
 ) -> tuple[list[Finding], list[TargetResult]]:
     """All targets of one file through as few children as the file's crashes allow."""
     declarations = getattr(options, "targets", {}) or {}
@@ -126,7 +132,7 @@ def check_file(
             continue
         binding = bind(target, declarations.get(target.name), result.source.text)
         if binding.ok:
-            pending.append((index, plan(binding, index, seed)))
+            pending.append((index, plan(binding, index, seed, sizes)))
         else:
             outcomes[index] = TargetResult(target, "skipped", f"{binding.reason}; {binding.hint}")
     path = Path(result.source.path)

@@ -8,6 +8,7 @@ TOML, all tables optional (``fixtures/grading/assignment.toml`` is a complete ex
     variant = "mha"                     # mha | causal | cross | gqa | rope
     kv_heads = 2                        # gqa only: the number of K/V heads
     rope = "half"                       # rope only: "half" (rotate_half) or "interleaved"
+    rope_base = 10000                   # rope, optional: the rotary frequencies' base
     timeout = 20                        # seconds per submission's dynamic check
 
     [call]                              # the keys of [tool.attncheck.targets.NAME]
@@ -23,6 +24,12 @@ TOML, all tables optional (``fixtures/grading/assignment.toml`` is a complete ex
     points = 10
     ATT201 = 3                          # points lost per finding of this code
 
+The variant keys (``kv_heads``, ``rope``, ``rope_base``) join the ``[call]`` declaration
+(``declaration``), so the dynamic check builds the module with that many K/V heads and holds it
+to them (the gqa-grouping check), and reads its rotary embedding against the convention and
+base asked for (the rope-declared check); ``attncheck.declarations`` validates them like any
+declaration's.
+
 Without a file the default rubric (``attncheck.grade.rubric``) applies and the attention
 target of each submission is found as attncheck finds it. The file's hash is part of the
 gradebook's key, so a changed rubric grades everything again.
@@ -35,11 +42,12 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from attncheck.catalogue import CODES
 from attncheck.config import ConfigError
 from attncheck.declarations import check_declaration
+from attncheck.dynamic.binding.bind import RopeConvention
 from attncheck.grade.rubric import DEFAULT_POINTS, DEFAULT_STATIC_POINTS, GROUPS, Rubric
 
 if sys.version_info >= (3, 11):
@@ -48,7 +56,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 VARIANTS = ("mha", "causal", "cross", "gqa", "rope")
-ROPE_CONVENTIONS = ("half", "interleaved")
+ROPE_CONVENTIONS: tuple[str, ...] = get_args(RopeConvention)
 AUTO = "auto"
 DEFAULT_TIMEOUT_S = 20.0
 SECTIONS = ("assignment", "call", "rubric")
@@ -67,6 +75,7 @@ class Assignment:
     variant: str = "mha"
     kv_heads: int | None = None
     rope: str | None = None
+    rope_base: float | None = None
     timeout: float = DEFAULT_TIMEOUT_S
     call: Mapping[str, Any] = field(default_factory=dict)
     rubric: Rubric = field(default_factory=Rubric)
@@ -80,11 +89,9 @@ class Assignment:
         return words[self.variant]
 
     def declaration(self) -> dict[str, Any]:
-        """The ``[tool.attncheck.targets.NAME]`` declaration for the graded target."""
-        declared = dict(self.call)
-        if self.variant == "causal":
-            declared.setdefault("causal", True)
-        return declared
+        """The ``[tool.attncheck.targets.NAME]`` declaration for the graded target: ``[call]`` and
+        the variant's own keys."""
+        return _declaration(self.call, self.variant, self.kv_heads, self.rope, self.rope_base)
 
 
 def load(path: Path | None) -> Assignment:
@@ -107,22 +114,22 @@ def load(path: Path | None) -> Assignment:
 def _from_table(table: Mapping[str, Any], digest: str) -> Assignment:
     _known(table, SECTIONS, "")
     head = _table(table, "assignment")
-    _known(head, ("name", "target", "variant", "kv_heads", "rope", "timeout"), "assignment.")
+    _known(head, ("name", "target", "variant", "kv_heads", "rope", "rope_base", "timeout"), "assignment.")
     variant = head.get("variant", "mha")
     if variant not in VARIANTS:
         raise AssignmentError(f"assignment.variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
-    kv_heads = head.get("kv_heads")
-    if variant == "gqa" and not (isinstance(kv_heads, int) and kv_heads > 0):
+    kv_heads, rope, rope_base = head.get("kv_heads"), head.get("rope"), head.get("rope_base")
+    if variant == "gqa" and kv_heads is None:
         raise AssignmentError("assignment.kv_heads: a gqa assignment needs the number of K/V heads (an integer)")
-    rope = head.get("rope")
-    if variant == "rope" and rope not in ROPE_CONVENTIONS:
+    if variant == "rope" and rope is None:
         raise AssignmentError(f"assignment.rope must be one of {', '.join(ROPE_CONVENTIONS)} for a rope assignment")
     timeout = head.get("timeout", DEFAULT_TIMEOUT_S)
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
         raise AssignmentError(f"assignment.timeout must be a positive number of seconds, got {timeout!r}")
     call = _table(table, "call")
     try:
-        check_declaration(str(head.get("target", AUTO)), call, "[call]")
+        check_declaration(str(head.get("target", AUTO)), _declaration(call, variant, kv_heads, rope, rope_base),
+                          "[assignment] and [call]")
     except ConfigError as error:
         raise AssignmentError(str(error)) from error
     return Assignment(
@@ -131,11 +138,23 @@ def _from_table(table: Mapping[str, Any], digest: str) -> Assignment:
         variant=variant,
         kv_heads=kv_heads,
         rope=rope,
+        rope_base=rope_base,
         timeout=float(timeout),
         call=call,
         rubric=_rubric(_table(table, "rubric"), variant),
         digest=digest,
     )
+
+
+def _declaration(call: Mapping[str, Any], variant: str, kv_heads: int | None, rope: str | None,
+                 rope_base: float | None) -> dict[str, Any]:
+    """``[call]`` with the variant's keys: what the dynamic check builds, calls and holds the target to."""
+    declared = dict(call)
+    if variant == "causal":
+        declared.setdefault("causal", True)
+    variant_keys = {"kv_heads": kv_heads, "rope": rope, "rope_base": rope_base}
+    declared.update({key: value for key, value in variant_keys.items() if value is not None})
+    return declared
 
 
 def _rubric(table: Mapping[str, Any], variant: str) -> Rubric:

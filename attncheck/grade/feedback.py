@@ -12,6 +12,7 @@ import re
 from functools import cache
 
 from attncheck.catalogue import doc
+from attncheck.dynamic.probes.sizes import Sizes
 from attncheck.grade.assignment import Assignment
 from attncheck.grade.record import GRADED, Grade, Mistake
 
@@ -50,7 +51,7 @@ def feedback(grade: Grade, task: Assignment) -> str:
     elif grade.problem:
         lines += [f"Note: {grade.problem}", ""]
     if grade.target:
-        lines += [f"Graded: `{grade.target}` in `{grade.file}`.", ""]
+        lines += [f"Graded: `{grade.target}` in `{grade.file}`, on inputs of {Sizes(**grade.sizes)}.", ""]
     mistakes = [m for m in grade.mistakes if m.counts]
     if mistakes:
         lines += ["## What to fix", ""]

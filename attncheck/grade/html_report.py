@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
+from attncheck.dynamic.probes.sizes import drawn
 from attncheck.grade.record import Grade
 
 CELL = 26
@@ -131,8 +132,8 @@ def render(grades: Sequence[Grade], groups: Sequence[str], title: str, asked_for
     """The whole page."""
     body = [
         f"<h1>{escape(title)}</h1>",
-        f"<p>Asked for: {escape(asked_for)}. {len(grades)} submissions; inputs drawn with seed {seed} "
-        f"(reproduce with --seed {seed}).</p>",
+        f"<p>Asked for: {escape(asked_for)}. {len(grades)} submissions; inputs drawn with seed {seed}, "
+        f"{drawn(seed)} (reproduce with --seed {seed}).</p>",
         "<h2>Grades</h2>", _table(grades, groups),
         "<h2>Submissions x checks</h2>", _heatmap(grades, groups),
         "<h2>Score distribution</h2>", _distribution(grades),

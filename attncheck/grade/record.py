@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from attncheck.catalogue import CODES
+from attncheck.dynamic.probes.sizes import drawn
 from attncheck.grade import rubric, submissions
 from attncheck.grade.assignment import Assignment
 
@@ -35,11 +36,12 @@ class Mistake:
     line: int
     source: str
     costs: float
+    advice: bool = False  # the rubric grades this code as advice: reported, never charged
 
     @property
     def counts(self) -> bool:
         """A mistake that costs points (or fails a check), not advice a correct module may keep."""
-        return self.severity != "info" and (self.source == "dynamic" or self.costs > 0)
+        return self.severity != "info" and not self.advice and (self.source == "dynamic" or self.costs > 0)
 
 
 @dataclass
@@ -60,6 +62,7 @@ class Grade:
     isolation: str = ""
     seconds: float = 0.0
     seed: int = 0
+    sizes: dict[str, int] = field(default_factory=dict)  # the batch and sequence lengths drawn from ``seed``
 
     def codes(self) -> str:
         """The codes of the mistakes that count, once each, in order: the gradebook's column."""
@@ -79,11 +82,13 @@ def grade_one(submission: submissions.Submission, assignment: Assignment, seed: 
     """Stage, check and score one submission; every failure becomes the row's status."""
     from attncheck.grade import worker
 
-    base = Grade(submission.student, submission.digest, UNREADABLE, maximum=assignment.rubric.maximum, seed=seed)
+    sizes = drawn(seed)
+    base = Grade(submission.student, submission.digest, UNREADABLE, maximum=assignment.rubric.maximum, seed=seed,
+                 sizes=sizes.to_dict())
     own_root = Path(tempfile.mkdtemp(dir=staging_root))  # a neutral name: the child sees its path
     try:
         staged = submissions.stage(submission, own_root)
-        checked = worker.check(staged, assignment, seed, dynamic, unsafe_no_sandbox)
+        checked = worker.check(staged, assignment, seed, sizes, dynamic, unsafe_no_sandbox)
         return score(base, checked, assignment, staged)
     except submissions.UnreadableError as error:
         base.problem = f"could not be read: {error}"
@@ -130,7 +135,8 @@ def _mistake(finding: Any, cells: tuple[tuple[int, int], ...], grading: rubric.R
     line = finding.span.line
     return Mistake(finding.code, info.name if info else finding.code, str(finding.severity), finding.message,
                    submissions.where(cells, line), line, finding.source,
-                   grading.cost(finding.code) if finding.source in ("static", "both") else 0.0)
+                   grading.cost(finding.code) if finding.source in ("static", "both") else 0.0,
+                   grading.is_advice(finding.code))
 
 
 def _zero_groups(assignment: Assignment) -> list[dict[str, Any]]:

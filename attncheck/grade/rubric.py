@@ -7,7 +7,15 @@ applicable" and keeps its points, unless the assignment requires it: then it ear
 the student did not build what was asked. Static findings cost points from their own pool,
 per code; the default costs come from the catalogue's severities, and the two codes a correct
 module may fairly keep (ATT302 a fill value that overflows float16, ATT303 no guard for a
-fully masked row) cost nothing by default. A submission whose code could not be read, or
+fully masked row) cost nothing by default.
+
+A dynamic check that is the evidence of one code (``ADVICE_CHECKS``: ``fully-masked-rows`` is
+ATT303 seen at run time) follows that code's cost: while the code is advice, the check's
+failure is advice too and leaves its group's points alone. A fully masked row (a query whose
+keys are all padding) is an input most assignments exclude: a ``-inf`` fill is the textbook
+answer and is exact on every row that sees a key. An assignment that wants the guard charges
+ATT303 (``[rubric.static] ATT303 = 2``), and the check then counts in the mask group as well.
+A submission whose code could not be read, or
 whose target could not be run (an import error, a hang, no way to call it, no torch to run it)
 earns 0 for every dynamic group; so does one whose forward pass raises (nothing past the first
 call can be checked).
@@ -38,9 +46,11 @@ DEFAULT_POINTS: dict[str, float] = {
     "gradients": 5, "dropout": 5, "low_precision": 5, "variant": 0,
 }
 STATIC = "static"
+ADVICE = "advice"  # the status of a check or finding reported but not graded
 DEFAULT_STATIC_POINTS = 10.0
 FREE_CODES = ("ATT302", "ATT303")  # a correct module may fairly keep these: advice, not a deduction
 SEVERITY_COST = {Severity.ERROR: 2.0, Severity.WARNING: 1.0}
+ADVICE_CHECKS = {"fully-masked-rows": "ATT303"}  # a check -> the code it is the run-time evidence of
 
 
 @dataclass(frozen=True)
@@ -63,6 +73,16 @@ class Rubric:
         if code in FREE_CODES or code not in CODES:
             return 0.0
         return SEVERITY_COST.get(CODES[code].severity, 0.0)
+
+    def is_advice(self, code: str) -> bool:
+        """One of the codes a correct module may keep, and this rubric does not charge it: reported, as
+        a static finding or a run-time check, without costing anything."""
+        return code in FREE_CODES and self.cost(code) == 0
+
+    def counts(self, check: str) -> bool:
+        """Whether a check's verdict earns or loses points: not one whose code is advice."""
+        code = ADVICE_CHECKS.get(check)
+        return code is None or not self.is_advice(code)
 
     @property
     def columns(self) -> list[str]:
@@ -96,7 +116,8 @@ def score_groups(rubric: Rubric, result: TargetResult | None) -> list[GroupScore
         if result is None or result.status in ("error", "skipped") or (crashed and group != "shape"):
             scores.append(GroupScore(group, 0.0, points, "not run"))
             continue
-        checks = tuple((c.name, c.status, c.detail) for c in result.checks if group_of(c.name) == group)
+        checks = tuple((c.name, c.status if rubric.counts(c.name) else ADVICE, c.detail)
+                       for c in result.checks if group_of(c.name) == group)
         scores.append(_group_score(rubric, group, points, checks))
     return scores
 
@@ -118,6 +139,6 @@ def score_static(rubric: Rubric, findings: Iterable[Finding]) -> GroupScore:
     costs = [(f, rubric.cost(f.code)) for f in findings if f.source in ("static", "both")]
     lost = sum(cost for _, cost in costs)
     earned = max(0.0, rubric.static_points - lost)
-    checks = tuple((f.code, "failed" if cost else "advice", f.message) for f, cost in costs)
+    checks = tuple((f.code, "failed" if cost else ADVICE, f.message) for f, cost in costs)
     status = "passed" if not lost else ("partial" if earned else "failed")
     return GroupScore(STATIC, round(earned, 2), rubric.static_points, status, checks)

@@ -18,6 +18,7 @@ from typing import Any
 from attncheck import pipeline
 from attncheck.config import DynamicOptions, Settings
 from attncheck.discovery import Candidate
+from attncheck.dynamic.probes.sizes import Sizes
 from attncheck.findings import Finding, TargetResult
 from attncheck.grade import submissions
 from attncheck.grade.assignment import AUTO, Assignment
@@ -56,9 +57,10 @@ def warm_up() -> bool:
     return True
 
 
-def check(staged: submissions.Staged, assignment: Assignment, seed: int, dynamic: bool = True,
+def check(staged: submissions.Staged, assignment: Assignment, seed: int, sizes: Sizes, dynamic: bool = True,
           unsafe_no_sandbox: bool = False) -> Checked:
-    """Lint, run and judge one submission; nothing it does can raise past here."""
+    """Lint, run and judge one submission, its inputs drawn with ``seed`` at ``sizes``; nothing it does can
+    raise past here."""
     started = time.perf_counter()
     # Always isolated: no configuration beside a submission is read (a student's ``ignore``), and
     # a dynamic pass never silences a static error (code that behaves only when it is watched).
@@ -76,7 +78,7 @@ def check(staged: submissions.Staged, assignment: Assignment, seed: int, dynamic
     static = [f for r in results for f in r.findings]
     found: list[Finding] = []
     if dynamic and any(r.targets for r in results):
-        found, outcome.targets, checked.isolation, checked.weights = _run_dynamic(results, assignment, seed,
+        found, outcome.targets, checked.isolation, checked.weights = _run_dynamic(results, assignment, seed, sizes,
                                                                                 staged.folder, unsafe_no_sandbox)
     else:
         outcome.targets = [TargetResult(t, "skipped", NO_TORCH) for r in results for t in r.targets]
@@ -89,7 +91,7 @@ def check(staged: submissions.Staged, assignment: Assignment, seed: int, dynamic
     return checked
 
 
-def _run_dynamic(results: list[FileResult], assignment: Assignment, seed: int, own: Path,
+def _run_dynamic(results: list[FileResult], assignment: Assignment, seed: int, sizes: Sizes, own: Path,
                  unsafe_no_sandbox: bool) -> Dynamic:
     from attncheck.dynamic import runner
 
@@ -99,7 +101,7 @@ def _run_dynamic(results: list[FileResult], assignment: Assignment, seed: int, o
     options = DynamicOptions(timeout=assignment.timeout, device="cpu", jobs=1, unsafe_no_sandbox=unsafe_no_sandbox,
                              targets={name: declaration for name in wanted} if declaration else {})
     child = _GradingChild(own, options)
-    found, targets = runner.run_dynamic(results, options, child, seed)
+    found, targets = runner.run_dynamic(results, options, child, seed, sizes)
     return list(found), list(targets), child.isolation, child.weights
 
 

@@ -16,11 +16,6 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 CORRECT = ("s01", "s02", "s03", "s04", "s09")
 MISTAKES = {"s05": {"ATT201"}, "s06": {"ATT202"}, "s07": {"ATT301", "ATT906"}, "s08": {"ATT104"},
             "s10": {"ATT101", "ATT102", "ATT201", "ATT204", "ATT301"}}
-ISSUE_16 = {
-    # bound with a real mask since issue 16 part B; what remains is the dynamic ATT303 (a -inf fill with
-    # no guard: a query whose keys are all masked gets NaN), a warning the rubric may or may not charge
-    "s03": "issue 16: the required mask binds; its -inf fill gives NaN rows (ATT303, a warning)",
-}
 GRADESCOPE_SCHEMA = {
     "type": "object",
     "required": ["score", "tests"],
@@ -56,18 +51,22 @@ def graded(tmp_path_factory, grading_class):
     return out, {g.student: g for g in grades}, task
 
 
-def _expect(student: str):
-    if student in ISSUE_16:
-        return pytest.param(student, marks=pytest.mark.xfail(strict=True, reason=ISSUE_16[student]))
-    return student
-
-
-@pytest.mark.parametrize("student", [_expect(s) for s in CORRECT])
+@pytest.mark.parametrize("student", CORRECT)
 def test_a_correct_submission_gets_full_marks(graded, student):
     _, grades, _ = graded
     grade = grades[student]
     assert grade.status == GRADED, grade.problem
     assert grade.score == grade.maximum, [g for g in grade.groups if g["score"] < g["maximum"]]
+
+
+def test_a_fully_masked_row_left_nan_is_advice_by_default(graded):
+    """s03's -inf fill gives NaN only to a query whose keys are all masked (ATT303): reported, not charged."""
+    _, grades, _ = graded
+    grade = grades["s03"]
+    mask = next(g for g in grade.groups if g["group"] == "mask")
+    assert ["fully-masked-rows", "advice"] in [list(c[:2]) for c in mask["checks"]]
+    assert {m.code for m in grade.mistakes if not m.counts} >= {"ATT303"}
+    assert grade.codes() == ""
 
 
 @pytest.mark.parametrize("student", sorted(MISTAKES))

@@ -47,6 +47,18 @@ def test_a_forward_crash_or_no_target_zeroes_every_dynamic_group():
     assert all(s.score == 0 and s.status == "not run" for s in rubric.score_groups(rubric.Rubric(), None))
 
 
+def test_a_fully_masked_row_check_is_advice_unless_the_rubric_charges_att303():
+    result = _result(("reference-masked", "passed"), ("masked-keys", "passed"), ("fully-masked-rows", "failed"))
+    free = _by_group(rubric.score_groups(rubric.Rubric(), result))["mask"]
+    assert (free.score, free.status) == (15, "passed")
+    assert ("fully-masked-rows", rubric.ADVICE, "") in free.checks
+    charged = rubric.Rubric(costs={"ATT303": 2})
+    graded = _by_group(rubric.score_groups(charged, result))["mask"]
+    assert (graded.score, graded.status) == (10, "partial")
+    assert rubric.Rubric().is_advice("ATT303") and not charged.is_advice("ATT303")
+    assert not rubric.Rubric(costs={"ATT201": 0}).is_advice("ATT201")
+
+
 def test_low_precision_checks_are_one_group_by_prefix():
     assert rubric.group_of("low-precision-bfloat16") == "low_precision"
     assert rubric.group_of("rope-fingerprint") == "variant"
@@ -90,6 +102,9 @@ def test_a_causal_assignment_requires_the_causal_group_and_declares_it(tmp_path)
 @pytest.mark.parametrize(("text", "says"), [
     ("[assignment]\nvariant = 'sparse'\n", "assignment.variant must be one of"),
     ("[assignment]\nvariant = 'gqa'\n", "kv_heads"),
+    ("[assignment]\nvariant = 'gqa'\nkv_heads = 3\n[call]\nheads = 4\n", "heads = 4 is not a multiple of kv_heads = 3"),
+    ("[assignment]\nvariant = 'rope'\n", "assignment.rope must be one of half, interleaved for a rope assignment"),
+    ("[assignment]\nvariant = 'rope'\nrope = 'half'\nrope_base = 'big'\n", "rope_base must be a number above 1"),
     ("[rubric.points]\nshapes = 3\n", "unknown group 'shapes'"),
     ("[rubric.static]\nATT999 = 1\n", "unknown code 'ATT999'"),
     ("[rubric.points]\nshape = -1\n", "rubric.points.shape must be a number of points"),
@@ -115,4 +130,6 @@ def test_the_variant_asked_for_is_said_in_words(tmp_path):
     path = tmp_path / "a.toml"
     path.write_text('[assignment]\nvariant = "gqa"\nkv_heads = 2\n')
     assert assignment.load(path).asked_for() == "grouped-query attention with 2 K/V heads"
+    path.write_text('[assignment]\nvariant = "rope"\nrope = "interleaved"\nrope_base = 500000\n')
+    assert assignment.load(path).declaration() == {"rope": "interleaved", "rope_base": 500000}
     assert assignment.Assignment().asked_for() == "multi-head attention"

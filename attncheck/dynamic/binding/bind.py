@@ -111,6 +111,8 @@ KV_HEAD_NAMES = frozenset(
     }
 )
 # With HEADS = 4 and KV_HEADS = 2, "groups" means 2 whether a file counts KV heads or queries per KV head.
+# The names that can only count K/V heads: a declared kv_heads goes there, never into a "groups" one.
+KV_HEAD_COUNT_NAMES = frozenset(name for name in KV_HEAD_NAMES if "group" not in name)
 HEAD_DIM_NAMES = frozenset({"head_dim", "d_k", "d_head", "dim_head", "head_size", "d_kv", "dk", "d_v", "kv_channels"})
 DROPOUT_NAMES = frozenset(
     {
@@ -181,8 +183,10 @@ NOT_HIDDEN = re.compile(r"pos|freq|cos|sin|cache|past|rope|rotary|index|ids|offs
 CACHE_NAMES = ("past_key_value", "past_key_values", "layer_past", "kv_cache", "cache", "past_kv", "past")
 
 # [tool.attncheck.targets.NAME]: constructor arguments, forward roles in parameter order, the mask
-# convention and causality; d_model and heads give the sizes when init's names do not say them.
-DECLARATION_KEYS = ("init", "forward", "mask", "causal", "d_model", "heads")
+# convention and causality; d_model and heads give the sizes when init's names do not say them; the
+# variant asked for: kv_heads (grouped-query attention), rope and rope_base (the rotary convention, its base).
+DECLARATION_KEYS = ("init", "forward", "mask", "causal", "d_model", "heads", "kv_heads", "rope", "rope_base")
+RopeConvention = Literal["half", "interleaved"]  # rotate_half (HF LLaMA) | pairs (Meta, GPT-J)
 
 Role = Literal["x", "query", "key", "value", "kv", "mask"]
 Style = Literal["self", "cross", "function"]
@@ -259,6 +263,21 @@ class Dims:
     @property
     def width(self) -> int:
         return self.inner or self.d_model
+
+
+@dataclass(frozen=True)
+class DeclaredVariant:
+    """The variant a declaration asks for, which the probes hold the module to (an assignment's
+    ``gqa``/``rope`` keys under ``attncheck grade``): None where it leaves a part free."""
+
+    kv_heads: int | None = None
+    rope: RopeConvention | None = None
+    rope_base: float | None = None
+
+    @classmethod
+    def of(cls, declaration: Mapping[str, Any]) -> DeclaredVariant | None:
+        found = cls(declaration.get("kv_heads"), declaration.get("rope"), declaration.get("rope_base"))
+        return None if found == cls() else found
 
 
 @dataclass(frozen=True)
@@ -340,6 +359,7 @@ class Binding:
     reason: str = ""
     hint: str = ""
     code_not_causal: bool = False  # every causal switch in the code is off (is_causal=False, causal=False)
+    declared_variant: DeclaredVariant | None = None  # the declaration's kv_heads, rope, rope_base
 
     @property
     def filled_hint(self) -> str:
@@ -426,7 +446,8 @@ def bind(target: Target, declaration: Mapping[str, Any] | None = None, source: s
     if not target.is_class:
         dims = Dims(D_MODEL, 1) if forward.rank == 3 else Dims()
         return Binding(
-            target, forward=forward, dims=dims, declared_mask=mask, declared_causal=causal, code_not_causal=not_causal
+            target, forward=forward, dims=dims, declared_mask=mask, declared_causal=causal, code_not_causal=not_causal,
+            declared_variant=DeclaredVariant.of(declaration),
         )
     if "init" in declaration:
         init = declaration["init"]
@@ -439,7 +460,18 @@ def bind(target: Target, declaration: Mapping[str, Any] | None = None, source: s
         dims = _single_head_dims(target) or _one_head_by_structure(target, code) or Dims()
     if isinstance(candidates, str):
         return _skip(target, candidates)
-    return Binding(target, candidates, forward, dims, mask, causal, code_not_causal=not_causal)
+    variant = DeclaredVariant.of(declaration)
+    if variant is not None and variant.kv_heads is not None:
+        candidates = tuple(_with_kv_heads(c, variant.kv_heads) for c in candidates)
+    return Binding(target, candidates, forward, dims, mask, causal, code_not_causal=not_causal,
+                   declared_variant=variant)
+
+
+def _with_kv_heads(candidate: InitCandidate, kv_heads: int) -> InitCandidate:
+    """A construction with the declared K/V head count in every argument named like one."""
+    kwargs = {name: kv_heads if name.lower() in KV_HEAD_COUNT_NAMES else value
+              for name, value in candidate.kwargs.items()}
+    return replace(candidate, kwargs=kwargs)
 
 
 _NEUTRAL_SHAPES: tuple[MaskShape, ...] = ("b11k", "bk", "b1qk", "bqk")

@@ -18,6 +18,7 @@ import torch
 from attncheck.dynamic.binding.bind import Binding
 from attncheck.dynamic.binding.weights import Assignment
 from attncheck.dynamic.harness.protocol import Experiment
+from attncheck.dynamic.probes.sizes import DEFAULT, Sizes
 from attncheck.dynamic.reference import mha as reference
 from attncheck.dynamic.reference.rope import RopeSpec
 from attncheck.dynamic.reference.variant_fit import Candidate
@@ -35,6 +36,7 @@ class Plan:
     unit: dict[str, Any]
     tensors: dict[str, np.ndarray]
     keep: dict[str, np.ndarray] = field(default_factory=dict)  # parent-only: keep masks, perturbed rows
+    sizes: Sizes = DEFAULT  # the batch and sequence lengths the inputs were planned with
 
     @property
     def style(self) -> str:
@@ -68,6 +70,7 @@ class Planner(Protocol):
     base: np.ndarray  # the plain query input, (batch, seq, d) or (batch, heads, seq, dh)
     masks: dict[str, str]  # "shape/convention" -> tensor name of the padding masks planned
     positions: tuple[int, int]  # (batch, seq) of the plain query
+    sizes: Sizes  # the run's batch and sequence lengths (``sizes.drawn`` under ``attncheck grade``)
 
     def tensor(self, name: str, value: np.ndarray) -> str: ...
     def random(self, length: int) -> np.ndarray: ...  # seeded inputs of another length, shaped as ``base``

@@ -6,7 +6,9 @@ that head perturbed in the child (``kv_perturb``). The module's output is
 by undoing the recorded output projection (a square, invertible W_o), so no
 change to the module is needed. ``gqa.name_mapping`` then names the grouping:
 query head h on KV head h // g (HF ``repeat_kv``, SDPA ``enable_gqa``) passes;
-the tiling of ``.repeat`` (h % Hkv) is ATT401.
+the tiling of ``.repeat`` (h % Hkv) is ATT401. A declaration's ``kv_heads`` (a GQA assignment
+under ``attncheck grade``) plans the probe for every class and sets the K/V head count it expects:
+a module that does not use that many fails the check instead of skipping it.
 """
 
 from __future__ import annotations
@@ -22,18 +24,29 @@ MOVED = 1e-9  # a query head "moved" when its output changed by more than this
 
 
 def wanted(binding: Binding) -> bool:
-    """A class whose constructor (or config) takes a KV-head count."""
+    """A class whose constructor (or config) takes a KV-head count, or declared grouped-query."""
     if not binding.target.is_class:
         return False
     names = {p.name.lower() for p in binding.target.init_params}
-    return bool(names & KV_HEAD_NAMES) or "gqa" in binding.target.kinds
+    return bool(names & KV_HEAD_NAMES) or "gqa" in binding.target.kinds or _declared(binding) is not None
+
+
+def _declared(binding: Binding) -> int | None:
+    variant = binding.declared_variant
+    return variant.kv_heads if variant is not None else None
+
+
+def kv_heads(binding: Binding) -> int:
+    """The K/V head count the module is built with and held to: the declared one, else ``KV_HEADS``."""
+    return _declared(binding) or KV_HEADS
 
 
 def plan(planner: Planner) -> None:
     """One experiment per KV head, with the plain inputs and that head perturbed."""
     binding = planner.binding
-    spec = {"kv_heads": KV_HEADS, "head_dim": binding.dims.d_model // binding.dims.heads}
-    for head in range(KV_HEADS):
+    count = kv_heads(binding)
+    spec = {"kv_heads": count, "head_dim": binding.dims.d_model // binding.dims.heads}
+    for head in range(count):
         planner.add(f"gqa/kv{head}", planner.plain, perturb_kv={**spec, "head": head, "d_model": binding.dims.d_model})
 
 
@@ -50,12 +63,18 @@ def per_head(judge: JudgeView, name: str, heads: int) -> torch.Tensor:
 
 def verdict(judge: JudgeView) -> Outcome | None:
     """The gqa-grouping check, or None when the probe was not planned."""
-    names = [f"gqa/kv{j}" for j in range(KV_HEADS)]
+    count = kv_heads(judge.binding)
+    names = [f"gqa/kv{j}" for j in range(count)]
     if names[0] not in judge.experiments:
         return None
     fit = judge.fit
-    if fit is None or fit.assignment is None or fit.assignment.kv_heads != KV_HEADS:
-        return Check("gqa-grouping", "skipped", "the module does not use 2 KV heads for 4 query heads"), None, ""
+    if fit is None or fit.assignment is None or fit.assignment.kv_heads != count:
+        if _declared(judge.binding) is not None:
+            used = f"uses {fit.assignment.kv_heads}" if fit and fit.assignment else "matches no reference with"
+            detail = f"the module {used} K/V heads for {HEADS} query heads; {count} are asked for"
+            return Check("gqa-grouping", "failed", detail), None, ""
+        detail = f"the module does not use {count} KV heads for {HEADS} query heads"
+        return Check("gqa-grouping", "skipped", detail), None, ""
     if not all(judge.ran(n) for n in ["plain", *names]):
         return Check("gqa-grouping", "skipped", "a head-dependency experiment raised"), None, ""
     base = per_head(judge, "plain", HEADS)

@@ -27,16 +27,12 @@ from attncheck.dynamic.harness.protocol import Experiment
 from attncheck.dynamic.probes import structure
 from attncheck.dynamic.probes.base import Fit, Plan
 from attncheck.dynamic.probes.registry import all_probes
+from attncheck.dynamic.probes.sizes import DEFAULT, FUTURE_FROM, QUERY_PROBE, Sizes
 from attncheck.dynamic.reference import mha as reference
 from attncheck.dynamic.reference import unmodelled, variant_fit, variants
 from attncheck.dynamic.reference.tolerance import max_error, tolerance
 from attncheck.findings import Check
 
-BATCH = 2
-SEQ_SELF = 7
-SEQ_Q, SEQ_K = 5, 7
-QUERY_PROBE = 2  # the query row perturbed by the query-independence probe
-FUTURE_FROM = 4  # the future-leak probe perturbs tokens >= this one
 SHAPES = ("b11k", "bk", "bqk", "b1qk")
 CONVENTIONS: tuple[MaskConvention, ...] = ("keep", "blocked", "additive")
 PERTURBATION = 1.0
@@ -75,9 +71,9 @@ def _shaped(keep_bqk: np.ndarray, shape: str) -> np.ndarray:
     }[shape](keep_bqk)
 
 
-def _padding(q_len: int, k_len: int, fully_masked: bool) -> tuple[np.ndarray, np.ndarray]:
+def _padding(batch: int, q_len: int, k_len: int, fully_masked: bool) -> tuple[np.ndarray, np.ndarray]:
     """(b, k) key padding and a (b, q, k) keep mask; batch 1 sees nothing when ``fully_masked``."""
-    pad = np.ones((BATCH, k_len), dtype=bool)
+    pad = np.ones((batch, k_len), dtype=bool)
     pad[0, -2:] = False
     pad[1, [1, 4]] = False
     if fully_masked:
@@ -89,8 +85,8 @@ def _padding(q_len: int, k_len: int, fully_masked: bool) -> tuple[np.ndarray, np
 
 
 class _Planner:
-    def __init__(self, binding: Binding, prefix: str, seed: int):
-        self.binding, self.prefix = binding, prefix
+    def __init__(self, binding: Binding, prefix: str, seed: int, sizes: Sizes):
+        self.binding, self.prefix, self.sizes = binding, prefix, sizes
         self.rng = np.random.default_rng(seed)
         self.tensors: dict[str, np.ndarray] = {}
         self.keep: dict[str, np.ndarray] = {}
@@ -100,7 +96,7 @@ class _Planner:
         self.plain: dict[str, str] = {}
         self.base = np.empty(0)
         self.masks: dict[str, str] = {}
-        self.positions = (BATCH, 0)
+        self.positions = (sizes.batch, 0)
 
     def tensor(self, name: str, value: np.ndarray) -> str:
         key = f"{self.prefix}/{name}"
@@ -110,8 +106,8 @@ class _Planner:
     def shape(self, length: int) -> tuple[int, ...]:
         dims = self.binding.dims
         if self.binding.style == "function":
-            return (BATCH, dims.heads, length, dims.d_model // dims.heads)
-        return (BATCH, length, dims.d_model)
+            return (self.sizes.batch, dims.heads, length, dims.d_model // dims.heads)
+        return (self.sizes.batch, length, dims.d_model)
 
     def random(self, length: int) -> np.ndarray:
         return self.rng.standard_normal(self.shape(length))
@@ -132,12 +128,12 @@ class _Planner:
         return {role: by_role[role] for role in self.roles}
 
 
-def plan(binding: Binding, index: int, seed: int) -> Plan:
+def plan(binding: Binding, index: int, seed: int, sizes: Sizes = DEFAULT) -> Plan:
     """All experiments for one bound target, with their tensors named ``{index}/...``."""
-    planner = _Planner(binding, str(index), seed + index)
+    planner = _Planner(binding, str(index), seed + index, sizes)
     is_class = binding.target.is_class
     self_style = binding.style == "self"
-    q_len, k_len = (SEQ_SELF, SEQ_SELF) if self_style else (SEQ_Q, SEQ_K)
+    q_len, k_len = sizes.lengths(self_style)
     q_base, k_base, v_base = planner.random(q_len), planner.random(k_len), planner.random(k_len)
     if self_style:
         k_base = v_base = q_base
@@ -145,7 +141,7 @@ def plan(binding: Binding, index: int, seed: int) -> Plan:
     plain = planner.inputs(q, k, v)
     grad = None
     if is_class and binding.style != "function":
-        grad = planner.tensor("cotangent", planner.rng.standard_normal((BATCH, q_len, binding.dims.width)))
+        grad = planner.tensor("cotangent", planner.rng.standard_normal((sizes.batch, q_len, binding.dims.width)))
     planner.add("plain", plain, record=True, cotangent=grad)
     batch = [
         planner.tensor(f"{n}_batch", planner.perturbed(t, (1,)))
@@ -155,12 +151,12 @@ def plan(binding: Binding, index: int, seed: int) -> Plan:
         "batch",
         planner.inputs(batch[0], batch[0] if self_style else batch[1], batch[0] if self_style else batch[2]),
     )
-    s_base = q_base if self_style else planner.random(SEQ_SELF)
+    s_base = q_base if self_style else planner.random(sizes.seq_self)
     s = q if self_style else planner.tensor("s", s_base)
     future = planner.tensor("s_future", planner.perturbed(s_base, (slice(None), slice(FUTURE_FROM, None))))
     planner.add("future", planner.inputs(future, future, future))
     if self_style:
-        permutation = planner.rng.permutation(SEQ_SELF)
+        permutation = planner.rng.permutation(sizes.seq_self)
         planner.keep["permutation"] = permutation
         permuted = planner.tensor("s_perm", np.take(s_base, permutation, axis=-2))
         planner.add("permuted", planner.inputs(permuted, permuted, permuted))
@@ -174,7 +170,7 @@ def plan(binding: Binding, index: int, seed: int) -> Plan:
     for name, mode in (("eval-a", "eval"), ("eval-b", "eval"), ("train-a", "train"), ("train-b", "train")):
         if is_class or mode == "eval":
             planner.add(name, plain, instance=instance, mode=mode)
-    planner.plain, planner.base, planner.positions = plain, q_base, (BATCH, q_len)
+    planner.plain, planner.base, planner.positions = plain, q_base, (sizes.batch, q_len)
     planner.masks = {k.split("/mask/", 1)[1]: k for k in planner.tensors if "/mask/" in k}
     for probe in all_probes():
         if probe.wanted(binding):
@@ -187,7 +183,7 @@ def plan(binding: Binding, index: int, seed: int) -> Plan:
         "forward": binding.forward.to_request() if binding.forward else None,
         "experiments": [experiment.to_request() for experiment in planner.experiments],
     }
-    return Plan(binding, unit, planner.tensors, planner.keep)
+    return Plan(binding, unit, planner.tensors, planner.keep, sizes)
 
 
 def _plan_masks(
@@ -195,8 +191,9 @@ def _plan_masks(
 ) -> None:
     self_style = planner.binding.style == "self"
     q_len, k_len = q_base.shape[-2], k_base.shape[-2]
-    pad, keep = _padding(q_len, k_len, fully_masked=False)
-    _, full = _padding(q_len, k_len, fully_masked=True)
+    batch = planner.sizes.batch
+    pad, keep = _padding(batch, q_len, k_len, fully_masked=False)
+    _, full = _padding(batch, q_len, k_len, fully_masked=True)
     planner.keep["padded"] = ~pad
     hidden = (~pad).nonzero()
     if self_style:
@@ -363,6 +360,9 @@ class Judge:
         rotary = "rope" in self.binding.target.kinds and self.style != "function"
         if not matching and rotary:
             specs = explain.rope_candidates(self.binding.dims.d_model // self.binding.dims.heads)
+            variant = self.binding.declared_variant
+            if variant is not None and variant.rope_base is not None:  # the base a RoPE assignment asks for
+                specs = [replace(spec, base=variant.rope_base) for spec in specs]
             matching = [
                 f for f in self._errors([replace(f, rope=s) for f in fits for s in specs]) if f.error <= self.tol
             ]
@@ -412,10 +412,11 @@ class Judge:
 
     def reference_check(self) -> Verdict:
         assert self.fit is not None
+        sizes = self.plan.sizes
         kind = {
             "self": "self-attention",
-            "cross": f"cross-attention (query length {SEQ_Q}, key length {SEQ_K})",
-            "function": f"attention on (b, h, s, dh) (query length {SEQ_Q}, key length {SEQ_K})",
+            "cross": f"cross-attention (query length {sizes.seq_q}, key length {sizes.seq_k})",
+            "function": f"attention on (b, h, s, dh) (query length {sizes.seq_q}, key length {sizes.seq_k})",
         }[self.style]
         errors = [(kind, self.fit.error)]
         if self.style != "self" and self.ran("self"):
@@ -652,7 +653,7 @@ class Judge:
     def query_independence(self) -> Verdict:
         if self.style == "self":
             return self.permutation()
-        others = [i for i in range(SEQ_Q) if i != QUERY_PROBE]
+        others = [i for i in range(self.plan.sizes.seq_q) if i != QUERY_PROBE]
         change = self.unchanged("query", "plain", (slice(None), others))
         if change is None:
             return Verdict(Check("query-independence", "skipped", "the query experiment raised"))

@@ -31,6 +31,7 @@ from attncheck.dynamic.probes import evidence
 from attncheck.dynamic.probes import rope_functions as rope_targets
 from attncheck.dynamic.probes.base import Plan
 from attncheck.dynamic.probes.judge import Judge, plan
+from attncheck.dynamic.reference import variant_fit
 from attncheck.findings import Check, Finding, Target, TargetResult
 from attncheck.static.result import FileResult
 
@@ -208,6 +209,9 @@ def judge(
     static_codes = {
         f.code for f in result.findings if f.target == target.name and not catalogue.by_design(f.code, f.severity)
     }
+    if any(f.target == target.name and f.code == "ATT201" and catalogue.by_design(f.code, f.severity)
+           for f in result.findings):
+        static_codes.add(variant_fit.UNSCALED_BY_DESIGN)
     judging = Judge(target_plan, facts, tensors, static_codes)
     for verdict in judging.verdicts():
         checks.append(verdict.check)

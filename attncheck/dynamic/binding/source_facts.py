@@ -36,6 +36,9 @@ class CodeFacts:
     causal_off: bool = False  # every ``causal`` the code spells is False
     forward_doc: str = ""
     functions: frozenset[str] = frozenset()  # the file's top-level functions (``precompute_freqs_cis``)
+    classes: frozenset[str] = frozenset()  # the file's top-level classes (``LlamaRotaryEmbedding``)
+    choices: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # init argument -> strings compared with
+    causal_by_caller: bool = False  # stores ``self.is_causal`` for its caller, and applies no causality itself
 
 
 def read(source: str, name: str, line: int) -> CodeFacts:
@@ -67,8 +70,11 @@ def read(source: str, name: str, line: int) -> CodeFacts:
         ranks=_ranks(forward) if forward is not None else {},
         none_checked=_none_checked(forward) if forward is not None else frozenset(),
         causal_off=_causal_off(node, init),
+        causal_by_caller=_causal_by_caller(node, stored),
+        choices=_choices(init) if init is not None else {},
         forward_doc=(ast.get_docstring(forward) or "") if forward is not None else "",
         functions=frozenset(n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))),
+        classes=frozenset(n.name for n in tree.body if isinstance(n, ast.ClassDef)),
     )
 
 
@@ -161,6 +167,43 @@ def _none_checked(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[
         if identity and any(isinstance(c, ast.Constant) and c.value is None for c in node.comparators):
             found.add(node.left.id)
     return frozenset(found)
+
+
+def _choices(init: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, tuple[str, ...]]:
+    """Constructor arguments __init__ compares with string literals (``attention_type == "local"``,
+    ``mode in ("a", "b")``), with those strings in source order: the values the class knows."""
+    params = set(_arguments(init))
+    found: dict[str, list[str]] = {}
+    for node in ast.walk(init):
+        if not (isinstance(node, ast.Compare) and isinstance(node.left, ast.Name) and node.left.id in params):
+            continue
+        for comparator in node.comparators:
+            items = comparator.elts if isinstance(comparator, (ast.Tuple, ast.List, ast.Set)) else [comparator]
+            for item in items:
+                if isinstance(item, ast.Constant) and isinstance(item.value, str):
+                    found.setdefault(node.left.id, [])
+                    if item.value not in found[node.left.id]:
+                        found[node.left.id].append(item.value)
+    return {name: tuple(values) for name, values in found.items()}
+
+
+def _causal_by_caller(node: ast.AST, stored: frozenset[str]) -> bool:
+    """transformers' convention: ``self.is_causal = True`` is for the fused kernels, and the causal (and
+    window) mask comes in the ``attention_mask`` the model builds. The class builds no triangle, and
+    either dispatches on ``config._attn_implementation`` (its eager path adds the model's mask) or
+    never uses the flag or a causal keyword itself."""
+    if "is_causal" not in stored:
+        return False
+    dispatches, uses_flag = False, False
+    for child in ast.walk(node):
+        if isinstance(child, ast.Call) and _callee(child) in ("tril", "triu"):
+            return False
+        if isinstance(child, ast.keyword) and child.arg and "causal" in child.arg.lower():
+            uses_flag = True
+        elif isinstance(child, ast.Attribute) and isinstance(child.ctx, ast.Load):
+            uses_flag |= child.attr == "is_causal"
+            dispatches |= child.attr == "_attn_implementation"
+    return dispatches or not uses_flag
 
 
 def _causal_off(node: ast.AST, init: ast.FunctionDef | ast.AsyncFunctionDef | None) -> bool:

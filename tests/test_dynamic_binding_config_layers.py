@@ -1,0 +1,141 @@
+"""Issue 16/23: attention classes built from a config object, as transformers writes its layers:
+``(config, layer_idx)`` constructors, ``position_embeddings`` from the file's rotary class, and
+causality (and a window) that arrives in the model's 4-D additive mask. The fixture
+``bind_config_layer_caller_mask`` runs through the fixture harness; these tests pin the pieces.
+Nothing here needs transformers (test_dynamic_binding_transformers checks the real classes)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from attncheck.dynamic.binding import source_facts
+from attncheck.dynamic.binding.bind import PACKAGE_CONFIG, bind, cache_param
+from attncheck.dynamic.inside import model_mask
+from attncheck.dynamic.inside.executor import _probabilities
+from attncheck.dynamic.probes.judge import _mask_in
+from tests.dynamic_support import FIXTURES, file_result
+
+CALLER_MASK = FIXTURES / "correct" / "bind_config_layer_caller_mask.py"
+
+
+def _binding(path, name):
+    target = next(t for t in file_result(path).targets if t.name == name)
+    return bind(target, source=path.read_text())
+
+
+def test_a_config_layer_binds_its_layer_index_rotary_pair_and_the_models_mask():
+    binding = _binding(CALLER_MASK, "TinyAttention")
+    assert binding.ok, binding.reason
+    first = binding.candidates[0]
+    assert first.kwargs == {"layer_idx": 0}
+    assert first.config == {"param": "config", "class": "TinyConfig"}
+    forward = binding.forward
+    assert forward.roles == (("hidden_states", "x"),)
+    assert forward.generated == (("position_embeddings", "rotary:TinyRotaryEmbedding"),)
+    assert forward.caller_mask and forward.mask_name == "attention_mask"
+    assert cache_param(binding.target) == "cache"  # unannotated: a (k, v) tuple may go there
+
+
+def test_causality_is_left_to_the_caller_only_when_the_class_applies_none_itself():
+    text = CALLER_MASK.read_text()
+    assert source_facts.read(text, "TinyAttention", 46).causal_by_caller
+    own = "class A:\n    def __init__(self):\n        self.is_causal = True\n    def forward(self, x):\n        {}\n"
+    assert not source_facts.read(own.format("return sdpa(x, x, x, is_causal=self.is_causal)"), "A", 1).causal_by_caller
+    assert not source_facts.read(own.format("return x.tril()"), "A", 1).causal_by_caller
+    dispatch = "return f(x, is_causal=self.is_causal) if self.config._attn_implementation == 'sdpa' else x"
+    assert source_facts.read(own.format(dispatch), "A", 1).causal_by_caller  # Falcon: its eager path adds the mask
+    no_flag = own.replace("self.is_causal = True", "pass").format("return x")
+    assert not source_facts.read(no_flag, "A", 1).causal_by_caller
+
+
+def test_string_choices_an_unannotated_config_and_a_cache_object():
+    text = """
+import torch
+from torch import nn
+
+class SelfAttention(nn.Module):
+    def __init__(self, config, attention_type, layer_id=None):
+        super().__init__()
+        if attention_type == "local":
+            self.window = config.window_size
+        self.q = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, hidden_states, attention_mask=None, layer_past: "Cache | None" = None):
+        return self.q(hidden_states)
+"""
+    facts = source_facts.read(text, "SelfAttention", 5)
+    assert facts.choices == {"attention_type": ("local",)}
+    target = next(t for t in _targets(text) if t.name == "SelfAttention")
+    binding = bind(target, source=text)
+    assert binding.candidates[0].kwargs["attention_type"] == "local"
+    assert binding.candidates[0].config == {"param": "config", "class": PACKAGE_CONFIG}
+    assert cache_param(target) is None  # a Cache object is no (k, v) tuple
+
+
+def test_a_bias_the_model_passes_in_is_a_precise_skip():
+    text = """
+import torch
+from torch import nn
+
+class BloomLikeAttention(nn.Module):
+    def __init__(self, config, layer_idx=None):
+        super().__init__()
+        self.heads = config.n_head
+        self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size)
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, hidden_states, residual, alibi, attention_mask):
+        b, s, d = hidden_states.shape
+        q, k, v = self.qkv(hidden_states).view(b, s, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        scores = q @ k.transpose(-1, -2) / (d // self.heads) ** 0.5 + alibi + attention_mask
+        out = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(b, s, d)
+        return self.dense(out) + residual
+"""
+    binding = bind(next(t for t in _targets(text) if t.name == "BloomLikeAttention"), source=text)
+    assert not binding.ok
+    assert binding.reason.startswith("forward takes alibi: an attention bias its model computes and passes in")
+
+
+def _targets(text):
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "layer.py"
+        path.write_text(text)
+        return file_result(path).targets
+
+
+class _Layer:
+    def __init__(self, causal, window):
+        self.is_causal, self.sliding_window = causal, window
+
+
+def test_the_models_mask_is_causal_windowed_and_holds_the_probes_mask():
+    allowed = model_mask.keep(_Layer(True, 3), 5, 5, torch.device("cpu"))
+    i, j = np.indices((5, 5))
+    assert np.array_equal(allowed.numpy(), (j <= i) & (j > i - 3))
+    assert model_mask.keep(_Layer(False, None), 5, 5, torch.device("cpu")) is None
+    query = torch.zeros(2, 5, 8, dtype=torch.float64)
+    probe = torch.zeros(2, 1, 1, 5, dtype=torch.float64)
+    probe[0, ..., -1] = model_mask.fill(torch.float64)
+    mask = model_mask.combined(_Layer(True, None), probe, query, query)
+    assert mask.shape == (2, 1, 5, 5)
+    assert bool((mask[1, 0] < 0).equal(torch.triu(torch.ones(5, 5, dtype=torch.bool), 1)))
+    assert bool((mask[0, 0, :, -1] < 0).all())  # the probe's padding survives inside the causal mask
+    keep = torch.ones(2, 1, 1, 5, dtype=torch.bool)
+    assert model_mask.combined(_Layer(True, None), keep, query, query) is keep  # no model passes a bool mask
+
+
+def test_additive_masks_stay_finite_when_code_casts_them_to_float32_or_float16():
+    assert torch.tensor(model_mask.fill(torch.float64)).float().isfinite()
+    assert model_mask.fill(torch.float16) == torch.finfo(torch.float16).min
+    additive = _mask_in(np.array([True, False]), "additive")
+    assert additive[0] == 0.0 and np.isfinite(additive.astype(np.float32)).all()
+
+
+def test_weights_are_probabilities_not_a_score_bias_returned_beside_them():
+    assert _probabilities(torch.softmax(torch.randn(2, 3, 3), -1))
+    assert not _probabilities(torch.zeros(2, 3, 3))  # T5's position_bias without a relative table
+    assert not _probabilities(torch.full((2, 3, 3), -1e9))

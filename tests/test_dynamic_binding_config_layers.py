@@ -10,9 +10,10 @@ import numpy as np
 import torch
 
 from attncheck.dynamic.binding import source_facts
-from attncheck.dynamic.binding.bind import PACKAGE_CONFIG, bind, cache_param
+from attncheck.dynamic.binding.bind import PACKAGE_CONFIG, POST_NORM_RESIDUAL, bind, cache_param
+from attncheck.dynamic.diagnosis import fault
 from attncheck.dynamic.inside import model_mask
-from attncheck.dynamic.inside.executor import _probabilities
+from attncheck.dynamic.inside.executor import _heads_first, _probabilities
 from attncheck.dynamic.probes.judge import _mask_in
 from tests.dynamic_support import FIXTURES, file_result
 
@@ -139,3 +140,67 @@ def test_weights_are_probabilities_not_a_score_bias_returned_beside_them():
     assert _probabilities(torch.softmax(torch.randn(2, 3, 3), -1))
     assert not _probabilities(torch.zeros(2, 3, 3))  # T5's position_bias without a relative table
     assert not _probabilities(torch.full((2, 3, 3), -1e9))
+
+
+CALLER_FUNCTION = FIXTURES / "correct" / "bind_caller_module_function.py"
+
+
+def test_an_attention_function_gets_its_calling_module_and_scale_and_returns_heads_second():
+    binding = _binding(CALLER_FUNCTION, "eager_attention_forward")
+    assert binding.ok, binding.reason
+    assert dict(binding.forward.generated) == {"module": "caller-module", "scaling": "scale"}
+    assert [role for _, role in binding.forward.roles] == ["query", "key", "value"]
+    query = torch.zeros(2, 4, 5, 8)
+    assert _heads_first(torch.zeros(2, 5, 4, 8), query).shape == (2, 4, 5, 8)  # the caller's merge layout
+    assert _heads_first(torch.zeros(2, 4, 5, 8), query).shape == (2, 4, 5, 8)
+
+
+def test_a_block_output_inside_the_attention_class_is_a_precise_skip():
+    text = """
+import torch
+from torch import nn
+
+class PostNormAttention(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.query = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.layer_norm = nn.LayerNorm(config.hidden_size)
+
+    def forward(self, hidden_states, attention_mask=None):
+        q = self.query(hidden_states)
+        out = torch.softmax(q @ q.transpose(-1, -2), dim=-1) @ q
+        return self.layer_norm(self.dense(out) + hidden_states)
+"""
+    binding = bind(next(t for t in _targets(text) if t.name == "PostNormAttention"), source=text)
+    assert binding.reason == POST_NORM_RESIDUAL
+
+
+def test_only_a_rotary_class_built_from_a_config_makes_the_rotary_pair():
+    text = "class RotaryEmbedding:\n    def __init__(self, dim, base=10000):\n        pass\n"
+    assert source_facts.read(text + "def f(): pass\n", "f", 4).config_classes == frozenset()
+    assert "TinyRotaryEmbedding" in source_facts.read(CALLER_MASK.read_text(), "TinyAttention", 46).config_classes
+
+
+def test_crashes_on_a_config_the_harness_filled_or_a_rank_it_guessed_are_its_own():
+    binding = _binding(CALLER_MASK, "TinyAttention")
+    namespace = {"type": "AttributeError", "message": "'types.SimpleNamespace' object has no attribute 'rope'"}
+    assert "the config object" in fault.harness_guess(binding, namespace, "")
+    widths = {"type": "RuntimeError", "message": "mat1 and mat2 shapes cannot be multiplied (14x32 and 1024x2048)"}
+    assert "the config object" in fault.harness_guess(binding, widths, "")
+    text = """
+import torch
+from torch import nn
+
+class CoreAttention(nn.Module):
+    def __init__(self, hidden_size, num_heads):
+        super().__init__()
+        self.heads = num_heads
+
+    def forward(self, query_layer, key_layer, value_layer):
+        q = query_layer.permute(1, 2, 0, 3)
+        return torch.softmax(q @ key_layer.transpose(-1, -2), dim=-1) @ value_layer
+"""
+    core = bind(next(t for t in _targets(text) if t.name == "CoreAttention"), source=text)
+    rank = {"type": "RuntimeError", "message": "permute(sparse_coo): number of dimensions in the tensor input does not"}
+    assert "rank" in fault.harness_guess(core, rank, "")

@@ -154,7 +154,8 @@ POSITION_NAMES = frozenset(
 )
 VOCAB_NAMES = frozenset({"vocab_size", "n_vocab", "num_tokens", "vocab"})
 # A layer's index in its model (``LlamaAttention(config, layer_idx)``): layer 0 is the first layer's behaviour.
-LAYER_INDEX_NAMES = frozenset({"layer_idx", "layer_id", "layer_index", "layer_number", "layer_num", "block_idx"})
+LAYER_INDEX_NAMES = frozenset({"layer_idx", "layer_id", "layer_index", "block_idx"})
+LAYER_NUMBER_NAMES = frozenset({"layer_number", "layer_num"})  # 1-based (Megatron divides by it)
 # A config's window of local attention: shorter than the probes' sequences, so the window shows.
 WINDOW_NAMES = frozenset({"sliding_window", "window_size", "attention_window", "local_window_size"})
 WINDOW = 3
@@ -237,6 +238,7 @@ def size_for(name: str, dropout: float = 0.0) -> Any:
         (POSITION_NAMES, MAX_POSITIONS),
         (VOCAB_NAMES, VOCAB),
         (LAYER_INDEX_NAMES, 0),
+        (LAYER_NUMBER_NAMES, 1),
     ]
     for names, value in table:
         if lowered in names:
@@ -257,7 +259,7 @@ def all_sizes(dropout: float = 0.0) -> dict[str, Any]:
     """Every known size name with its test value: the fallback config namespace."""
     names = (
         MODEL_DIM_NAMES | HEAD_NAMES | KV_HEAD_NAMES | HEAD_DIM_NAMES | DROPOUT_NAMES | POSITION_NAMES | VOCAB_NAMES
-        | LAYER_INDEX_NAMES
+        | LAYER_INDEX_NAMES | LAYER_NUMBER_NAMES
     )
     values = {name: size_for(name, dropout) for name in names}
     values.update(bias=True, is_causal=False, layer_norm_epsilon=1e-5, rms_norm_eps=1e-6, rope_theta=10000.0)
@@ -442,6 +444,8 @@ def bind(target: Target, declaration: Mapping[str, Any] | None = None, source: s
         forward = _with_rank(target, forward, code)
         if isinstance(forward, str):
             return _skip(target, forward)
+        if target.is_class and code.post_norm_residual:
+            return _skip(target, POST_NORM_RESIDUAL)
     not_causal = code.causal_off
     if not target.is_class:
         dims = Dims(D_MODEL, 1) if forward.rank == 3 else Dims()
@@ -485,6 +489,12 @@ def _with_mask_order(target: Target, forward: ForwardPlan, declared: Any, docs: 
     conventions = sorted(_NEUTRAL_CONVENTIONS, key=lambda c: c != convention)
     neutral = tuple((s, c) for c in conventions for s in shapes)
     return replace(forward, neutral=neutral)
+
+
+POST_NORM_RESIDUAL = (
+    "forward ends in a norm of its output plus its input (a block's residual and post-norm inside the "
+    "attention class), which the reference does not model: it checks attention alone"
+)
 
 
 def _with_rank(target: Target, forward: ForwardPlan, code: source_facts.CodeFacts) -> ForwardPlan | str:
@@ -711,7 +721,7 @@ def _infer_forward(target: Target, code: source_facts.CodeFacts) -> ForwardPlan 
     if not params and not target.forward_params:
         return "no forward signature was found"
     mask = _mask_param(target, params)
-    rotary = _rotary_pair(target, code)
+    rotary = _rotary_pair(target, code) + _from_caller(target, params)
     built = dict(rotary)
     required = [
         p for p in params if p.default is None and p is not mask and p.kind == "positional" and p.name not in built
@@ -746,6 +756,28 @@ def _infer_forward(target: Target, code: source_facts.CodeFacts) -> ForwardPlan 
     return ForwardPlan(roles, mask_name, required_mask, extra, generated=generated, caller_mask=caller_mask)
 
 
+SCALE_ARGUMENT_NAMES = frozenset({"scaling", "scale", "softmax_scale", "sm_scale"})
+
+
+def _from_caller(target: Target, params: list[Parameter]) -> tuple[tuple[str, str], ...]:
+    """What a layer hands the attention function it dispatches to (transformers'
+    ``eager_attention_forward(module, query, key, value, attention_mask, scaling)``): the calling
+    ``module`` (``"caller-module"``: one holding ``num_key_value_groups`` for the inputs' heads) and a
+    required ``scaling`` (``"scale"``: 1/sqrt(head_dim) of the query)."""
+    if target.is_class:
+        return ()
+    built = []
+    for param in params:
+        if param.default is not None:
+            continue
+        annotation = param.annotation or ""
+        if param.name == "module" or annotation.endswith("nn.Module"):
+            built.append((param.name, "caller-module"))
+        elif param.name.lower() in SCALE_ARGUMENT_NAMES:
+            built.append((param.name, "scale"))
+    return tuple(built)
+
+
 _CALLER_BIAS = re.compile(r"alibi|position_bias|attn_bias|attention_bias", re.IGNORECASE)
 ROTARY_PAIR_NAMES = frozenset({"position_embeddings", "position_embedding", "rotary_pos_emb", "cos_sin"})
 _ROTARY_CLASS = re.compile(r"Rotary\w*Embedding$|RotaryEmb$|RoPE$", re.IGNORECASE)
@@ -759,7 +791,7 @@ def _rotary_pair(target: Target, code: source_facts.CodeFacts) -> tuple[tuple[st
     """
     if not (target.is_class and any(_is_config(p, target) for p in target.init_params)):
         return ()
-    rotary = next((name for name in sorted(code.classes) if _ROTARY_CLASS.search(name)), None)
+    rotary = next((name for name in sorted(code.config_classes) if _ROTARY_CLASS.search(name)), None)
     if rotary is None:
         return ()
     params = [p.name for p in _call_params(target) if p.name.lower() in ROTARY_PAIR_NAMES]

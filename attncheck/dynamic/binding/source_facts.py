@@ -36,7 +36,8 @@ class CodeFacts:
     causal_off: bool = False  # every ``causal`` the code spells is False
     forward_doc: str = ""
     functions: frozenset[str] = frozenset()  # the file's top-level functions (``precompute_freqs_cis``)
-    classes: frozenset[str] = frozenset()  # the file's top-level classes (``LlamaRotaryEmbedding``)
+    config_classes: frozenset[str] = frozenset()  # top-level classes built from a config (``LlamaRotaryEmbedding``)
+    post_norm_residual: bool = False  # forward ends in ``self.norm(out + hidden_states)``: a block's output
     choices: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # init argument -> strings compared with
     causal_by_caller: bool = False  # stores ``self.is_causal`` for its caller, and applies no causality itself
 
@@ -74,7 +75,8 @@ def read(source: str, name: str, line: int) -> CodeFacts:
         choices=_choices(init) if init is not None else {},
         forward_doc=(ast.get_docstring(forward) or "") if forward is not None else "",
         functions=frozenset(n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))),
-        classes=frozenset(n.name for n in tree.body if isinstance(n, ast.ClassDef)),
+        config_classes=frozenset(n.name for n in tree.body if isinstance(n, ast.ClassDef) and _built_from_config(n)),
+        post_norm_residual=forward is not None and _post_norm_residual(forward),
     )
 
 
@@ -167,6 +169,31 @@ def _none_checked(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[
         if identity and any(isinstance(c, ast.Constant) and c.value is None for c in node.comparators):
             found.add(node.left.id)
     return frozenset(found)
+
+
+def _built_from_config(node: ast.ClassDef) -> bool:
+    """The class's constructor takes a config object first (``def __init__(self, config: LlamaConfig)``)."""
+    init = next((m for m in node.body if isinstance(m, ast.FunctionDef) and m.name == "__init__"), None)
+    args = init.args.args[1:] if init is not None else []
+    if not args:
+        return False
+    annotation = ast.unparse(args[0].annotation) if args[0].annotation is not None else ""
+    return args[0].arg in ("config", "cfg") or annotation.strip("'\"").endswith("Config")
+
+
+def _post_norm_residual(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """A norm layer applied to a sum with the forward's first input (``self.layer_norm(out + hidden_states)``):
+    the residual and post-norm of a transformer block, inside the attention class (TVP, BERT's SelfOutput)."""
+    params = _arguments(forward)
+    if not params:
+        return False
+    for node in ast.walk(forward):
+        if not (isinstance(node, ast.Call) and "norm" in _callee(node).lower() and node.args):
+            continue
+        added = node.args[0]
+        if isinstance(added, ast.BinOp) and isinstance(added.op, ast.Add) and params[0] in _names(added):
+            return True
+    return False
 
 
 def _choices(init: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, tuple[str, ...]]:

@@ -157,6 +157,9 @@ class _Target:
             kwargs[plan["mask_name"]] = model_mask.combined(instance, kwargs.get(plan["mask_name"]), args[0], key)
         kwargs.update(self.generated(args))
         kwargs.update(extra or {})
+        if any(kind == "caller-module" for _, kind in plan.get("generated", [])):  # it comes first: all by name
+            kwargs.update({name: arg for (name, _), arg in zip(plan["roles"], args, strict=True)})
+            args = []
         return instance(*args, **kwargs)
 
     def generated(self, args: list[torch.Tensor]) -> dict[str, Any]:
@@ -172,6 +175,10 @@ class _Target:
                 built[name] = 0
             elif kind.startswith("rotary:"):
                 built[name] = self.rotary_pair(kind.removeprefix("rotary:"), query)
+            elif kind == "caller-module":
+                built[name] = _CallerModule(query.shape[1] // (args[1] if len(args) > 1 else query).shape[1])
+            elif kind == "scale":
+                built[name] = float(query.shape[-1]) ** -0.5
             else:
                 built[name] = getattr(self.module, kind)(self.unit["head_dim"], s).to(query.device)
         return built
@@ -210,6 +217,17 @@ class _Target:
         with kv_cache.capture(instance, prefix, is_projection) as seen:
             self.call(instance, Experiment(f"{experiment.name}/prefix", {"x": spec["prefix"]}))
         return kv_cache.cut(seen, spec["d_model"], spec["head_dim"])
+
+
+class _CallerModule(nn.Module):
+    """The layer an attention function is handed by its caller: in eval mode, with the query heads per
+    KV head of this call's inputs (what transformers' ``repeat_kv(key, module.num_key_value_groups)`` reads)."""
+
+    def __init__(self, groups: int):
+        super().__init__()
+        self.num_key_value_groups = max(1, groups)
+        self.is_causal = False
+        self.eval()
 
 
 LOW_PRECISION = {"float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -430,6 +448,7 @@ def _split_output(result: Any, target: _Target, experiment: Experiment) -> tuple
     query = target.tensors[roles.get("query", roles.get("x"))]
     key = target.tensors[roles.get("key", roles.get("kv", roles.get("x")))]
     q_len, k_len = query.shape[-2], key.shape[-2]
+    items[0] = _heads_first(items[0], query) if not target.unit["is_class"] else items[0]
     weights = next(
         (
             t
@@ -440,6 +459,15 @@ def _split_output(result: Any, target: _Target, experiment: Experiment) -> tuple
         None,
     )
     return items[0], weights
+
+
+def _heads_first(output: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
+    """A function's (batch, seq, heads, dim) output as (batch, heads, seq, dim): transformers' attention
+    functions and flash-attn hand the caller its merge layout (``attn_output.transpose(1, 2)``)."""
+    b, h, s = query.shape[:3]
+    if output.ndim == 4 and query.ndim == 4 and h != s and tuple(output.shape[:3]) == (b, s, h):
+        return output.transpose(1, 2)
+    return output
 
 
 def _probabilities(tensor: torch.Tensor) -> bool:

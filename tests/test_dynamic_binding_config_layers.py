@@ -15,6 +15,7 @@ from attncheck.dynamic.diagnosis import fault
 from attncheck.dynamic.inside import model_mask
 from attncheck.dynamic.inside.executor import _heads_first, _probabilities
 from attncheck.dynamic.probes.judge import _mask_in
+from attncheck.dynamic.reference import unmodelled
 from tests.dynamic_support import FIXTURES, file_result
 
 CALLER_MASK = FIXTURES / "correct" / "bind_config_layer_caller_mask.py"
@@ -204,3 +205,10 @@ class CoreAttention(nn.Module):
     core = bind(next(t for t in _targets(text) if t.name == "CoreAttention"), source=text)
     rank = {"type": "RuntimeError", "message": "permute(sparse_coo): number of dimensions in the tensor input does not"}
     assert "rank" in fault.harness_guess(core, rank, "")
+
+
+def test_attention_pooling_with_its_own_queries_is_unmodelled_not_a_wrong_shape():
+    pooled = [{"shape": [2, 4, 1, 7]}]
+    assert "1 queries of its own" in unmodelled.own_queries(pooled, (2, 1, 32), (2, 7, 32))
+    assert unmodelled.own_queries([{"shape": [2, 4, 7, 7]}], (2, 1, 32), (2, 7, 32)) is None  # a lost axis
+    assert unmodelled.own_queries(pooled, (2, 1, 16), (2, 7, 32)) is None  # another width: a real shape error

@@ -33,6 +33,8 @@ def harness_guess(binding: Binding, error: Mapping[str, Any], line_text: str) ->
     three = [role for _, role in forward.roles] == ["query", "key", "value"] if forward else False
     if three and binding.target.is_class and not forward.per_head and _RANK.search(message):
         return "the inputs' rank: (batch, seq, dim) for a class called on query, key and value"
+    if "'_CallerModule' object has no attribute" in message:
+        return "the calling layer, which the harness stands in for with its head counts only"
     if _WRONG_KIND.search(message):
         return "the kind of an argument the code uses as another kind"
     if binding.width_guessed and _WIDTH_MISMATCH.search(message):

@@ -176,7 +176,8 @@ class _Target:
             elif kind.startswith("rotary:"):
                 built[name] = self.rotary_pair(kind.removeprefix("rotary:"), query)
             elif kind == "caller-module":
-                built[name] = _CallerModule(query.shape[1] // (args[1] if len(args) > 1 else query).shape[1])
+                key = args[1] if len(args) > 1 else query
+                built[name] = _CallerModule(query.shape[1] // key.shape[1], query.shape[-1])
             elif kind == "scale":
                 built[name] = float(query.shape[-1]) ** -0.5
             else:
@@ -221,11 +222,13 @@ class _Target:
 
 class _CallerModule(nn.Module):
     """The layer an attention function is handed by its caller: in eval mode, with the query heads per
-    KV head of this call's inputs (what transformers' ``repeat_kv(key, module.num_key_value_groups)`` reads)."""
+    KV head of this call's inputs (what transformers' ``repeat_kv(key, module.num_key_value_groups)`` reads)
+    and their head width (Gemma 2's default ``scaling = module.head_dim**-0.5``)."""
 
-    def __init__(self, groups: int):
+    def __init__(self, groups: int, head_dim: int):
         super().__init__()
         self.num_key_value_groups = max(1, groups)
+        self.head_dim = head_dim
         self.is_causal = False
         self.eval()
 
@@ -295,6 +298,12 @@ def _build_config(module: types.ModuleType, class_name: str | None, rate: float)
             setattr(config, name, value)
     if hasattr(config, "_attn_implementation"):  # transformers: the readable eager path, not a fused kernel
         config._attn_implementation = "eager"
+    for nested in vars(config).values():  # MPT's attn_config.attn_pdrop: the dropout probe's rate reaches it
+        if type(nested).__name__.endswith("Config") and hasattr(nested, "__dict__"):
+            for name, value in vars(nested).items():
+                number = isinstance(value, (int, float)) and not isinstance(value, bool)
+                if number and isinstance(config_value(name, rate), float):
+                    object.__setattr__(nested, name, rate)  # past a strict ``attn_pdrop: int`` annotation
     return config
 
 

@@ -159,6 +159,9 @@ LAYER_NUMBER_NAMES = frozenset({"layer_number", "layer_num"})  # 1-based (Megatr
 # A config's window of local attention: shorter than the probes' sequences, so the window shows.
 WINDOW_NAMES = frozenset({"sliding_window", "window_size", "attention_window", "local_window_size"})
 WINDOW = 3
+# A config's soft-cap of the scores: small enough that the probes' scores reach it (Gemma 2's default 50 does not).
+SOFTCAP_NAMES = frozenset({"attn_logit_softcapping", "logit_softcapping", "softcap", "logit_softcap"})
+SOFTCAP = 5.0
 CONFIG_NAMES = frozenset({"config", "cfg", "args", "params", "conf", "model_args", "hparams", "opt"})
 
 MASK_NAMES = (
@@ -249,10 +252,11 @@ def size_for(name: str, dropout: float = 0.0) -> Any:
 
 
 def config_value(name: str, dropout: float = 0.0) -> Any:
-    """The small test value of a field of the module's own config class: a size, or a window short
+    """The small test value of a field of the module's own config class: a size, a window short
     enough to show at the probes' lengths (only a config's window: a constructor's ``window_size``
-    is as often a 2-D patch window, bound by its use)."""
-    return WINDOW if name.lower() in WINDOW_NAMES else size_for(name, dropout)
+    is as often a 2-D patch window, bound by its use), or a soft-cap the probes' scores reach."""
+    lowered = name.lower()
+    return WINDOW if lowered in WINDOW_NAMES else SOFTCAP if lowered in SOFTCAP_NAMES else size_for(name, dropout)
 
 
 def all_sizes(dropout: float = 0.0) -> dict[str, Any]:

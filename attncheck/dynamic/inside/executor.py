@@ -107,8 +107,8 @@ class _Target:
         kwargs = dict(candidate["kwargs"])
         for name in candidate["dropout_names"]:
             kwargs[name] = rate
-        if candidate["config"]:
-            self.config = _build_config(self.module, candidate["config"]["class"], rate)
+        self.config = _build_config(self.module, candidate["config"]["class"], rate) if candidate["config"] else None
+        if self.config is not None:
             kwargs[candidate["config"]["param"]] = self.config
         torch.manual_seed(self.seed)
         instance = self.obj(*candidate["args"], **kwargs)

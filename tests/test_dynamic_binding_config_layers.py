@@ -36,6 +36,7 @@ def test_a_config_layer_binds_its_layer_index_rotary_pair_and_the_models_mask():
     assert forward.roles == (("hidden_states", "x"),)
     assert forward.generated == (("position_embeddings", "rotary:TinyRotaryEmbedding"),)
     assert forward.caller_mask and forward.mask_name == "attention_mask"
+    assert (forward.position_name, forward.position_kind) == ("position_embeddings", "ids")  # the RoPE shift probe
     assert cache_param(binding.target) == "cache"  # unannotated: a (k, v) tuple may go there
 
 

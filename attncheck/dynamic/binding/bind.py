@@ -530,7 +530,10 @@ def _with_positions(target: Target, forward: ForwardPlan) -> ForwardPlan:
         )
         if kind is not None:
             return replace(forward, position_name=param.name, position_kind=kind)
-    return forward
+    # No positions of its own: the rotary pair its caller builds carries them (the child builds it for the
+    # positions the RoPE shift probe passes under that name).
+    rotary = next((name for name, kind in forward.generated if kind.startswith("rotary:")), None)
+    return replace(forward, position_name=rotary, position_kind="ids") if rotary else forward
 
 
 def position_limit(binding: Binding) -> int | None:

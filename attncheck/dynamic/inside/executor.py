@@ -155,16 +155,17 @@ class _Target:
         if plan.get("caller_mask"):
             key = args[1] if len(args) > 1 else args[0]
             kwargs[plan["mask_name"]] = model_mask.combined(instance, kwargs.get(plan["mask_name"]), args[0], key)
-        kwargs.update(self.generated(args))
+        kwargs.update(self.generated(args, kwargs))
         kwargs.update(extra or {})
         if any(kind == "caller-module" for _, kind in plan.get("generated", [])):  # it comes first: all by name
             kwargs.update({name: arg for (name, _), arg in zip(plan["roles"], args, strict=True)})
             args = []
         return instance(*args, **kwargs)
 
-    def generated(self, args: list[torch.Tensor]) -> dict[str, Any]:
+    def generated(self, args: list[torch.Tensor], given: dict[str, Any]) -> dict[str, Any]:
         """Rotary inputs a forward requires, built for these inputs: positions 0..s-1, a start offset
-        of 0, ``freqs_cis`` from the module's own helper for one head's width."""
+        of 0, ``freqs_cis`` from the module's own helper for one head's width; a rotary pair for the
+        positions an experiment ``given`` under its name (the RoPE shift probe), else 0..s-1."""
         query = args[0]
         b, s = query.shape[0], query.shape[-2]
         built: dict[str, Any] = {}
@@ -174,7 +175,7 @@ class _Target:
             elif kind == "offset":
                 built[name] = 0
             elif kind.startswith("rotary:"):
-                built[name] = self.rotary_pair(kind.removeprefix("rotary:"), query)
+                built[name] = self.rotary_pair(kind.removeprefix("rotary:"), query, given.get(name))
             elif kind == "caller-module":
                 key = args[1] if len(args) > 1 else query
                 built[name] = _CallerModule(query.shape[1] // key.shape[1], query.shape[-1])
@@ -184,13 +185,15 @@ class _Target:
                 built[name] = getattr(self.module, kind)(self.unit["head_dim"], s).to(query.device)
         return built
 
-    def rotary_pair(self, class_name: str, hidden: torch.Tensor) -> Any:
-        """(cos, sin) for positions 0..s-1 from the file's rotary class, built from the module's config
-        as the model builds it (``LlamaRotaryEmbedding(config)(x, position_ids)``)."""
+    def rotary_pair(self, class_name: str, hidden: torch.Tensor, positions: Any = None) -> Any:
+        """(cos, sin) for ``positions`` (0..s-1 by default) from the file's rotary class, built from the
+        module's config as the model builds it (``LlamaRotaryEmbedding(config)(x, position_ids)``)."""
         if self.rotary is None:
             self.rotary = getattr(self.module, class_name)(self.config).to(hidden.device)
         b, s = hidden.shape[0], hidden.shape[-2]
-        return self.rotary(hidden, torch.arange(s, device=hidden.device).expand(b, s))
+        if not isinstance(positions, torch.Tensor):
+            positions = torch.arange(s, device=hidden.device)
+        return self.rotary(hidden, positions.to(hidden.device).expand(b, s))
 
     def as_accepted(self, mask: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
         """A bool mask as 1.0/0.0 where the module takes float 0/1 masks (documented so, or the

@@ -132,6 +132,30 @@ def print_tally(name: str, found: Tally, seconds: float | None = None) -> None:
             print(f"   {title:<7} {count:>3}  {reason}")
 
 
+# Issue 23's families, each checked in place in its own modeling file: (model folder, attention class).
+FAMILIES = (
+    ("llama", "LlamaAttention"), ("mistral", "MistralAttention"), ("gemma2", "Gemma2Attention"),
+    ("qwen3", "Qwen3Attention"), ("bloom", "BloomAttention"), ("falcon", "FalconAttention"),
+    ("t5", "T5Attention"), ("gpt_neo", "GPTNeoSelfAttention"), ("gpt_oss", "GptOssAttention"),
+)  # fmt: skip
+
+
+def families(timeout: float, jobs: int) -> None:
+    """Each family's attention class of the installed transformers: its status, and why when not passed."""
+    models = installed_root("transformers") / "models"
+    start = time.monotonic()
+    report = run([models / folder / f"modeling_{folder}.py" for folder, _ in FAMILIES], timeout, jobs)
+    print(f"== transformers attention classes in place (issue 23), in {time.monotonic() - start:.0f} s")
+    for _, name in FAMILIES:
+        target = next((t for t in report["targets"] if t["name"] == name), None)
+        if target is None:
+            print(f"   {name:<22} not found as a target")
+            continue
+        codes = sorted({f["code"] for f in report["findings"] if f["source"] != "static" and f.get("target") == name})
+        why = ", ".join(codes) if target["status"] == "failed" else (target.get("reason") or "")[:150]
+        print(f"   {name:<22} {target['status']:<8} {why}")
+
+
 def main(limit: int, timeout: float, jobs: int) -> None:
     total = Tally()
     for package in VERSIONS:
@@ -144,3 +168,4 @@ def main(limit: int, timeout: float, jobs: int) -> None:
     print_tally("total", total)
     for line in total.failures:
         print(f"   {line}")
+    families(timeout, jobs)

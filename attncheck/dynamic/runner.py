@@ -31,6 +31,7 @@ from attncheck.dynamic.probes import rope_functions as rope_targets
 from attncheck.dynamic.probes.base import Plan
 from attncheck.dynamic.probes.judge import Judge, plan
 from attncheck.dynamic.probes.sizes import DEFAULT, Sizes
+from attncheck.dynamic.reference import variant_fit
 from attncheck.findings import Check, Finding, Target, TargetResult
 from attncheck.static.result import FileResult
 
@@ -213,6 +214,8 @@ def judge(
     static_codes = {
         f.code for f in result.findings if f.target == target.name and not f.by_design
     }
+    if any(f.target == target.name and f.code == "ATT201" and f.by_design for f in result.findings):
+        static_codes.add(variant_fit.UNSCALED_BY_DESIGN)
     judging = Judge(target_plan, facts, tensors, static_codes)
     for verdict in judging.verdicts():
         checks.append(verdict.check)

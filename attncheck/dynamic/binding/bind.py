@@ -155,6 +155,15 @@ POSITION_NAMES = frozenset(
     }
 )
 VOCAB_NAMES = frozenset({"vocab_size", "n_vocab", "num_tokens", "vocab"})
+# A layer's index in its model (``LlamaAttention(config, layer_idx)``): layer 0 is the first layer's behaviour.
+LAYER_INDEX_NAMES = frozenset({"layer_idx", "layer_id", "layer_index", "block_idx"})
+LAYER_NUMBER_NAMES = frozenset({"layer_number", "layer_num"})  # 1-based (Megatron divides by it)
+# A config's window of local attention: shorter than the probes' sequences, so the window shows.
+WINDOW_NAMES = frozenset({"sliding_window", "window_size", "attention_window", "local_window_size"})
+WINDOW = 3
+# A config's soft-cap of the scores: small enough that the probes' scores reach it (Gemma 2's default 50 does not).
+SOFTCAP_NAMES = frozenset({"attn_logit_softcapping", "logit_softcapping", "softcap", "logit_softcap"})
+SOFTCAP = 5.0
 CONFIG_NAMES = frozenset({"config", "cfg", "args", "params", "conf", "model_args", "hparams", "opt"})
 
 MASK_NAMES = (
@@ -235,6 +244,8 @@ def size_for(name: str, dropout: float = 0.0) -> Any:
         (DROPOUT_NAMES, dropout),
         (POSITION_NAMES, MAX_POSITIONS),
         (VOCAB_NAMES, VOCAB),
+        (LAYER_INDEX_NAMES, 0),
+        (LAYER_NUMBER_NAMES, 1),
     ]
     for names, value in table:
         if lowered in names:
@@ -244,9 +255,20 @@ def size_for(name: str, dropout: float = 0.0) -> Any:
     return None
 
 
+def config_value(name: str, dropout: float = 0.0) -> Any:
+    """The small test value of a field of the module's own config class: a size, a window short
+    enough to show at the probes' lengths (only a config's window: a constructor's ``window_size``
+    is as often a 2-D patch window, bound by its use), or a soft-cap the probes' scores reach."""
+    lowered = name.lower()
+    return WINDOW if lowered in WINDOW_NAMES else SOFTCAP if lowered in SOFTCAP_NAMES else size_for(name, dropout)
+
+
 def all_sizes(dropout: float = 0.0) -> dict[str, Any]:
     """Every known size name with its test value: the fallback config namespace."""
-    names = MODEL_DIM_NAMES | HEAD_NAMES | KV_HEAD_NAMES | HEAD_DIM_NAMES | DROPOUT_NAMES | POSITION_NAMES | VOCAB_NAMES
+    names = (
+        MODEL_DIM_NAMES | HEAD_NAMES | KV_HEAD_NAMES | HEAD_DIM_NAMES | DROPOUT_NAMES | POSITION_NAMES | VOCAB_NAMES
+        | LAYER_INDEX_NAMES | LAYER_NUMBER_NAMES
+    )
     values = {name: size_for(name, dropout) for name in names}
     values.update(bias=True, is_causal=False, layer_norm_epsilon=1e-5, rms_norm_eps=1e-6, rope_theta=10000.0)
     return values
@@ -323,6 +345,9 @@ class ForwardPlan:
     neutral: tuple[tuple[MaskShape, MaskConvention | Literal["keep-float"]], ...] = ()
     mask_shape: MaskShape | None = None  # the mask's shape its documentation gives
     mask_float: bool = False  # documented as a float 0/1 mask: keep and blocked masks go as 1.0/0.0
+    # The caller puts causality (and a window) into the mask, as a transformers model does for its layers:
+    # the child sends the model's 4-D additive mask, combined with the probe's own.
+    caller_mask: bool = False
     # Required non-hidden inputs the child builds per call: (name, "ids" | "offset" | a helper's name for freqs_cis)
     generated: tuple[tuple[str, str], ...] = ()
 
@@ -343,6 +368,7 @@ class ForwardPlan:
             "rank": self.rank,
             "generated": [list(pair) for pair in self.generated],
             "mask_float": self.mask_float,
+            "caller_mask": self.caller_mask,
         }
 
 
@@ -442,6 +468,8 @@ def bind(target: Target, declaration: Mapping[str, Any] | None = None, source: s
         forward = _with_rank(target, forward, code)
         if isinstance(forward, str):
             return _skip(target, forward)
+        if target.is_class and code.post_norm_residual:
+            return _skip(target, POST_NORM_RESIDUAL)
     not_causal = code.causal_off
     if not target.is_class:
         dims = Dims(D_MODEL, 1) if forward.rank == 3 else Dims()
@@ -490,11 +518,19 @@ def _with_mask_order(target: Target, forward: ForwardPlan, declared: Any, docs: 
     forward = replace(forward, mask_shape=shape, mask_float=documented_float(docs, forward.mask_name))
     if not forward.mask_required:
         return forward
+    if forward.caller_mask:  # what the model passes: a 4-D additive mask
+        declared, shape = declared or "additive", shape or "b1qk"
     convention = declared or documented_convention(docs)
     shapes = sorted(_NEUTRAL_SHAPES, key=lambda s: s != shape)
     conventions = sorted(_NEUTRAL_CONVENTIONS, key=lambda c: c != convention)
     neutral = tuple((s, c) for c in conventions for s in shapes)
     return replace(forward, neutral=neutral)
+
+
+POST_NORM_RESIDUAL = (
+    "forward ends in a norm of its output plus its input (a block's residual and post-norm inside the "
+    "attention class), which the reference does not model: it checks attention alone"
+)
 
 
 def _with_rank(target: Target, forward: ForwardPlan, code: source_facts.CodeFacts) -> ForwardPlan | str:
@@ -526,7 +562,10 @@ def _with_positions(target: Target, forward: ForwardPlan) -> ForwardPlan:
         )
         if kind is not None:
             return replace(forward, position_name=param.name, position_kind=kind)
-    return forward
+    # No positions of its own: the rotary pair its caller builds carries them (the child builds it for the
+    # positions the RoPE shift probe passes under that name).
+    rotary = next((name for name, kind in forward.generated if kind.startswith("rotary:")), None)
+    return replace(forward, position_name=rotary, position_kind="ids") if rotary else forward
 
 
 def position_limit(binding: Binding) -> int | None:
@@ -620,6 +659,8 @@ def _infer_candidates(target: Target, code: source_facts.CodeFacts) -> tuple[Ini
         value = size_for(param.name)
         if value is None and param.default is None and not _is_config(param, target):
             value = _BY_USE.get(code.init_uses.get(param.name, ""))
+            if value is None and code.choices.get(param.name):  # ``if attention_type == "local"``
+                value = code.choices[param.name][0]
             by_use += [param.name] if value is not None else []
         if value is not None:
             kwargs[param.name] = value
@@ -657,7 +698,8 @@ def _candidate(
 ) -> InitCandidate:
     label = ", ".join(f"{k}={v}" for k, v in kwargs.items()) or "no arguments"
     if config is not None:
-        built = f"{config['param']}={config['class'] or 'namespace'}(small sizes)"
+        made = {None: "namespace", PACKAGE_CONFIG: "its package's config class"}.get(config["class"], config["class"])
+        built = f"{config['param']}={made}(small sizes)"
         label = built + (f", {label}" if kwargs else "")
     if note:
         label += f" ({note})"
@@ -671,16 +713,28 @@ def _is_config(param: Parameter, target: Target) -> bool:
     return bool(target.config_class and annotation == target.config_class) or annotation.endswith("Config")
 
 
+PACKAGE_CONFIG = "*"
+"""An unannotated ``config`` with no config class in its file: the child looks for the ``*Config``
+class the module imports from its own package (``GPTNeoConfig`` beside ``GPTNeoSelfAttention``)."""
+
+
 def _config_class(param: Parameter, target: Target) -> str | None:
     annotation = (param.annotation or "").strip("'\"")
     if re.fullmatch(r"[A-Za-z_]\w*", annotation) and annotation not in ("dict", "Any", "object"):
         return annotation
-    return target.config_class
+    return target.config_class or PACKAGE_CONFIG
 
 
 def cache_param(target: Target) -> str | None:
-    """The optional forward parameter that takes a KV cache (``past_key_value=None``...), if any."""
-    optional = {p.name.lower(): p.name for p in _call_params(target) if p.default is not None}
+    """The optional forward parameter that takes a (k, v) KV cache (``past_key_value=None``...), if any.
+
+    One annotated with a cache class (transformers' ``Cache``: an object with ``update``) takes no tuple.
+    """
+    optional = {
+        p.name.lower(): p.name
+        for p in _call_params(target)
+        if p.default is not None and not re.search(r"\bCache\b", p.annotation or "")
+    }
     return next((optional[name] for name in CACHE_NAMES if name in optional), None)
 
 
@@ -706,14 +760,24 @@ def _infer_forward(target: Target, code: source_facts.CodeFacts) -> ForwardPlan 
     if not params and not target.forward_params:
         return "no forward signature was found"
     mask = _mask_param(target, params)
-    required = [p for p in params if p.default is None and p is not mask and p.kind == "positional"]
+    rotary = _rotary_pair(target, code) + _from_caller(target, params)
+    built = dict(rotary)
+    required = [
+        p for p in params if p.default is None and p is not mask and p.kind == "positional" and p.name not in built
+    ]
     named = _roles_by_name(required, code)
-    generated: tuple[tuple[str, str], ...] = ()
+    generated: tuple[tuple[str, str], ...] = rotary
     if named is not None:
         roles, extra = named
     else:
-        generated = _generated_inputs([p.name for p in required if NOT_HIDDEN.search(p.name)], code)
+        generated += _generated_inputs([p.name for p in required if NOT_HIDDEN.search(p.name)], code)
         names = [p.name for p in required if p.name not in dict(generated)]
+        supplied = [name for name in names if _CALLER_BIAS.search(name)]
+        if supplied:
+            return (
+                f"forward takes {', '.join(supplied)}: an attention bias its model computes and passes in "
+                "(BLOOM's ALiBi), which the reference cannot model from the class alone"
+            )
         others = [name for name in names if NOT_HIDDEN.search(name)]
         if others:
             return f"forward needs {', '.join(others)}, which are not hidden states: cannot tell what to pass"
@@ -727,7 +791,50 @@ def _infer_forward(target: Target, code: source_facts.CodeFacts) -> ForwardPlan 
         extra = {**_dropout_extras(params), **extra}
     mask_name = mask.name if mask else None
     required_mask = bool(mask and mask.default is None)
-    return ForwardPlan(roles, mask_name, required_mask, extra, generated=generated)
+    caller_mask = bool(mask and mask.name == "attention_mask" and target.is_class and code.causal_by_caller)
+    return ForwardPlan(roles, mask_name, required_mask, extra, generated=generated, caller_mask=caller_mask)
+
+
+SCALE_ARGUMENT_NAMES = frozenset({"scaling", "scale", "softmax_scale", "sm_scale"})
+
+
+def _from_caller(target: Target, params: list[Parameter]) -> tuple[tuple[str, str], ...]:
+    """What a layer hands the attention function it dispatches to (transformers'
+    ``eager_attention_forward(module, query, key, value, attention_mask, scaling)``): the calling
+    ``module`` (``"caller-module"``: one holding ``num_key_value_groups`` for the inputs' heads) and a
+    required ``scaling`` (``"scale"``: 1/sqrt(head_dim) of the query)."""
+    if target.is_class:
+        return ()
+    built = []
+    for param in params:
+        if param.default is not None:
+            continue
+        annotation = param.annotation or ""
+        if param.name == "module" or annotation.endswith("nn.Module"):
+            built.append((param.name, "caller-module"))
+        elif param.name.lower() in SCALE_ARGUMENT_NAMES:
+            built.append((param.name, "scale"))
+    return tuple(built)
+
+
+_CALLER_BIAS = re.compile(r"alibi|position_bias|attn_bias|attention_bias", re.IGNORECASE)
+ROTARY_PAIR_NAMES = frozenset({"position_embeddings", "position_embedding", "rotary_pos_emb", "cos_sin"})
+_ROTARY_CLASS = re.compile(r"Rotary\w*Embedding$|RotaryEmb$|RoPE$", re.IGNORECASE)
+
+
+def _rotary_pair(target: Target, code: source_facts.CodeFacts) -> tuple[tuple[str, str], ...]:
+    """A (cos, sin) pair the caller computes once per model (transformers' ``position_embeddings``),
+    built by the file's own rotary class from the same config as the module: ``rotary:<class>``.
+
+    Optional in the signature (``= None``) but unpacked unconditionally, so it is always passed.
+    """
+    if not (target.is_class and any(_is_config(p, target) for p in target.init_params)):
+        return ()
+    rotary = next((name for name in sorted(code.config_classes) if _ROTARY_CLASS.search(name)), None)
+    if rotary is None:
+        return ()
+    params = [p.name for p in _call_params(target) if p.name.lower() in ROTARY_PAIR_NAMES]
+    return tuple((name, f"rotary:{rotary}") for name in params[:1])
 
 
 _FREQS_HELPER = re.compile(r"freqs_cis|precompute_freqs|precompute_rope", re.IGNORECASE)

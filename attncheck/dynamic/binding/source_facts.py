@@ -36,6 +36,10 @@ class CodeFacts:
     causal_off: bool = False  # every ``causal`` the code spells is False
     forward_doc: str = ""
     functions: frozenset[str] = frozenset()  # the file's top-level functions (``precompute_freqs_cis``)
+    config_classes: frozenset[str] = frozenset()  # top-level classes built from a config (``LlamaRotaryEmbedding``)
+    post_norm_residual: bool = False  # forward ends in ``self.norm(out + hidden_states)``: a block's output
+    choices: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # init argument -> strings compared with
+    causal_by_caller: bool = False  # stores ``self.is_causal`` for its caller, and applies no causality itself
 
 
 def read(source: str, name: str, line: int) -> CodeFacts:
@@ -67,8 +71,12 @@ def read(source: str, name: str, line: int) -> CodeFacts:
         ranks=_ranks(forward) if forward is not None else {},
         none_checked=_none_checked(forward) if forward is not None else frozenset(),
         causal_off=_causal_off(node, init),
+        causal_by_caller=_causal_by_caller(node, stored),
+        choices=_choices(init) if init is not None else {},
         forward_doc=(ast.get_docstring(forward) or "") if forward is not None else "",
         functions=frozenset(n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))),
+        config_classes=frozenset(n.name for n in tree.body if isinstance(n, ast.ClassDef) and _built_from_config(n)),
+        post_norm_residual=forward is not None and _post_norm_residual(forward),
     )
 
 
@@ -161,6 +169,68 @@ def _none_checked(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[
         if identity and any(isinstance(c, ast.Constant) and c.value is None for c in node.comparators):
             found.add(node.left.id)
     return frozenset(found)
+
+
+def _built_from_config(node: ast.ClassDef) -> bool:
+    """The class's constructor takes a config object first (``def __init__(self, config: LlamaConfig)``)."""
+    init = next((m for m in node.body if isinstance(m, ast.FunctionDef) and m.name == "__init__"), None)
+    args = init.args.args[1:] if init is not None else []
+    if not args:
+        return False
+    annotation = ast.unparse(args[0].annotation) if args[0].annotation is not None else ""
+    return args[0].arg in ("config", "cfg") or annotation.strip("'\"").endswith("Config")
+
+
+def _post_norm_residual(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """A norm layer applied to a sum with the forward's first input (``self.layer_norm(out + hidden_states)``):
+    the residual and post-norm of a transformer block, inside the attention class (TVP, BERT's SelfOutput)."""
+    params = _arguments(forward)
+    if not params:
+        return False
+    for node in ast.walk(forward):
+        if not (isinstance(node, ast.Call) and "norm" in _callee(node).lower() and node.args):
+            continue
+        added = node.args[0]
+        if isinstance(added, ast.BinOp) and isinstance(added.op, ast.Add) and params[0] in _names(added):
+            return True
+    return False
+
+
+def _choices(init: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, tuple[str, ...]]:
+    """Constructor arguments __init__ compares with string literals (``attention_type == "local"``,
+    ``mode in ("a", "b")``), with those strings in source order: the values the class knows."""
+    params = set(_arguments(init))
+    found: dict[str, list[str]] = {}
+    for node in ast.walk(init):
+        if not (isinstance(node, ast.Compare) and isinstance(node.left, ast.Name) and node.left.id in params):
+            continue
+        for comparator in node.comparators:
+            items = comparator.elts if isinstance(comparator, (ast.Tuple, ast.List, ast.Set)) else [comparator]
+            for item in items:
+                if isinstance(item, ast.Constant) and isinstance(item.value, str):
+                    found.setdefault(node.left.id, [])
+                    if item.value not in found[node.left.id]:
+                        found[node.left.id].append(item.value)
+    return {name: tuple(values) for name, values in found.items()}
+
+
+def _causal_by_caller(node: ast.AST, stored: frozenset[str]) -> bool:
+    """transformers' convention: ``self.is_causal = True`` is for the fused kernels, and the causal (and
+    window) mask comes in the ``attention_mask`` the model builds. The class builds no triangle, and
+    either dispatches on ``config._attn_implementation`` (its eager path adds the model's mask) or
+    never uses the flag or a causal keyword itself."""
+    if "is_causal" not in stored:
+        return False
+    dispatches, uses_flag = False, False
+    for child in ast.walk(node):
+        if isinstance(child, ast.Call) and _callee(child) in ("tril", "triu"):
+            return False
+        if isinstance(child, ast.keyword) and child.arg and "causal" in child.arg.lower():
+            uses_flag = True
+        elif isinstance(child, ast.Attribute) and isinstance(child.ctx, ast.Load):
+            uses_flag |= child.attr == "is_causal"
+            dispatches |= child.attr == "_attn_implementation"
+    return dispatches or not uses_flag
 
 
 def _causal_off(node: ast.AST, init: ast.FunctionDef | ast.AsyncFunctionDef | None) -> bool:

@@ -18,6 +18,7 @@ from attncheck.dynamic.binding.bind import Binding
 _WIDTH_MISMATCH = re.compile(r"mat1 and mat2 shapes cannot be multiplied|normalized_shape|size of tensor a")
 _SHAPES = re.compile(r"size of tensor|shape|cannot be multiplied|out of range|out of bounds|invalid for input")
 _CHANNELS = re.compile(r"to have \d+ channels")
+_RANK = re.compile(r"number of dimensions|too many indices|Dimension out of range")
 _WRONG_KIND = re.compile(r"'(float|int|NoneType|bool)' object is not (callable|subscriptable|iterable)")
 
 
@@ -29,10 +30,21 @@ def harness_guess(binding: Binding, error: Mapping[str, Any], line_text: str) ->
         return "the input layout (batch, seq, dim), where the code's convolution reads channels first"
     if "values to unpack" in message and re.search(r"\.shape\b|\.size\(\)", line_text):
         return "the input's rank, which the code unpacks differently"
+    three = [role for _, role in forward.roles] == ["query", "key", "value"] if forward else False
+    if three and binding.target.is_class and not forward.per_head and _RANK.search(message):
+        return "the inputs' rank: (batch, seq, dim) for a class called on query, key and value"
+    if "'_CallerModule' object has no attribute" in message:
+        return "the calling layer, which the harness stands in for with its head counts only"
     if _WRONG_KIND.search(message):
         return "the kind of an argument the code uses as another kind"
     if binding.width_guessed and _WIDTH_MISMATCH.search(message):
         return "the input width, which no constructor argument sets"
+    config = next((c.config for c in binding.candidates if c.config), None)
+    if config is not None and (_WIDTH_MISMATCH.search(message) or "'types.SimpleNamespace' object" in message):
+        return (
+            f"the {config['param']} object: the harness sizes only the fields it knows by name, and the others "
+            "(an encoder's width, a field its own config class would add) keep their defaults or are missing"
+        )
     by_use = binding.candidates[0].by_use if binding.candidates else ()
     if by_use and _SHAPES.search(message):
         values = ", ".join(f"{name}={binding.candidates[0].kwargs[name]}" for name in by_use)

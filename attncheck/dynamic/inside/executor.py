@@ -32,10 +32,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from attncheck.dynamic.binding.bind import all_sizes, size_for
+from attncheck.dynamic.binding.bind import PACKAGE_CONFIG, all_sizes, config_value
 from attncheck.dynamic.harness import unshared
 from attncheck.dynamic.harness.protocol import Experiment
-from attncheck.dynamic.inside import kv_cache, kv_perturb, variant_facts, variant_runs
+from attncheck.dynamic.inside import kv_cache, kv_perturb, model_mask, variant_facts, variant_runs
 from attncheck.dynamic.inside.recorder import Recorder, is_projection
 
 Tensors = dict[str, torch.Tensor]
@@ -101,23 +101,27 @@ class _Target:
         self.neutral: list | None = None  # the (shape, convention) of the all-keep mask a required mask gets
         self.dropout_calls = 0
         self.no_grad: str | None = None  # why the forwards run without gradients (flex_attention on CPU)
+        self.config: Any = None  # the config object the module was built from, for its rotary class
+        self.rotary: nn.Module | None = None  # the file's rotary class built from that config (``rotary:<class>``)
 
     def construct(self, candidate: dict, rate: float, overrides: dict[str, Any] | None = None) -> nn.Module:
         """Build with the seed; ``overrides`` set constructor arguments and config fields of those names."""
         kwargs = dict(candidate["kwargs"])
         for name in candidate["dropout_names"]:
             kwargs[name] = rate
-        if candidate["config"]:
-            config = _build_config(self.module, candidate["config"]["class"], rate)
+        self.config = _build_config(self.module, candidate["config"]["class"], rate) if candidate["config"] else None
+        if self.config is not None:
             for name, value in (overrides or {}).items():
-                if hasattr(config, name):
-                    setattr(config, name, value)
-            kwargs[candidate["config"]["param"]] = config
+                if hasattr(self.config, name):
+                    setattr(self.config, name, value)
+            kwargs[candidate["config"]["param"]] = self.config
         kwargs.update({n: v for n, v in (overrides or {}).items() if n in kwargs or n in _init_names(self.obj)})
         torch.manual_seed(self.seed)
         instance = self.obj(*candidate["args"], **kwargs)
         if not isinstance(instance, nn.Module):
             raise TypeError(f"{self.unit['name']}(...) is not a torch.nn.Module")
+        if self.config is not None:
+            _model_init(self.module, self.config, instance)
         return _cast(instance.to(self.device), torch.float64).eval()
 
     def rebuilt(self, overrides: dict[str, Any]) -> nn.Module:
@@ -159,13 +163,20 @@ class _Target:
             kwargs[plan["mask_name"]] = self.as_accepted(_lowered(self.tensors[mask], dtype), args[0])
         elif plan["mask_name"] and plan["mask_required"]:
             kwargs[plan["mask_name"]] = self.neutral_mask(args)
-        kwargs.update(self.generated(args))
+        if plan.get("caller_mask"):
+            key = args[1] if len(args) > 1 else args[0]
+            kwargs[plan["mask_name"]] = model_mask.combined(instance, kwargs.get(plan["mask_name"]), args[0], key)
+        kwargs.update(self.generated(args, kwargs))
         kwargs.update(extra or {})
+        if any(kind == "caller-module" for _, kind in plan.get("generated", [])):  # it comes first: all by name
+            kwargs.update({name: arg for (name, _), arg in zip(plan["roles"], args, strict=True)})
+            args = []
         return instance(*args, **kwargs)
 
-    def generated(self, args: list[torch.Tensor]) -> dict[str, Any]:
+    def generated(self, args: list[torch.Tensor], given: dict[str, Any]) -> dict[str, Any]:
         """Rotary inputs a forward requires, built for these inputs: positions 0..s-1, a start offset
-        of 0, ``freqs_cis`` from the module's own helper for one head's width."""
+        of 0, ``freqs_cis`` from the module's own helper for one head's width; a rotary pair for the
+        positions an experiment ``given`` under its name (the RoPE shift probe), else 0..s-1."""
         query = args[0]
         b, s = query.shape[0], query.shape[-2]
         built: dict[str, Any] = {}
@@ -174,9 +185,26 @@ class _Target:
                 built[name] = torch.arange(s, device=query.device).expand(b, s)
             elif kind == "offset":
                 built[name] = 0
+            elif kind.startswith("rotary:"):
+                built[name] = self.rotary_pair(kind.removeprefix("rotary:"), query, given.get(name))
+            elif kind == "caller-module":
+                key = args[1] if len(args) > 1 else query
+                built[name] = _CallerModule(query.shape[1] // key.shape[1], query.shape[-1])
+            elif kind == "scale":
+                built[name] = float(query.shape[-1]) ** -0.5
             else:
                 built[name] = getattr(self.module, kind)(self.unit["head_dim"], s).to(query.device)
         return built
+
+    def rotary_pair(self, class_name: str, hidden: torch.Tensor, positions: Any = None) -> Any:
+        """(cos, sin) for ``positions`` (0..s-1 by default) from the file's rotary class, built from the
+        module's config as the model builds it (``LlamaRotaryEmbedding(config)(x, position_ids)``)."""
+        if self.rotary is None:
+            self.rotary = getattr(self.module, class_name)(self.config).to(hidden.device)
+        b, s = hidden.shape[0], hidden.shape[-2]
+        if not isinstance(positions, torch.Tensor):
+            positions = torch.arange(s, device=hidden.device)
+        return self.rotary(hidden, positions.to(hidden.device).expand(b, s))
 
     def as_accepted(self, mask: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
         """A bool mask as 1.0/0.0 where the module takes float 0/1 masks (documented so, or the
@@ -206,13 +234,29 @@ class _Target:
         return kv_cache.cut(seen, spec["d_model"], spec["head_dim"])
 
 
+class _CallerModule(nn.Module):
+    """The layer an attention function is handed by its caller: in eval mode, with the query heads per
+    KV head of this call's inputs (what transformers' ``repeat_kv(key, module.num_key_value_groups)`` reads)
+    and their head width (Gemma 2's default ``scaling = module.head_dim**-0.5``)."""
+
+    def __init__(self, groups: int, head_dim: int):
+        super().__init__()
+        self.num_key_value_groups = max(1, groups)
+        self.head_dim = head_dim
+        self.is_causal = False
+        self.eval()
+
+
 LOW_PRECISION = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 _FLEX_NO_BACKWARD = "FlexAttention does not support backward"
 
 
 def _lowered(tensor: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
-    """Floating inputs in the experiment's low precision; masks and positions unchanged."""
-    return tensor.to(dtype) if dtype is not None and tensor.is_floating_point() else tensor
+    """Floating inputs in the experiment's low precision, an additive mask's fill kept finite in it;
+    bool masks and positions unchanged."""
+    if dtype is None or not tensor.is_floating_point():
+        return tensor
+    return tensor.clamp(min=model_mask.fill(dtype)).to(dtype)
 
 
 def _cast(module: nn.Module, dtype: torch.dtype) -> nn.Module:
@@ -228,20 +272,60 @@ def _init_names(cls: Any) -> set[str]:
         return set()
 
 
+def _model_init(module: types.ModuleType, config: Any, instance: nn.Module) -> None:
+    """Initialise the module's own parameters as its model does (transformers' ``_init_weights`` of the
+    file's pretrained-model class): a layer alone keeps what ``torch.empty`` left there (gpt-oss's
+    ``sinks``), memory that differs from run to run. Children keep the seeded initialisation."""
+    for value in vars(module).values():
+        init = getattr(value, "_init_weights", None)
+        if not (isinstance(value, type) and issubclass(value, nn.Module) and init is not None):
+            continue
+        if value.__module__ != module.__name__:
+            continue
+        try:
+            model = value.__new__(value)
+            nn.Module.__init__(model)
+            model.config = config
+            with torch.no_grad():
+                init(model, instance)
+        except Exception:  # not a model class that initialises from its config: the layer's own init stays
+            continue
+        return
+
+
+def _package_config(module: types.ModuleType) -> type | None:
+    """The one ``*Config`` class the module takes from its own package, if it has exactly one."""
+    package = (module.__name__.rpartition(".")[0] or module.__name__) + "."
+    found = {
+        value
+        for name, value in vars(module).items()
+        if name.endswith("Config") and isinstance(value, type) and value.__module__.startswith(package)
+    }
+    return found.pop() if len(found) == 1 else None
+
+
 def _build_config(module: types.ModuleType, class_name: str | None, rate: float) -> Any:
     """The module's own config class filled with small sizes, or a namespace of every known size."""
-    cls = getattr(module, class_name, None) if class_name else None
+    cls = _package_config(module) if class_name == PACKAGE_CONFIG else getattr(module, class_name or "", None)
     if cls is None:
         return types.SimpleNamespace(**all_sizes(rate))
     if dataclasses.is_dataclass(cls):
         names = [f.name for f in dataclasses.fields(cls) if f.init]
     else:
         names = [p for p in inspect.signature(cls).parameters if p not in ("self", "args", "kwargs")]
-    values = {name: size_for(name, rate) for name in names}
+    values = {name: config_value(name, rate) for name in names}
     config = cls(**{name: value for name, value in values.items() if value is not None})
     for name, value in values.items():  # fields a plain __init__ might not store
         if value is not None and not hasattr(config, name):
             setattr(config, name, value)
+    if hasattr(config, "_attn_implementation"):  # transformers: the readable eager path, not a fused kernel
+        config._attn_implementation = "eager"
+    for nested in vars(config).values():  # MPT's attn_config.attn_pdrop: the dropout probe's rate reaches it
+        if type(nested).__name__.endswith("Config") and hasattr(nested, "__dict__"):
+            for name, value in vars(nested).items():
+                number = isinstance(value, (int, float)) and not isinstance(value, bool)
+                if number and isinstance(config_value(name, rate), float):
+                    object.__setattr__(nested, name, rate)  # past a strict ``attn_pdrop: int`` annotation
     return config
 
 
@@ -401,15 +485,34 @@ def _split_output(result: Any, target: _Target, experiment: Experiment) -> tuple
     query = target.tensors[roles.get("query", roles.get("x"))]
     key = target.tensors[roles.get("key", roles.get("kv", roles.get("x")))]
     q_len, k_len = query.shape[-2], key.shape[-2]
+    items[0] = _heads_first(items[0], query) if not target.unit["is_class"] else items[0]
     weights = next(
         (
             t
             for t in items[1:]
             if isinstance(t, torch.Tensor) and t.ndim in (3, 4) and tuple(t.shape[-2:]) == (q_len, k_len)
+            and _probabilities(t)
         ),
         None,
     )
     return items[0], weights
+
+
+def _heads_first(output: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
+    """A function's (batch, seq, heads, dim) output as (batch, heads, seq, dim): transformers' attention
+    functions and flash-attn hand the caller its merge layout (``attn_output.transpose(1, 2)``)."""
+    b, h, s = query.shape[:3]
+    if output.ndim == 4 and query.ndim == 4 and h != s and tuple(output.shape[:3]) == (b, s, h):
+        return output.transpose(1, 2)
+    return output
+
+
+def _probabilities(tensor: torch.Tensor) -> bool:
+    """Values in [0, 1], not all zero: attention weights, not a (q, k) score bias returned beside them
+    (T5's ``position_bias``, zeros or a large negative mask)."""
+    if not tensor.is_floating_point() or tensor.numel() == 0:
+        return False
+    return bool(tensor.min() >= 0) and bool(tensor.max() <= 1 + 1e-6) and bool(tensor.max() > 0)
 
 
 def _items(result: Any) -> list[Any]:

@@ -44,8 +44,8 @@ UNMODELLED = {
 """Attribute names that show a construct the reference does not model, with its description."""
 
 NORM_NAMES = {
-    "q": ("q_norm", "query_norm", "q_layernorm", "norm_q"),
-    "k": ("k_norm", "key_norm", "k_layernorm", "norm_k"),
+    "q": ("q_norm", "query_norm", "q_layernorm", "norm_q", "query_layernorm"),
+    "k": ("k_norm", "key_norm", "k_layernorm", "norm_k", "key_layernorm"),
 }
 
 

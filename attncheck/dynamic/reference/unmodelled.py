@@ -71,6 +71,19 @@ def other_axis(softmax: Sequence[dict[str, Any]] | None, q_len: int, k_len: int)
     )
 
 
+def own_queries(softmax: Sequence[dict[str, Any]] | None, got: Sequence[int], expected: Sequence[int]) -> str | None:
+    """Why an output of another length is no mistake: the module attends with queries of its own (attention
+    pooling with learned queries), its softmax rows being the output's positions; None otherwise."""
+    if len(got) != 3 or len(expected) != 3 or got[0] != expected[0] or got[2] != expected[2] or got[1] == expected[1]:
+        return None
+    if not any(len(call["shape"]) >= 2 and call["shape"][-2] == got[1] for call in softmax or ()):
+        return None
+    return (
+        f"the module attends with {got[1]} queries of its own (attention pooling), not one per input token: "
+        "the reference does not model learned queries"
+    )
+
+
 def fitted_scale(output: torch.Tensor, reference: Reference, head_dim: int, tol: float) -> float | None:
     """The factor c for which the output is the reference scaled by c / sqrt(head_dim), when one fits.
 

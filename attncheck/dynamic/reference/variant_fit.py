@@ -155,11 +155,18 @@ def _rotary_width(declared: Declared, inv_freq: torch.Tensor | None) -> int:
 # ---------------------------------------------------------------- scores and masks
 
 
+UNSCALED_BY_DESIGN = "ATT201/by-design"
+"""Not a code: the static pass judged the scores unscaled on purpose (GPT-Neo), so the scale is 1."""
+
+
 def _scale(declared: Declared, static_codes: Collection[str]) -> float | None:
     """A declared scale, trusted only where the static pass did not call the scaling wrong (ATT201)
-    and at most 1; ``query_pre_attn_scalar`` s gives s^-0.5, a T5 bias table gives 1."""
+    and at most 1; ``query_pre_attn_scalar`` s gives s^-0.5, a T5 bias table gives 1, and so does a
+    static verdict that the scores are unscaled by design."""
     if "ATT201" in static_codes:
         return None
+    if UNSCALED_BY_DESIGN in static_codes:
+        return 1.0
     pre_attn = declared.scalar(("query_pre_attn_scalar",))
     if isinstance(pre_attn, (int, float)) and pre_attn > 0:
         return float(pre_attn) ** -0.5

@@ -2,7 +2,8 @@
 
 On the plain run's 7 tokens a window of 7 or more keys equals plain causal attention, so these
 fixtures pass every other check; only the long run names their mistake (and before this probe,
-nothing did).
+nothing did). A class built from a config gets a window of 3 keys from the binding, which the
+plain run already misses: the long run then names the mistake behind that mismatch.
 """
 
 from __future__ import annotations
@@ -65,26 +66,24 @@ def test_a_window_longer_than_the_plain_run_passes_on_sixteen_tokens(tmp_path):
 
 
 def test_a_window_of_the_config_default_4096_is_set_smaller_for_thechecked_target():
+    # the binding builds the config with a window of 3 keys, which shows on the plain run's 7 tokens too
     findings, result, checks = checked_target(FIXTURES / "correct" / "variant_sliding_window_long.py")
     assert (result.status, findings) == ("passed", [])
-    assert "sliding_window = 4096, set to 7 for the run," in checks["window-length"].detail
+    assert "sliding_window = 3 on 16 tokens: closest reading sliding window 3" in checks["window-length"].detail
 
 
 def test_an_ignored_window_is_att305():
     findings, _, checks = checked_target(FIXTURES / "buggy" / "window_ignored_att305.py")
-    assert [f.code for f in findings] == ["ATT305"]
-    assert checks["reference"].status == "passed"  # on 7 tokens the mistake is invisible
+    assert [f.code for f in findings] == ["ATT305"]  # the plain mismatch gives way to the named mistake
     assert checks["window-length"].status == "failed"
-    assert "plain causal attention: the declared sliding_window = 4096, set to 7 for the run, is ignored" in (
-        findings[0].message
-    )
+    assert "plain causal attention: the declared sliding_window = 3 is ignored" in findings[0].message
 
 
 def test_a_window_off_by_one_is_att305_with_the_keys_it_keeps():
     findings, _, checks = checked_target(FIXTURES / "buggy" / "window_off_by_one_att305.py")
     assert [f.code for f in findings] == ["ATT305"]
-    assert "closest reading sliding window 8 (W keys), max error" in checks["window-length"].detail
-    assert "a window of 7 keys: one fewer than sliding_window = 8 allows" in findings[0].message
+    assert "the plain run misses the reference" in checks["window-length"].detail
+    assert "a window of 2 keys: one fewer than sliding_window = 3 allows" in findings[0].message
     assert "Fix: keep key j for query i when i - sliding_window < j <= i" in findings[0].message
 
 

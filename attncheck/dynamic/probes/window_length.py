@@ -9,7 +9,10 @@ runs 16 tokens, setting a longer window smaller through its constructor or confi
 (``inside.variant_runs``), and the output is judged against the declaration's readings at that
 length (``declared_run``). A mismatch that equals plain causal attention, or a window of one key
 fewer or more, is ATT305 (the mask's band has the wrong edge); with a mask argument, a window the
-module does not apply itself may come in through that mask (as in HF's Mistral): skipped.
+module does not apply itself may come in through that mask (as in HF's Mistral): skipped. Where
+the plain output already misses the reference (the binding gives a config-built class a window of
+3 keys, which shows on 7 tokens), a long run that is a wrong edge of the window names the mistake
+behind that mismatch.
 """
 
 from __future__ import annotations
@@ -67,9 +70,12 @@ def verdict(view: JudgeView) -> Outcome | None:
     name, size = declared
     original = (view.facts.get("declared") or {}).get("scalars", {}).get(name, size)
     said = f"{name} = {size}" if original == size else f"{name} = {original}, set to {size} for the run,"
+    not_run = declared_run.not_run(view, EXPERIMENT, NAME, f"{LENGTH}-token")
+    if not_run is not None:
+        return not_run, None, ""
     skipped = declared_run.unjudged(view, EXPERIMENT, NAME, f"{LENGTH}-token")
     if skipped is not None:
-        return skipped, None, ""
+        return _window_behind_the_mismatch(view, name, size, said) or (skipped, None, "")
     best = declared_run.readings(view, EXPERIMENT)
     detail = f"{said} on {LENGTH} tokens: closest reading {best[0].name}, max error {best[0].error:.3g}"
     if best[0].error <= view.tol:
@@ -82,17 +88,44 @@ def verdict(view: JudgeView) -> Outcome | None:
         )
         return Check(NAME, "failed", detail), codes.REFERENCE_MISMATCH, message
     detail += f"; it equals {what} (error {error:.3g})"
-    if what.startswith("plain") and view.binding.forward and view.binding.forward.mask_name:
+    if what.startswith("plain") and _window_may_come_in_the_mask(view):
         reason = f"{detail}; forward takes a mask, through which the caller may pass the window"
         return Check(NAME, "skipped", reason), None, ""
-    keep = f"j <= i and i // {name} == j // {name}" if name in CHUNK_NAMES else (
-        f"i - {name} < j <= i (HF) or i - {name} <= j <= i (flash-attn)"
+    keep = _keep_rule(name)
+    return Check(NAME, "failed", detail), "ATT305", _wrong_window(what, error, view.tol, keep)
+
+
+def _window_may_come_in_the_mask(view: JudgeView) -> bool:
+    """A forward that takes a mask may leave the window to its caller (HF's Mistral)."""
+    return bool(view.binding.forward and view.binding.forward.mask_name)
+
+
+def _keep_rule(name: str) -> str:
+    if name in CHUNK_NAMES:
+        return f"j <= i and i // {name} == j // {name}"
+    return f"i - {name} < j <= i (HF) or i - {name} <= j <= i (flash-attn)"
+
+
+def _wrong_window(what: str, error: float, tol: float, keep: str) -> str:
+    return (
+        f"the window is wrong: on {LENGTH} tokens the output is {what} "
+        f"(error {error:.3g}, tolerance {tol:g}). Fix: keep key j for query i when {keep}"
     )
-    message = (
-        f"the window is wrong past the plain run's 7 tokens: on {LENGTH} tokens the output is {what} "
-        f"(error {error:.3g}, tolerance {view.tol:g}). Fix: keep key j for query i when {keep}"
-    )
-    return Check(NAME, "failed", detail), "ATT305", message
+
+
+def _window_behind_the_mismatch(view: JudgeView, name: str, size: int, said: str) -> Outcome | None:
+    """ATT305 when the plain output already misses the reference (a window set short enough to show
+    on the plain run, as the binding sets a config's) and the long run is a wrong edge of the window:
+    the mistake that explains the plain mismatch. None when the long run cannot say (no projections
+    identified, or no wrong edge fits either): the plain mismatch is reported where it was found."""
+    fit = view.fit
+    if fit is None or fit.assignment is None:
+        return None
+    what, error = _wrong_edges(view, name, size, said)[0]
+    if error > view.tol or (what.startswith("plain") and _window_may_come_in_the_mask(view)):
+        return None
+    detail = f"{said} on {LENGTH} tokens: the plain run misses the reference; it equals {what} (error {error:.3g})"
+    return Check(NAME, "failed", detail), "ATT305", _wrong_window(what, error, view.tol, _keep_rule(name))
 
 
 PROBE = FunctionProbe(

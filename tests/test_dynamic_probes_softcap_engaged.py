@@ -1,7 +1,9 @@
 """The softcap-engaged probe: a declared tanh soft-cap is judged on scores large enough to engage it.
 
-A cap of 50 is nearly the identity on the plain run's scores, so the buggy fixtures here pass
-the reference on tolerance (or fail it with no named mistake); only the scaled runs name them.
+A cap of 50 is nearly the identity on the plain run's scores, so before this probe the buggy
+fixtures here passed the reference on tolerance (or failed it with no named mistake). A class built
+from a config now gets a cap of 5 from the binding, which the plain run may already miss; the
+scaled runs name the mistake either way.
 """
 
 from __future__ import annotations
@@ -14,15 +16,15 @@ def test_a_cap_of_50_is_engaged_and_passes():
     assert (result.status, findings) == ("passed", [])
     check = checks["softcap-engaged"]
     assert check.status == "passed"
-    assert check.detail.startswith("softcap = 50; errors of the inputs scaled x3: 0 capped")
-    assert "x27: 0 capped / 7.43 uncapped" in check.detail  # the cap changes the output there
+    assert check.detail.startswith("softcap = 5; errors of the inputs scaled x3: 0 capped")  # the binding's cap
+    assert "x27: 0 capped / 19 uncapped" in check.detail  # the cap changes the output there
 
 
 def test_a_missing_cap_is_att201():
     findings, _, checks = checked_target(FIXTURES / "buggy" / "softcap_missing_att201.py")
-    assert checks["reference"].status == "passed"  # 1.2e-7 from the capped reference on the plain run
     assert [f.code for f in findings] == ["ATT201"]
-    assert findings[0].message.startswith("the declared soft-cap softcap = 50 is not applied")
+    assert checks["softcap-engaged"].status == "failed"
+    assert findings[0].message.startswith("the declared soft-cap softcap = 5 is not applied")
     assert "Fix: scores = softcap * tanh(scores / softcap)" in findings[0].message
 
 
@@ -35,9 +37,11 @@ def test_a_cap_after_the_softmax_is_att203_and_replaces_the_unexplained_mismatch
 
 
 def test_a_cap_that_the_scores_never_reach_is_skipped(tmp_path):
+    # a cap fixed in the code, which the binding cannot set smaller
     text = (FIXTURES / "correct" / "variant_softcap_50_gemma2.py").read_text()
+    text = text.replace("    attn_logit_softcapping: float = 50.0\n", "")
     path = tmp_path / "user_attention.py"
-    path.write_text(text.replace("attn_logit_softcapping: float = 50.0", "attn_logit_softcapping: float = 1e6"))
+    path.write_text(text.replace("self.softcap = config.attn_logit_softcapping", "self.softcap = 1e6"))
     findings, result, checks = checked_target(path)
     assert (result.status, findings) == ("passed", [])
     assert checks["softcap-engaged"].status == "skipped"

@@ -5,12 +5,23 @@ from __future__ import annotations
 
 from attncheck.catalogue import CODES
 from attncheck.dynamic import codes
-from attncheck.dynamic.probes.registry import all_probes
+from attncheck.dynamic.probes.registry import all_probes, planning_order
 
 
 def test_the_registry_finds_the_probe_modules_in_their_order():
     names = [probe.name for probe in all_probes()]
-    assert names == ["low-precision", "gqa-grouping", "kv-cache", "rope-relative-shift"]
+    assert names == [
+        "reference", "masks", "leaks", "weights-sum", "gradients", "dropout", "structure",
+        "low-precision", "gqa-grouping", "kv-cache", "rope-relative-shift", "finite-output",
+    ]
+
+
+def test_the_probes_plan_in_their_planning_order():
+    """They draw from one generator: the leak inputs come before the masks', the masks before the
+    low-precision runs that reuse them."""
+    names = [probe.name for probe in planning_order()]
+    assert names.index("leaks") < names.index("masks") < names.index("dropout") < names.index("low-precision")
+    assert sorted(names) == sorted(probe.name for probe in all_probes())
 
 
 def test_every_declared_code_is_in_the_catalogue():

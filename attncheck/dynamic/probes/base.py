@@ -18,7 +18,7 @@ import torch
 
 from attncheck.dynamic.binding.bind import Binding
 from attncheck.dynamic.binding.weights import Assignment
-from attncheck.dynamic.harness.protocol import Experiment
+from attncheck.dynamic.harness.protocol import Experiment, ReplyFacts
 from attncheck.dynamic.reference import mha as reference
 from attncheck.dynamic.reference.rope import RopeSpec
 from attncheck.dynamic.reference.variant_fit import Candidate
@@ -109,7 +109,7 @@ class JudgeView(Protocol):
     declared_readings: Sequence[Fit]  # when nothing fits: the declared variant's readings, closest first
     binding: Binding
     plan: Plan
-    facts: dict[str, Any]
+    facts: ReplyFacts  # the child's reply for this target, checked
     out: dict[str, torch.Tensor]
     experiments: dict[str, Experiment]
     unmodelled: str  # why the reference cannot model this target, noted by the reference probe

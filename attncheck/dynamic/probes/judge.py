@@ -23,7 +23,7 @@ from attncheck.dynamic import codes
 from attncheck.dynamic.binding.bind import Binding
 from attncheck.dynamic.binding.weights import Assignment, assignments, layers_from
 from attncheck.dynamic.diagnosis import explain
-from attncheck.dynamic.harness.protocol import Experiment
+from attncheck.dynamic.harness.protocol import Experiment, ReplyFacts
 from attncheck.dynamic.probes.base import BATCH, SEQ_K, SEQ_Q, SEQ_SELF, Fit, Plan
 from attncheck.dynamic.probes.registry import all_probes, planning_order
 from attncheck.dynamic.reference import mha as reference
@@ -131,7 +131,7 @@ class Judge:
     def __init__(
         self,
         plan: Plan,
-        facts: dict[str, Any],
+        facts: ReplyFacts,
         tensors: dict[str, torch.Tensor],
         static_codes: Collection[str] = (),
     ):

@@ -29,7 +29,7 @@ from attncheck.findings import Edit, Finding, Parameter, Severity, Span, Target
 from attncheck.sources import Source
 from attncheck.version import __version__
 
-FORMAT = 1  # bump when the layout of an entry changes
+FORMAT = 2  # bump when the layout of an entry changes
 _PACKAGE = Path(__file__).resolve().parent
 # The code whose behaviour decides a static result; its sizes and modification
 # times join the namespace, so an edited rule never reads a stale entry.
@@ -145,15 +145,16 @@ class Cache:
 def _finding_row(f: Finding) -> list[Any]:
     span = f.span
     return [f.code, int(f.severity), f.message, span.line, span.column, span.end_line, span.end_column,
-            span.cell, f.source, f.target, f.hint, list(f.evidence), [[e.start, e.end, e.replacement] for e in f.fix]]
+            span.cell, f.source, f.target, f.hint, list(f.evidence), [[e.start, e.end, e.replacement] for e in f.fix],
+            f.by_design]
 
 
 def _finding(row: list[Any], path: str) -> Finding:
-    code, severity, message, line, column, end_line, end_column, cell, source, target, hint, evidence, fix = row
+    code, severity, message, line, column, end_line, end_column, cell, source, target, hint, evidence, fix, design = row
     return Finding(
         code=code, severity=Severity(severity), message=message, path=path,
         span=Span(line, column, end_line, end_column, cell), source=source, target=target, hint=hint,
-        evidence=list(evidence), fix=tuple(Edit(start, end, text) for start, end, text in fix),
+        evidence=list(evidence), fix=tuple(Edit(start, end, text) for start, end, text in fix), by_design=design,
     )
 
 

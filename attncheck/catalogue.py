@@ -72,13 +72,6 @@ def lookup(code_or_name: str) -> CodeInfo | None:
     return next((info for info in CODES.values() if info.name == key.lower()), None)
 
 
-def by_design(code: str, severity: Severity) -> bool:
-    """A finding reported below its code's catalogue severity: the static pass judged the
-    construct deliberate (T5's and GPT-Neo's unscaled scores), so it is not a claimed mistake."""
-    info = CODES.get(code)
-    return info is not None and severity < info.severity
-
-
 def matches(code: str, selectors: Iterable[str]) -> bool:
     """True when ``code`` is named by one of ``selectors`` (codes or prefixes: ``ATT2``, ``ALL``)."""
     return any(sel.upper() == "ALL" or code.startswith(sel.upper()) for sel in selectors)

@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from attncheck import catalogue
 from attncheck.findings import Finding, Severity, TargetResult
 
 REFUTED_REASON = "the dynamic check could see this mistake on its inputs and did not"
@@ -58,8 +57,7 @@ def merge(static: Sequence[Finding], dynamic: Iterable[Finding],
 def _both(static: Finding, dynamic: Finding) -> Finding:
     evidence = [*static.evidence, f"dynamic: {dynamic.message}", *dynamic.evidence]
     # a dynamic mutant that reproduces a by-design construct only confirms what the code does
-    designed = catalogue.by_design(static.code, static.severity)
-    severity = static.severity if designed else max(static.severity, dynamic.severity)
+    severity = static.severity if static.by_design else max(static.severity, dynamic.severity)
     return replace(static, source="both", severity=severity, evidence=evidence)
 
 
@@ -68,7 +66,7 @@ def _weighed(finding: Finding, result: TargetResult | None, keep_static_errors: 
     if result is None:
         return finding
     how = result.refuted.get(finding.code)
-    if how is None and result.status == "passed" and catalogue.by_design(finding.code, finding.severity):
+    if how is None and result.status == "passed" and finding.by_design:
         how = DESIGN_CONFIRMED  # the reference ran the declared design (e.g. T5's scale 1) and matched
     if how is None:
         return replace(finding, evidence=[*finding.evidence, UNSEEN_NOTE])

@@ -31,7 +31,7 @@ from attncheck.prefilter import could_have_findings
 from attncheck.sources import FileError, Source, from_bytes, python_syntax_error, read_path, read_regular, syntax_error
 from attncheck.static import deadline
 from attncheck.static.result import FileResult
-from attncheck.suppressions import unknown_codes
+from attncheck.suppressions import unknown_codes, unsuppressed
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor
@@ -359,8 +359,8 @@ def _run(items: list[Item], settings: Settings, static_only: bool, jobs: int, wa
         targets = sum(len(r.targets) for r in results)
         progress(f"dynamic checks of {targets} targets (each up to {settings.timeout:g} s)")
         dynamic, outcome.targets = _run_dynamic(results, settings, jobs, warn)
-        dynamic = [f for f in dynamic if settings.enabled(f.code)]
         dynamic = _kept(dynamic, None, settings)
+        dynamic = _unsuppressed_dynamic(dynamic, results)
     static = [f for result in results for f in result.findings]
     outcome.findings = withhold(sorted(merge(static, dynamic, outcome.targets, settings.isolated), key=_order))
     paths = {f.path for f in outcome.findings}
@@ -376,6 +376,19 @@ def _kept(findings: Sequence[Finding], path: str | None, settings: Settings) -> 
         if settings.enabled(finding.code) and not any(finding.code.startswith(code) for code in off):
             kept.append(finding)
     return kept
+
+
+def _unsuppressed_dynamic(dynamic: Sequence[Finding], results: Sequence[FileResult]) -> list[Finding]:
+    """The dynamic findings that no suppression comment on their line hides, as for static ones."""
+    sources = {r.source.path: r.source for r in results}
+    by_path: dict[str, list[Finding]] = {}
+    for finding in dynamic:
+        by_path.setdefault(finding.path, []).append(finding)
+    return [
+        kept
+        for path, found in by_path.items()
+        for kept in (unsuppressed(found, sources[path]) if path in sources else found)
+    ]
 
 
 def _skipped(results: Sequence[FileResult], reason: str) -> list[TargetResult]:

@@ -7,7 +7,8 @@ concise FILE``: ``--no-cache``, as for a file just changed) and ``ruff check --n
 FILE``, each a fresh process as pre-commit starts it, alternating so both see the same load,
 and prints the best and the median wall time of each and attncheck's as a ratio to ruff's.
 The targets (issue 19): under 0.25 s with attention, under 0.15 s without, best of the runs.
-A bare ``python -c pass`` is timed too: the floor every Python tool pays.
+A bare ``python -c pass`` is timed too: the floor every Python tool pays; and ``import libcst,
+click`` (row ``imports``): the floor of a lint with attention, whose rules read libcst trees.
 
 Bytecode is written and used, as in any installed package (``PYTHONDONTWRITEBYTECODE`` is
 dropped; the ``.pyc`` files go to a scratch ``PYTHONPYCACHEPREFIX``), and one run of each
@@ -84,6 +85,8 @@ def main(runs: int) -> None:
         print(f"{'file':<14}{'tool':<11}{'best s':>8}{'median s':>10}{'cpu s':>9}"
               f"{'wall/ruff':>10}{'cpu/ruff':>9}{'target':>8}")
         print(row("-", "python", [timed([sys.executable, "-c", "pass"], folder, env) for _ in range(runs)]))
+        floor = [sys.executable, "-c", "import libcst, click"]
+        print(row("-", "imports", [timed(floor, folder, env) for _ in range(runs)]))
         for label, name in (("attention", "attention.py"), ("no attention", "plain.py")):
             ours, theirs = [], []
             for _ in range(runs):

@@ -56,7 +56,7 @@ def test_crash_inside_forward_is_att901_with_the_line(tmp_path):
     assert results[0].status == "failed"
     assert [f.code for f in findings] == ["ATT901"]
     assert "AttributeError" in findings[0].message and "(line 11)" in findings[0].message
-    assert findings[0].span.line == 5
+    assert findings[0].span.line == 11  # at the line that raised, not at the class (line 5)
 
 
 def test_unbindable_constructor_is_skipped_with_a_hint_and_declaration_fixes_it(tmp_path):

@@ -54,14 +54,23 @@ def test_same_code_seen_both_ways_is_one_finding_from_both(in_process):
 
 
 def test_static_finding_a_passing_check_could_not_see_keeps_its_severity(in_process):
-    """The comment says 1 = masked and the code masks the zeros: the mask probes accept whichever
-    convention matches, so their passing proves nothing about ATT304 (issue 16: it stays an error)."""
-    outcome = _run(FIXTURES / "buggy" / "mask_polarity_comment.py")
+    """No Q/K/V projection: the reference is built the same way and matches, so the passing check
+    proves nothing about ATT101: it keeps its severity, never info (issue 16)."""
+    outcome = _run(FIXTURES / "buggy" / "merge_att101_no_projection.py")
     (finding,) = outcome.findings
     assert [t.status for t in outcome.targets] == ["passed"]
-    assert (finding.code, finding.severity, finding.source) == ("ATT304", Severity.ERROR, "static")
+    assert (finding.code, finding.severity, finding.source) == ("ATT101", Severity.WARNING, "static")
     assert finding.evidence[-1] == UNSEEN_NOTE
     assert pipeline.has_problems(outcome)
+
+
+def test_a_mask_convention_stated_in_chinese_is_judged_both_ways(in_process):
+    """The comment says 1 = masked (seed 004, in Chinese) and the code masks the zeros: the mask
+    probes expect the convention the comment states, so the mistake is seen from both sides."""
+    outcome = _run(FIXTURES / "buggy" / "mask_polarity_comment.py")
+    (finding,) = outcome.findings
+    assert [t.status for t in outcome.targets] == ["failed"]
+    assert (finding.code, finding.severity, finding.source) == ("ATT304", Severity.ERROR, "both")
 
 
 def test_a_dynamic_mutant_does_not_raise_a_static_by_design_verdict(in_process):

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from attncheck.dynamic.binding.mask_docs import documented_convention
+from attncheck.dynamic.binding.mask_docs import documented_convention, documented_shape, mask_comments
 from attncheck.dynamic.probes.masks import CONVENTIONS, SHAPES, _mask_in, _shaped
 from attncheck.dynamic.reference import mha as reference
 from attncheck.dynamic.reference.tolerance import max_error, tolerance
@@ -90,3 +90,18 @@ def test_documented_convention():
     assert documented_convention("attn_mask: True = masked, as in nn.MultiheadAttention") == "blocked"
     assert documented_convention("1 marks padding tokens") == "blocked"
     assert documented_convention("Multi-head attention.") is None
+
+
+def test_documented_convention_in_chinese_and_in_comments_about_the_mask():
+    assert documented_convention("mask 中 True/1 表示需要屏蔽的位置") == "blocked"
+    assert documented_convention("mask: 1 表示保留的位置, 0 表示填充") == "keep"
+    # other comments of the class say nothing about the mask's values
+    assert mask_comments("pad 1 token for the cls\nmask: True = masked\nscale by 1/sqrt(d)") == "mask: True = masked"
+    assert documented_convention(mask_comments("pad 1 token for the cls")) is None
+
+
+def test_documented_shape_in_brackets():
+    docs = "mask: [batch_size, seq_len_q, seq_len_k] 或 [batch_size, 1, seq_len_k]"
+    assert documented_shape(docs, "mask") == "bqk"
+    assert documented_shape("mask: (batch, 1, 1, seq_k)", "mask") == "b11k"
+    assert documented_shape("mask[:, :, n:] = 0", "mask") is None  # indexing, not a shape

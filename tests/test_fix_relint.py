@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
-from tests.test_cli import invoke
+import pytest
+
+from tests.test_cli import invoke, subprocess_run
 
 MODEL = """import torch
 
@@ -48,3 +51,26 @@ def test_fix_reports_the_remaining_findings_where_they_now_are(tmp_path):
     assert remaining == [("ATT201", 11, False), ("ATT201", 17, False), ("ATT204", 17, False)]
     assert lines[10].strip() == "scores = q @ k.transpose(-2, -1)"  # line 11 of the file as written
     assert "1 fixed, 3 remaining" in result.stderr
+
+
+CRASHING_FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "buggy" / "sqrt_of_dimension.py"
+
+
+@pytest.mark.sandbox
+def test_fix_runs_the_dynamic_check_again_on_what_it_wrote(tmp_path):
+    (tmp_path / "model.py").write_text(CRASHING_FIXTURE.read_text())
+    before = _dynamic_json(tmp_path)
+    assert [t["status"] for t in before["targets"]] == ["failed"]  # every forward raises in torch.sqrt
+    assert [(f["code"], f["source"]) for f in before["findings"]] == [("ATT204", "both")]
+
+    after = _dynamic_json(tmp_path, "--fix")
+    assert "math.sqrt(self.d_k)" in (tmp_path / "model.py").read_text()
+    assert [t["status"] for t in after["targets"]] == ["passed"]  # judged as written, not as it was
+    assert after["findings"] == []
+
+
+def _dynamic_json(folder, *args: str) -> dict:
+    ran = subprocess_run("-m", "attncheck", "--no-cache", "--format", "json", "--device", "cpu", *args, "model.py",
+                         cwd=folder)
+    assert "Traceback" not in ran.stderr, ran.stderr
+    return json.loads(ran.stdout)

@@ -19,7 +19,6 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from attncheck import catalogue
 from attncheck.catalogue import CODES
 from attncheck.dynamic import codes
 from attncheck.dynamic.binding.bind import Binding, bind
@@ -213,7 +212,7 @@ def judge(
     findings: list[Finding] = []
     # the mistakes the static pass claims; a by-design verdict (a declared unit scale) claims none
     static_codes = {
-        f.code for f in result.findings if f.target == target.name and not catalogue.by_design(f.code, f.severity)
+        f.code for f in result.findings if f.target == target.name and not f.by_design
     }
     judging = Judge(target_plan, facts, tensors, static_codes)
     for verdict in judging.verdicts():
@@ -255,7 +254,8 @@ def _unbound(
         crash = (codes.FORWARD_CRASH, message)
         code, text = (named.code, f"{named.message} (line {error['line']})") if named else crash
         evidence = [f"bound with {crashes[0]['label']}", f"raised at line {error['line']}"]
-        finding = _finding(code, text, target, result, evidence)
+        # at the line that raised, where the user reads it and where a suppression comment applies
+        finding = _finding(code, text, target, result, evidence, line=error["line"])
         return TargetResult(target, "failed", message, [check], device), [finding]
     tried = "; ".join(
         f"{a['label']}: {a['stage']} raised {a['error']['type']}: {a['error']['message']}" for a in attempts
@@ -269,13 +269,15 @@ def _source_line(result: FileResult, line: int | None) -> str:
     return lines[line - 1] if line and 0 < line <= len(lines) else ""
 
 
-def _finding(code: str, message: str, target: Target, result: FileResult, evidence: list[str]) -> Finding:
+def _finding(code: str, message: str, target: Target, result: FileResult, evidence: list[str],
+             line: int | None = None) -> Finding:
+    """A dynamic finding, at ``line`` of the checked file when one is known, else at its target."""
     return Finding(
         code,
         CODES[code].severity,
         message,
         result.source.path,
-        result.source.locate(target.line),
+        result.source.locate(line or target.line),
         source="dynamic",
         target=target.name,
         evidence=evidence,

@@ -86,6 +86,7 @@ class FileContext:
         hint: str | None = None,
         evidence: list[str] | None = None,
         fix: tuple[Edit, ...] = (),
+        by_design: bool = False,
     ) -> None:
         target = None
         if self.klass is not None:
@@ -103,5 +104,6 @@ class FileContext:
                 hint=hint,
                 evidence=evidence or [],
                 fix=fix,
+                by_design=by_design,
             )
         )

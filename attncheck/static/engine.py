@@ -17,8 +17,7 @@ from functools import partial
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from attncheck.findings import Finding, Span, Target
-from attncheck.line_table import split_lines
+from attncheck.findings import Finding, Target
 from attncheck.sources import Source
 from attncheck.static import deadline, rule_timing
 from attncheck.static.context import FileContext
@@ -29,7 +28,7 @@ from attncheck.static.targets import find_targets
 from attncheck.static.tree import fast_tree, walk
 from attncheck.static.tree.layout import Layout
 from attncheck.static.tree.regions import Reduced, attention_regions
-from attncheck.suppressions import SUPPRESSION as _SUPPRESSION
+from attncheck.suppressions import unsuppressed
 
 
 class LazyMetadata(Mapping[type, Mapping[cst.CSTNode, object]]):
@@ -242,39 +241,6 @@ def _lint_module(
         walk.visit_batched(module, [_ScopeTracker(context), *running], LazyMetadata(module, providers, positions))
         if times_file is not None:
             rule_timing.append(times_file, source.path, seconds)
-    result.findings = _unsuppressed(context.findings, source)
+    result.findings = unsuppressed(context.findings, source)
     result.targets = find_targets(context)
     return result
-
-
-def _unsuppressed(findings: Sequence[Finding], source: Source) -> list[Finding]:
-    if not findings:
-        return []  # most files: no need to read their comments
-    lines = split_lines(source.text)
-    suppressed: dict[int, set[str] | None] = {}
-    for number, text in enumerate(lines, start=1):
-        if "#" not in text:
-            continue
-        for match in _SUPPRESSION.finditer(text):
-            codes = match.group("codes") or match.group("noqa")
-            if codes is None:
-                suppressed[number] = None  # every code
-            elif suppressed.get(number, set()) is not None:
-                parsed = {c.strip().upper() for c in codes.split(",") if c.strip()}
-                suppressed.setdefault(number, set()).update(parsed)
-
-    def hidden(finding: Finding) -> bool:
-        line = _file_line(finding.span, source)
-        if line not in suppressed:
-            return False
-        codes = suppressed[line]
-        return codes is None or any(finding.code.startswith(code) for code in codes)
-
-    return [f for f in findings if not hidden(f)]
-
-
-def _file_line(span: Span, source: Source) -> int:
-    if span.cell is None:
-        return span.line
-    start = next(start for start, cell in source.cells if cell == span.cell)
-    return start + span.line - 1

@@ -96,8 +96,9 @@ class Rule(cst.BatchableCSTVisitor):
         hint: str | None = None,
         evidence: Sequence[str] = (),
         fix: Sequence[Edit] = (),
+        by_design: bool = False,
     ) -> None:
-        """Record a finding at ``node``'s position, in the user's coordinates."""
+        """Record a finding at ``node``'s position, in the user's coordinates (``by_design``: see Finding)."""
         position = self.get_metadata(PositionProvider, node)
         self.context.add(
             code=self.code,
@@ -108,4 +109,5 @@ class Rule(cst.BatchableCSTVisitor):
             hint=hint,
             evidence=list(evidence),
             fix=tuple(fix),
+            by_design=by_design,
         )

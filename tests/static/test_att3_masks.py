@@ -10,8 +10,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from attncheck.line_table import split_lines
+from attncheck.mask_wording import _clauses_verdict, declared_blocked
 from attncheck.static.rules.att3_masks.mask_fill_value import MaskFillValue
-from attncheck.static.rules.att3_masks.mask_polarity import _COMMENT, _clauses_verdict, declared_blocked
+from attncheck.static.rules.att3_masks.mask_polarity import _COMMENT
 from tests.conftest import lint_text
 from tests.static.test_att1_head_layout import apply_fixes, expected, fixture_params, reported
 

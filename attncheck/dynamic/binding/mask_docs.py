@@ -10,36 +10,36 @@ from __future__ import annotations
 import re
 from typing import Literal
 
+from attncheck.mask_wording import declared_blocked
+
 MaskConvention = Literal["keep", "blocked", "additive"]
 MaskShape = Literal["b11k", "bk", "bqk", "b1qk"]
 
-_KEEP_DOC = re.compile(
-    r"(true|1|ones?)\s*(?:=|:|->|means|marks|for|indicates|is|are)?\s*(?:the\s+)?(?:positions?\s+|tokens?\s+|keys?\s+)?"
-    r"(?:to\s+|that\s+(?:are\s+|should\s+be\s+)?)?(keep|kept|attend|visible|valid|allowed|real)",
-    re.IGNORECASE,
-)
-_BLOCKED_DOC = re.compile(
-    r"(true|1|ones?)\s*(?:=|:|->|means|marks|for|indicates|is|are)?\s*(?:the\s+)?(?:positions?\s+|tokens?\s+|keys?\s+)?"
-    r"(?:to\s+|that\s+(?:are\s+|should\s+be\s+)?)?(?:be\s+)?(mask|ignor|block|pad|hidden|not\s+attend|drop)",
-    re.IGNORECASE,
-)
+_ABOUT_A_MASK = re.compile(r"mask|掩码|遮罩", re.IGNORECASE)
 
 
 def documented_convention(docs: str) -> MaskConvention | None:
-    """The mask convention a docstring states ("True = keep", "1 marks padding"...), if exactly one."""
-    keep, blocked = bool(_KEEP_DOC.search(docs)), bool(_BLOCKED_DOC.search(docs))
-    if keep == blocked:
+    """The mask convention a docstring states ("True = keep", "1 marks padding", "1 表示需要屏蔽"), if
+    it states exactly one: the wording is read as the static rule ATT304 reads it."""
+    blocked = declared_blocked(docs)
+    if blocked is None:
         return None
-    return "keep" if keep else "blocked"
+    return "blocked" if blocked == "ones" else "keep"
 
 
-_SHAPE = r"\(([^()]*)\)"
+def mask_comments(comments: str) -> str:
+    """The comment lines that speak of a mask: a class's other comments ("# pad 1 token") say
+    nothing about its mask's values and must not be read as if they did."""
+    return "\n".join(line for line in comments.splitlines() if _ABOUT_A_MASK.search(line))
+
+
+_SHAPE = r"[(\[]([^()\[\]]*)[)\]]"  # (batch, src_len) or [batch_size, seq_len]
 _BATCH_WORDS = re.compile(r"^(b|n|bs|bsz|batch|batch_size|nbatches|num_batches)$", re.IGNORECASE)
 
 
 def documented_shape(docs: str, mask_name: str) -> MaskShape | None:
     """The shape the documentation gives ``mask_name`` (``(batch, src_len)`` is (b, k)), if it gives one."""
-    match = re.search(rf"\b{re.escape(mask_name)}\b[^()\n]{{0,60}}{_SHAPE}", docs)
+    match = re.search(rf"\b{re.escape(mask_name)}\b[^()\[\]\n]{{0,60}}{_SHAPE}", docs)
     if match is None:
         return None
     parts = [part.strip() for part in match.group(1).split(",") if part.strip()]

@@ -17,7 +17,7 @@ import torch
 
 from attncheck.dynamic import codes
 from attncheck.dynamic.binding.bind import Binding, MaskConvention
-from attncheck.dynamic.binding.mask_docs import documented_convention
+from attncheck.dynamic.binding.mask_docs import documented_convention, mask_comments
 from attncheck.dynamic.diagnosis import explain
 from attncheck.dynamic.probes.base import BATCH, FunctionProbe, JudgeView, Outcome, Planner
 from attncheck.dynamic.reference.tolerance import max_error
@@ -190,7 +190,7 @@ def _refused_mask(view: JudgeView, combos: list[str], ran: list[str]) -> Outcome
 
 def mask_docs(view: JudgeView) -> str:
     """Where the module states its mask convention: its docstrings and its comments."""
-    return "\n".join(filter(None, [view.docs(), view.facts.get("comments")]))
+    return "\n".join(filter(None, [view.docs(), mask_comments(view.facts.get("comments") or "")]))
 
 
 def choose_combo(matches: list[str], documented: MaskConvention | None, ran: list[str]) -> str:

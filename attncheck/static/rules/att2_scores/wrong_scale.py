@@ -192,6 +192,7 @@ class WrongScale(Rule):
                 + "; without 1/sqrt(head_dim) the softmax saturates as head_dim grows",
                 severity=Severity.WARNING if design else None,
                 fix=() if design else scale_fixes.add_scale(self, sem, pipeline),
+                by_design=design is not None,
             )
             return
         factor, term = found[0]
@@ -214,9 +215,10 @@ class WrongScale(Rule):
         message: str,
         severity: Severity | None = None,
         fix: tuple[Edit, ...] = (),
+        by_design: bool = False,
     ) -> None:
         anchor = syntax.located(self, node, pipeline.products[0], pipeline.softmax.call)
-        self.report(anchor, message, severity=severity, hint=_HINT, fix=fix)
+        self.report(anchor, message, severity=severity, hint=_HINT, fix=fix, by_design=by_design)
 
 
 def _root(term: Term) -> str:

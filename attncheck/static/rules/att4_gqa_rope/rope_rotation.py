@@ -232,6 +232,7 @@ class RopeRotation(Rule):
             + (" (documented as intended: consistent on q and k it keeps relative positions, "
                "but it only matches checkpoints trained with the same convention)" if documented else ""),
             severity=Severity.WARNING if documented else None,
+            by_design=documented,
             hint="return torch.cat((-x2, x1), dim=-1)" if rotation.layout == rp.HALF
             else "return torch.stack((-x2, x1), dim=-1).flatten(-2)",
         )

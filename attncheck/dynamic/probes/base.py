@@ -166,6 +166,13 @@ def plans_nothing(planner: Planner) -> None:
     """``plan`` of a probe that judges runs planned for every target (the plain run) or the child's facts."""
 
 
+def outcome(name: str, held: bool, detail: str, code: str, message: str) -> Outcome:
+    """Check ``name`` passed when the property ``held``, else failed with the finding ``code``."""
+    if held:
+        return Check(name, "passed", detail), None, ""
+    return Check(name, "failed", detail), code, message
+
+
 def as_list(outcome: Outcome | None) -> list[Outcome]:
     """A ``verdict`` that may be None (probe not planned) as ``judge``'s list."""
     return [] if outcome is None else [outcome]

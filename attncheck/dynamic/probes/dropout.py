@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from attncheck.dynamic import codes
-from attncheck.dynamic.probes.base import FunctionProbe, JudgeView, Outcome, Planner, every_target
+from attncheck.dynamic.probes.base import FunctionProbe, JudgeView, Outcome, Planner, every_target, outcome
 from attncheck.findings import Check
 
 
@@ -38,11 +38,8 @@ def _eval_determinism(view: JudgeView) -> Outcome:
     a, b = view.output("eval-a").nan_to_num(0.0), view.output("eval-b").nan_to_num(0.0)
     change = float((a - b).abs().max()) if a.shape == b.shape else float("inf")
     detail = f"two eval-mode calls differ by {change:.3g}"
-    if change == 0.0:
-        return Check("eval-deterministic", "passed", detail), None, ""
-    return (
-        Check("eval-deterministic", "failed", detail),
-        codes.EVAL_NONDETERMINISM,
+    return outcome(
+        "eval-deterministic", change == 0.0, detail, codes.EVAL_NONDETERMINISM,
         f"output differs by {change:.3g} between two eval-mode calls (dropout or randomness active in eval mode)",
     )
 
@@ -59,11 +56,8 @@ def _dropout_active(view: JudgeView) -> Outcome:
         f"dropout set to 0.5: two train-mode calls {'differ' if differ else 'are identical'}; "
         f"dropout modules: {dropout.get('modules', 0)}, called {dropout.get('calls', 0)} times"
     )
-    if differ:
-        return Check("dropout-active", "passed", detail), None, ""
-    return (
-        Check("dropout-active", "failed", detail),
-        "ATT103",
+    return outcome(
+        "dropout-active", differ, detail, "ATT103",
         "attention dropout never takes effect: with p=0.5 two train-mode calls give identical "
         f"outputs (dropout modules called {dropout.get('calls', 0)} times)",
     )

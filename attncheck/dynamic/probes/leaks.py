@@ -18,7 +18,16 @@ import numpy as np
 import torch
 
 from attncheck.dynamic import codes
-from attncheck.dynamic.probes.base import SEQ_Q, SEQ_SELF, FunctionProbe, JudgeView, Outcome, Planner, every_target
+from attncheck.dynamic.probes.base import (
+    SEQ_Q,
+    SEQ_SELF,
+    FunctionProbe,
+    JudgeView,
+    Outcome,
+    Planner,
+    every_target,
+    outcome,
+)
 from attncheck.dynamic.reference import variant_fit
 from attncheck.dynamic.reference.tolerance import max_error
 from attncheck.findings import Check
@@ -75,9 +84,7 @@ def _unchanged(view: JudgeView, name: str, baseline: str, rows: Any) -> float | 
 def _within_tolerance(view: JudgeView, name: str, change: float, detail: str, code: str, leak: str) -> Outcome:
     """Passed when a perturbation moved the guarded outputs by at most the tolerance;
     else the finding ``code``, whose message is ``leak`` with the tolerance."""
-    if change <= view.tol:
-        return Check(name, "passed", detail), None, ""
-    return Check(name, "failed", detail), code, f"{leak} (tolerance {view.tol:g})"
+    return outcome(name, change <= view.tol, detail, code, f"{leak} (tolerance {view.tol:g})")
 
 
 def _batch_independence(view: JudgeView) -> Outcome:
@@ -124,11 +131,8 @@ def _permutation(view: JudgeView) -> Outcome:
     permutation = torch.from_numpy(view.plan.keep["permutation"])
     change = max_error(view.output("permuted"), view.output("plain")[:, permutation])
     detail = f"permuting the tokens permutes the output up to {change:.3g}"
-    if change <= view.tol:
-        return Check(name, "passed", detail), None, ""
-    return (
-        Check(name, "failed", detail),
-        codes.QUERY_LEAK,
+    return outcome(
+        name, change <= view.tol, detail, codes.QUERY_LEAK,
         f"token positions leak into each other: permuting the input does not permute the output "
         f"(error {change:.3g}, tolerance {view.tol:g})",
     )

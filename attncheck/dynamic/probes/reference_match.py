@@ -16,7 +16,16 @@ import torch
 from attncheck.dynamic import codes
 from attncheck.dynamic.binding.weights import Assignment, assignments, layers_from
 from attncheck.dynamic.diagnosis import explain
-from attncheck.dynamic.probes.base import SEQ_K, SEQ_Q, FunctionProbe, JudgeView, Outcome, every_target, plans_nothing
+from attncheck.dynamic.probes.base import (
+    SEQ_K,
+    SEQ_Q,
+    FunctionProbe,
+    JudgeView,
+    Outcome,
+    every_target,
+    outcome,
+    plans_nothing,
+)
 from attncheck.dynamic.reference import mha as reference
 from attncheck.dynamic.reference import unmodelled
 from attncheck.dynamic.reference.tolerance import max_error
@@ -37,13 +46,8 @@ def judge(view: JudgeView) -> list[Outcome]:
 def _shape(view: JudgeView) -> Outcome:
     got, expected = tuple(view.facts["experiments"]["plain"]["shape"]), view.expected_shape()
     detail = f"output shape {got}, expected {expected}"
-    if got == expected:
-        return Check("output-shape", "passed", detail), None, ""
-    return (
-        Check("output-shape", "failed", detail),
-        codes.OUTPUT_SHAPE,
-        f"output shape {got} differs from the expected {expected}",
-    )
+    return outcome("output-shape", got == expected, detail, codes.OUTPUT_SHAPE,
+                   f"output shape {got} differs from the expected {expected}")
 
 
 def _reference(view: JudgeView) -> Outcome:

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from attncheck.dynamic.binding.mask_docs import documented_shape, mask_comments
-from attncheck.dynamic.probes.judge import CONVENTIONS, SHAPES, _mask_in, _shaped, documented_convention
+from attncheck.dynamic.binding.mask_docs import documented_convention, documented_shape, mask_comments
+from attncheck.dynamic.probes.masks import CONVENTIONS, SHAPES, _mask_in, _shaped
 from attncheck.dynamic.reference import mha as reference
 from attncheck.dynamic.reference.tolerance import max_error, tolerance
 

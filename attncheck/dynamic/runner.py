@@ -24,6 +24,7 @@ from attncheck.dynamic import codes
 from attncheck.dynamic.binding.bind import Binding, bind
 from attncheck.dynamic.diagnosis import crashes as crashes_module
 from attncheck.dynamic.diagnosis import fault
+from attncheck.dynamic.harness import protocol
 from attncheck.dynamic.loading import failures
 from attncheck.dynamic.loading import request as loading_request
 from attncheck.dynamic.probes import evidence
@@ -183,10 +184,16 @@ def _device(wanted: str) -> str:
 def _judged(
     target_plan: Plan, facts: dict[str, Any], tensors: dict[str, torch.Tensor], result: FileResult
 ) -> tuple[TargetResult, list[Finding]]:
-    """``judge``, where a fault of attncheck's own judging ends this target in an error, not the
-    whole dynamic stage (every target of every file) as it would by raising."""
+    """``judge`` of the facts checked against ``protocol.ReplyFacts``; a malformed reply, or a fault of
+    attncheck's own judging, ends this target in an error, not the whole dynamic stage (every target
+    of every file) as it would by raising."""
     try:
-        return judge(target_plan, facts, tensors, result)
+        checked = protocol.reply_facts(facts)
+    except protocol.ReplyError as error:
+        reason = f"the child's reply is malformed: {error}"
+        return TargetResult(target_plan.binding.target, "error", reason), []
+    try:
+        return judge(target_plan, checked, tensors, result)
     except Exception as error:
         if os.environ.get("ATTNCHECK_DEBUG") == "1":
             raise
@@ -195,7 +202,7 @@ def _judged(
 
 
 def judge(
-    target_plan: Plan, facts: dict[str, Any], tensors: dict[str, torch.Tensor], result: FileResult
+    target_plan: Plan, facts: protocol.ReplyFacts, tensors: dict[str, torch.Tensor], result: FileResult
 ) -> tuple[TargetResult, list[Finding]]:
     """The TargetResult and findings for one answered target."""
     target = target_plan.binding.target
@@ -233,7 +240,7 @@ def judge(
 
 
 def _unbound(
-    binding: Binding, facts: dict[str, Any], result: FileResult, device: str | None
+    binding: Binding, facts: protocol.ReplyFacts, result: FileResult, device: str | None
 ) -> tuple[TargetResult, list[Finding]]:
     """No candidate forwarded: a crash inside the user's code, or a binding that does not fit."""
     target = binding.target

@@ -31,6 +31,8 @@ FUNCTION_KNOBS = frozenset({"inputs", "split", "merge", "output"})
 """Knobs a bare attention function on (b, h, s, dh) cannot turn: it has no projections or head split."""
 
 FALLBACK = codes.REFERENCE_MISMATCH
+DIAGNOSED_CODES = tuple(sorted({mutant.code for mutant in MUTANTS}))
+"""Every code a diagnosis can name: what a probe that reports the diagnosis declares."""
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,10 @@
 """The probe contract: what a probe declares, when it applies, what it asks the child, how it judges.
 
 A probe is one module under ``dynamic/probes/`` holding a ``PROBE`` object that satisfies
-:class:`Probe`. ``registry.PROBES`` finds them; ``judge.plan`` lets each wanted probe add its
-experiments through a :class:`Planner`, and ``judge.Judge`` hands each a :class:`JudgeView` of
-the child's replies. Both sides are typed here so that a probe never reaches into the judge.
+:class:`Probe`. ``registry.all_probes`` finds them; ``judge.plan`` draws a target's plain inputs
+and lets each wanted probe add its experiments through a :class:`Planner`, and ``judge.Judge``
+hands each a :class:`JudgeView` of the child's replies. Both sides are typed here so that a probe
+never reaches into the judge.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import torch
 
 from attncheck.dynamic.binding.bind import Binding
 from attncheck.dynamic.binding.weights import Assignment
-from attncheck.dynamic.harness.protocol import Experiment
+from attncheck.dynamic.harness.protocol import Experiment, ReplyFacts
 from attncheck.dynamic.probes.sizes import DEFAULT, Sizes
 from attncheck.dynamic.reference import mha as reference
 from attncheck.dynamic.reference.rope import RopeSpec
@@ -26,7 +27,6 @@ from attncheck.dynamic.reference.variants import Variant
 from attncheck.findings import Check
 
 Outcome = tuple[Check, str | None, str]  # a check, and when it failed the code and message of its finding
-
 
 @dataclass
 class Plan:
@@ -68,13 +68,31 @@ class Planner(Protocol):
     binding: Binding
     plain: dict[str, str]  # role -> tensor name of the plain run's inputs
     base: np.ndarray  # the plain query input, (batch, seq, d) or (batch, heads, seq, dh)
-    masks: dict[str, str]  # "shape/convention" -> tensor name of the padding masks planned
+    arrays: tuple[np.ndarray, np.ndarray, np.ndarray]  # the plain query, key and value inputs
+    names: tuple[str, str, str]  # their tensor names
     positions: tuple[int, int]  # (batch, seq) of the plain query
     sizes: Sizes  # the run's batch and sequence lengths (``sizes.drawn`` under ``attncheck grade``)
+    rng: np.random.Generator  # the target's seeded generator, shared in planning order (``registry``)
+    keep: dict[str, np.ndarray]  # parent-only arrays the probe's judge reads back from ``Plan.keep``
+
+    @property
+    def masks(self) -> dict[str, str]:
+        """"shape/convention" -> tensor name of the padding masks planned so far."""
+        ...
 
     def tensor(self, name: str, value: np.ndarray) -> str: ...
-    def random(self, length: int) -> np.ndarray: ...  # seeded inputs of another length, shaped as ``base``
     def add(self, name: str, inputs: dict[str, str], mask: str | None = None, **options: Any) -> None: ...
+    def inputs(self, query: str, key: str, value: str) -> dict[str, str]:
+        """Role -> tensor name for the target's forward, from tensors named by query, key and value."""
+        ...
+
+    def random(self, length: int) -> np.ndarray:
+        """A fresh input like the plain query, ``length`` tokens long."""
+        ...
+
+    def perturbed(self, base: np.ndarray, where: tuple) -> np.ndarray:
+        """A copy of ``base`` with noise at index ``where`` of (batch, position)."""
+        ...
 
 
 class JudgeView(Protocol):
@@ -88,11 +106,16 @@ class JudgeView(Protocol):
     declared_readings: Sequence[Fit]  # when nothing fits: the declared variant's readings, closest first
     binding: Binding
     plan: Plan
-    facts: dict[str, Any]
+    facts: ReplyFacts  # the child's reply for this target, checked
     out: dict[str, torch.Tensor]
     experiments: dict[str, Experiment]
+    unmodelled: str  # why the reference cannot model this target, noted by the reference probe
 
     def is_causal(self) -> tuple[bool, str]: ...
+    def docs(self) -> str: ...
+    def expected_shape(self) -> tuple[int, ...]: ...
+    def lengths(self) -> tuple[int, int]: ...  # (query, key) lengths of the plain run
+    def describe_fit(self) -> str: ...
     def ran(self, name: str) -> bool: ...
     def output(self, name: str) -> torch.Tensor: ...
     def role_inputs(self, name: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
@@ -104,12 +127,15 @@ class Probe(Protocol):
     """One property checked on a bound target.
 
     ``order`` places its checks among the other probes' (a probe that defers to another's codes
-    comes after it); ``codes`` are the catalogue codes its findings may carry.
+    comes after it); ``plan_order``, when set, plans it at another place than it is judged (the
+    probes draw from one generator, so this order fixes every input); ``codes`` are the catalogue
+    codes its findings may carry.
     """
 
     name: str
     codes: tuple[str, ...]
     order: int
+    plan_order: int | None
 
     def wanted(self, binding: Binding) -> bool: ...
     def plan(self, planner: Planner) -> None: ...
@@ -126,11 +152,23 @@ class FunctionProbe:
     wanted: Callable[[Binding], bool]
     plan: Callable[[Planner], None]
     judge: Callable[[JudgeView], list[Outcome]]
+    plan_order: int | None = None
 
 
 def every_target(binding: Binding) -> bool:
     """``wanted`` of a probe planned for every bound target."""
     return True
+
+
+def plans_nothing(planner: Planner) -> None:
+    """``plan`` of a probe that judges runs planned for every target (the plain run) or the child's facts."""
+
+
+def outcome(name: str, held: bool, detail: str, code: str, message: str) -> Outcome:
+    """Check ``name`` passed when the property ``held``, else failed with the finding ``code``."""
+    if held:
+        return Check(name, "passed", detail), None, ""
+    return Check(name, "failed", detail), code, message
 
 
 def as_list(outcome: Outcome | None) -> list[Outcome]:

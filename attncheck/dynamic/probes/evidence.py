@@ -17,16 +17,18 @@ from typing import Any
 
 import torch
 
+from attncheck.dynamic.binding.mask_docs import documented_convention
 from attncheck.dynamic.diagnosis import explain
 from attncheck.dynamic.diagnosis.diagnose import comparable_rows
-from attncheck.dynamic.probes.judge import CONVENTIONS, SHAPES, documented_convention
+from attncheck.dynamic.probes.base import JudgeView
+from attncheck.dynamic.probes.masks import CONVENTIONS, SHAPES, choose_combo, mask_docs
 from attncheck.dynamic.reference.mutants import REFERENCE, Case, Setting, Stages
 
 MARGIN = 10.0  # a mutant must differ by this many tolerances (and at least FLOOR) to count as visible
 FLOOR = 1e-4
 
 
-def refuted(judge: Any, checks: Collection[Any]) -> dict[str, str]:
+def refuted(judge: JudgeView, checks: Collection[Any]) -> dict[str, str]:
     """Static codes of the judge's target that its experiments could see and did not see, each with
     how it could see it. ``checks`` are the target's finished checks (``findings.Check``)."""
     wanted = set(judge.static_codes)
@@ -45,12 +47,12 @@ def refuted(judge: Any, checks: Collection[Any]) -> dict[str, str]:
     return found
 
 
-def _fully_masked(judge: Any, passed: dict[str, str]) -> str | None:
+def _fully_masked(judge: JudgeView, passed: dict[str, str]) -> str | None:
     detail = passed.get("fully-masked-rows")
     return f"the fully masked probe ran and held: {detail}" if detail else None
 
 
-def _documented_polarity(judge: Any, passed: dict[str, str]) -> str | None:
+def _documented_polarity(judge: JudgeView, passed: dict[str, str]) -> str | None:
     """ATT304 is about the documented convention: only a mask probe run in that convention sees it."""
     detail = passed.get("mask-convention", "")
     if "documented as" not in detail:
@@ -58,7 +60,7 @@ def _documented_polarity(judge: Any, passed: dict[str, str]) -> str | None:
     return f"the mask probes ran in the documented convention and held ({detail})"
 
 
-def _attention_dropout(judge: Any, passed: dict[str, str]) -> str | None:
+def _attention_dropout(judge: JudgeView, passed: dict[str, str]) -> str | None:
     """Two train-mode calls differ: that proves the attention dropout works only when it is the
     module's one dropout (another, on the output say, would make them differ as well)."""
     detail = passed.get("dropout-active")
@@ -74,7 +76,7 @@ PROBES: dict[str, Callable[[Any, dict[str, str]], str | None]] = {
 """Codes whose evidence is a probe rather than a mutant."""
 
 
-def _by_mutants(judge: Any, codes: set[str]) -> dict[str, str]:
+def _by_mutants(judge: JudgeView, codes: set[str]) -> dict[str, str]:
     """Codes every one of whose mutants the module's matching outputs rule out.
 
     Every one, because a code names a family (ATT101: no Q, no K or no V projection) and the
@@ -109,7 +111,7 @@ def _by_mutants(judge: Any, codes: set[str]) -> dict[str, str]:
     return found
 
 
-def _matching(judge: Any) -> Iterator[tuple[str, Case, torch.Tensor, Setting]]:
+def _matching(judge: JudgeView) -> Iterator[tuple[str, Case, torch.Tensor, Setting]]:
     """The experiments whose output matches the reference, as diagnosis cases: the plain one (and
     self-attention for a cross target), and the masked one in the convention that matched."""
     if judge.fit is None:  # the output shape was wrong: no experiment was compared with the reference
@@ -130,7 +132,7 @@ def _matching(judge: Any) -> Iterator[tuple[str, Case, torch.Tensor, Setting]]:
                 break
 
 
-def _matched_combo(judge: Any) -> str | None:
+def _matched_combo(judge: JudgeView) -> str | None:
     """The mask shape/convention the module matched the reference in, the documented one first."""
     mask = judge.binding.forward.mask_name if judge.binding.forward else None
     if not mask or judge.fit is None:
@@ -139,8 +141,8 @@ def _matched_combo(judge: Any) -> str | None:
     matches = [c for c in ran if judge.masked_error(c) <= judge.tol]
     if not matches:
         return None
-    documented = judge.binding.declared_mask or documented_convention(judge.mask_docs())
-    return judge.choose_combo(matches, documented, ran)
+    documented = judge.binding.declared_mask or documented_convention(mask_docs(judge))
+    return choose_combo(matches, documented, ran)
 
 
 def _gap(output: torch.Tensor, reference_output: torch.Tensor, rows: torch.Tensor) -> float:

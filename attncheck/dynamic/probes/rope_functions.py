@@ -27,7 +27,7 @@ import torch
 
 from attncheck.dynamic.binding.bind import Binding
 from attncheck.dynamic.diagnosis import crashes
-from attncheck.dynamic.harness.protocol import Experiment
+from attncheck.dynamic.harness.protocol import Experiment, ReplyFacts
 from attncheck.dynamic.reference.rope import Fingerprint, basis_inputs, fingerprint, inv_freq, relative_shift_error
 from attncheck.findings import Check, Target
 
@@ -206,7 +206,7 @@ def _variant_print(name: str, layout: str, tensors: dict[str, torch.Tensor]) -> 
 
 
 def judge(
-    rope_plan: RopePlan, facts: dict[str, Any], tensors: dict[str, torch.Tensor], source_text: str
+    rope_plan: RopePlan, facts: ReplyFacts, tensors: dict[str, torch.Tensor], source_text: str
 ) -> tuple[list[Check], str | None, str]:
     """The checks of a rotary function, and the code and message of its finding (None: passed)."""
     experiments = facts.get("experiments", {})

@@ -1,11 +1,12 @@
-"""Checks read from what the module did rather than from what it returned.
+"""The structure probe: checks read from what the module did rather than from what it returned.
 
 The child records which projections ran (``weights``) and every softmax with its
 input shape and axis; the gradients say which parameters reach the output.
 From these, mistakes that the reference comparison cannot name on its own:
 projections defined but never applied (ATT101, ATT102: the output equals the
 reference *without* them, so it "matches"), and a softmax over the wrong axis
-spelled in a way no single mutant reproduces (ATT202).
+spelled in a way no single mutant reproduces (ATT202). Judged for a class whose output a
+reference configuration was fitted to.
 """
 
 from __future__ import annotations
@@ -13,15 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import torch
-
+from attncheck.dynamic.binding.bind import Binding
 from attncheck.dynamic.binding.weights import Assignment
-from attncheck.dynamic.probes.base import Outcome
+from attncheck.dynamic.probes.base import FunctionProbe, JudgeView, Outcome, plans_nothing
 from attncheck.findings import Check
-
-"""A check, the catalogue code when it failed, and the finding's message."""
-
-MISTAKE_PREFIXES = ("ATT1", "ATT2", "ATT3", "ATT4")
 
 
 def unused(grads: Mapping[str, float | None] | None) -> list[str]:
@@ -92,30 +88,19 @@ def softmax_axis(calls: Sequence[Mapping[str, Any]] | None, q_len: int, k_len: i
     )
 
 
-def nan_rows(output: torch.Tensor) -> Outcome:
-    """ATT303 when an unmasked input gives NaN rows: some query sees no key (a causal mask hiding the
-    diagonal, or a -inf fill with no guard)."""
-    name = "finite-output"
-    bad = output.isnan().flatten(2).any(dim=-1)  # (b, q)
-    if not bool(bad.any()):
-        return Check(name, "passed", "the unmasked output is finite"), None, ""
-    rows = sorted({int(q) for q in bad.nonzero()[:, 1]})
-    return (
-        Check(name, "failed", f"query rows {rows} are NaN without any padding mask"),
-        "ATT303",
-        f"query rows {rows} come out NaN with no padding mask: those queries see no key and the softmax "
-        "of an all -inf row is NaN. A query must always see at least itself. Fix: keep the diagonal in "
-        "the causal mask (block with triu(diagonal=1)), or guard fully masked rows.",
-    )
+def wanted(binding: Binding) -> bool:
+    """A class: it has projections to find and records its softmax calls."""
+    return binding.target.is_class
 
 
-def unexplained_message(message: str, properties: Sequence[Check]) -> str:
-    """The ATT903 message with the properties that held and failed, since no mutant matched."""
-    held = [c.name for c in properties if c.status == "passed"]
-    failed = [c.name for c in properties if c.status == "failed"]
-    parts = [message, "no known mistake (alone or in pairs) explains it"]
-    if held:
-        parts.append(f"held: {', '.join(held)}")
-    if failed:
-        parts.append(f"failed: {', '.join(failed)}")
-    return "; ".join(parts)
+def judge(view: JudgeView) -> list[Outcome]:
+    """projections and softmax-axis, for a class with a fitted reference configuration."""
+    if not wanted(view.binding) or view.fit is None:
+        return []
+    query, key, _ = view.role_inputs("plain")
+    found = projections(view.fit.assignment, view.fit.error, view.tol, view.facts.get("grads"))
+    found.append(softmax_axis(view.facts.get("softmax"), query.shape[1], key.shape[1]))
+    return found
+
+
+PROBE = FunctionProbe("structure", ("ATT101", "ATT102", "ATT202"), 7, wanted, plans_nothing, judge)

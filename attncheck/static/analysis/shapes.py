@@ -69,6 +69,9 @@ class ShapeQueries(ModuleQueries):
             kind = name_quantity(name)
             if kind == "d_model" and self._times_heads(expr, fn):
                 return Quantity("head_dim", f"{self.code(expr)} (times the head count it is a projection's width)")
+            heads = self._heads_dividing(expr, fn) if kind is None else None
+            if heads is not None:
+                return Quantity("d_model", f"{self.code(expr)} = the width split by {self.code(expr)} // {heads}")
             return Quantity(kind, self.code(expr)) if kind else None
         if type(expr) is cst.Call:
             func = self.facts.canonical(expr.func) or ""
@@ -108,20 +111,37 @@ class ShapeQueries(ModuleQueries):
         spellings = {self.code(expr)} | {self.code(v) for v, _ in self.values(expr, fn)}
         return any(
             (left in spellings and _HEAD_COUNT.search(right)) or (right in spellings and _HEAD_COUNT.search(left))
-            for left, right in self._multiplications(owner)
+            for left, right in self._operations(owner, cst.Multiply)
         )
 
-    def _multiplications(self, owner: ClassFacts) -> list[tuple[str, str]]:
-        """Every ``a * b`` in the class's methods, as the code of both sides, built once."""
-        found = self._products.get(id(owner))
+    def _heads_dividing(self, expr: cst.BaseExpression, fn: FunctionFacts | None) -> str | None:
+        """The head count by which the class divides a width of no conventional name (``self.feats //
+        self.heads`` as a view's size), which makes it the model width whatever it is called; else None."""
+        owner = fn.owner if fn is not None else None
+        if owner is None:
+            return None
+        spellings = {self.code(expr)} | {self.code(v) for v, _ in self.values(expr, fn)}
+        return next(
+            (
+                right
+                for left, right in self._operations(owner, cst.FloorDivide)
+                if left in spellings and name_quantity(right.rsplit(".", 1)[-1]) == "num_heads"
+            ),
+            None,
+        )
+
+    def _operations(self, owner: ClassFacts, operator: type[cst.BaseBinaryOp]) -> list[tuple[str, str]]:
+        """Every ``a * b`` (or other ``operator``) in the class's methods, as the code of both sides,
+        built once per class and operator."""
+        found = self._products.get((id(owner), operator))
         if found is None:
             found = [
                 (self.code(node.left), self.code(node.right))
                 for method in owner.methods.values()
                 for node in _walk_expression(method.node.body)
-                if type(node) is cst.BinaryOperation and type(node.operator) is cst.Multiply
+                if type(node) is cst.BinaryOperation and type(node.operator) is operator
             ]
-            self._products[id(owner)] = found
+            self._products[(id(owner), operator)] = found
         return found
 
     @staticmethod
@@ -134,7 +154,7 @@ class ShapeQueries(ModuleQueries):
         self,
         source: cst.BaseExpression,
         position: int,
-        arity: int,
+        arity: int | None,
         fn: FunctionFacts,
         operands: frozenset[str],
     ) -> str | None:

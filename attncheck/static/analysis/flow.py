@@ -224,6 +224,20 @@ class _Layout:
         return any(loop < one < end and loop < other < end for loop, end in self.loops)
 
 
+def reaching(expr: cst.BaseExpression, fn: FunctionFacts | None) -> list[cst.CSTNode]:
+    """Every node of ``expr`` and of every value assigned in ``fn`` to a name it reads, transitively
+    (flow-insensitive: all values of a name at once): what ``expr`` can be computed from."""
+    found: list[cst.CSTNode] = []
+    pending, seen = [expr], set()
+    while pending:
+        for node in subtree.preorder(pending.pop()):
+            found.append(node)
+            if type(node) is cst.Name and fn is not None and node.value not in seen:
+                seen.add(node.value)
+                pending.extend(fn.assignments.get(node.value, []))
+    return found
+
+
 def _written(node: cst.CSTNode) -> cst.CSTNode:
     """The parsed node standing for ``node``: facts.py writes ``x /= s`` as a new ``x / s``
     around the parsed target and ``a, b = t`` as a new ``t[0]`` around the parsed value."""

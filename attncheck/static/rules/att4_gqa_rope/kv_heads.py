@@ -17,8 +17,8 @@ from collections.abc import Callable
 import libcst as cst
 
 from attncheck.static.analysis import rope as rp
+from attncheck.static.analysis.flow import reaching
 from attncheck.static.facts import FileFacts, FunctionFacts, integer_value
-from attncheck.static.tree import subtree
 
 _KV_COUNT = re.compile(r"kv_heads?\b|key_value_heads\b|n_kv\b|num_kv\b|kv_head_count")
 _SPLITS = frozenset({"view", "reshape", "unflatten"})
@@ -32,7 +32,7 @@ def kv_split(
     widens them again; None when it is widened, split some other way, not traced, or split into
     one KV head (multi-query attention, which SDPA broadcasts correctly)."""
     split: cst.Call | None = None
-    for node in _reaching(expr, fn):
+    for node in reaching(expr, fn):
         if type(node) is not cst.Call:
             continue
         name = rp.last_name(node.func) or ""
@@ -43,16 +43,3 @@ def kv_split(
             if counts and integer_value(facts.resolve(counts[0], fn)) != 1:
                 split = node
     return split
-
-
-def _reaching(expr: cst.BaseExpression, fn: FunctionFacts | None) -> list[cst.CSTNode]:
-    """Every node of ``expr`` and of every value assigned in ``fn`` to a name it reads, transitively."""
-    found: list[cst.CSTNode] = []
-    pending, seen = [expr], set()
-    while pending:
-        for node in subtree.preorder(pending.pop()):
-            found.append(node)
-            if type(node) is cst.Name and fn is not None and node.value not in seen:
-                seen.add(node.value)
-                pending.extend(fn.assignments.get(node.value, []))
-    return found

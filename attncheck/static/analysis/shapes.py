@@ -120,29 +120,25 @@ class ShapeQueries(ModuleQueries):
         owner = fn.owner if fn is not None else None
         if owner is None:
             return None
-        spellings = {self.code(expr)} | {self.code(v) for v, _ in self.values(expr, fn)}
-        return next(
-            (
-                right
-                for left, right in self._operations(owner, cst.FloorDivide)
-                if left in spellings and name_quantity(right.rsplit(".", 1)[-1]) == "num_heads"
-            ),
-            None,
-        )
+        divided = self._operations(owner, cst.FloorDivide)
+        if not divided:
+            return None  # most classes: no floor division, so no code to generate for ``expr``
+        spelled = self.code(expr)  # a local bound to it is followed by ``quantity``'s own hop
+        heads = (right for left, right in divided if left == spelled)
+        return next((right for right in heads if name_quantity(right.rsplit(".", 1)[-1]) == "num_heads"), None)
 
     def _operations(self, owner: ClassFacts, operator: type[cst.BaseBinaryOp]) -> list[tuple[str, str]]:
-        """Every ``a * b`` (or other ``operator``) in the class's methods, as the code of both sides,
-        built once per class and operator."""
-        found = self._products.get((id(owner), operator))
+        """Every ``a * b`` or ``a // b`` (``operator``) in the class's methods, as the code of both
+        sides: one walk of the class gives both, built once."""
+        found = self._products.get(id(owner))
         if found is None:
-            found = [
-                (self.code(node.left), self.code(node.right))
-                for method in owner.methods.values()
-                for node in _walk_expression(method.node.body)
-                if type(node) is cst.BinaryOperation and type(node.operator) is operator
-            ]
-            self._products[(id(owner), operator)] = found
-        return found
+            found = {cst.Multiply: [], cst.FloorDivide: []}
+            for method in owner.methods.values():
+                for node in _walk_expression(method.node.body):
+                    if type(node) is cst.BinaryOperation and type(node.operator) in found:
+                        found[type(node.operator)].append((self.code(node.left), self.code(node.right)))
+            self._products[id(owner)] = found
+        return found[operator]
 
     @staticmethod
     def _is_shape(node: cst.BaseExpression) -> bool:

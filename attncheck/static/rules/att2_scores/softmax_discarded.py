@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+
 import libcst as cst
 
 from attncheck.static.analysis import semantics
@@ -42,24 +44,51 @@ class SoftmaxDiscarded(Rule):
         Invalid(_cls("x = 1\n        attn = dots"), line=11, message="overwritten"),
     )
 
-    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
-        fn = self.context.function
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        # A hook on FunctionDef, not IndentedBlock: the walk of a fast tree replays the events of
+        # definitions, calls and assignments, and a block hook would make every file walked in full.
+        fn = self.context.facts.function(node)
         if fn is None:
             return
         sem = semantics.of(self.context)
-        statements = node.body
-        for position, statement in enumerate(statements):
-            name, value = _bound(statement)
-            if name is None or type(value) is not cst.Call or sem.softmax(value, fn) is None:
-                continue
-            rebinding = _rebinding(statements[position + 1:], name)
-            if rebinding is not None:
-                self.report(
-                    value,
-                    f"the softmax result `{name}` is overwritten by `{sem.code(rebinding)}` before it is used: "
-                    "the probabilities are thrown away",
-                    hint=f"use {name} in the next step: {name} = <next step>({name})",
-                )
+        for statements in _blocks(node.body):
+            for position, statement in enumerate(statements):
+                name, value = _bound(statement)
+                if name is None or type(value) is not cst.Call or sem.softmax(value, fn) is None:
+                    continue
+                rebinding = _rebinding(statements[position + 1:], name)
+                if rebinding is not None:
+                    self.report(
+                        value,
+                        f"the softmax result `{name}` is overwritten by `{sem.code(rebinding)}` before it is "
+                        "used: the probabilities are thrown away",
+                        hint=f"use {name} in the next step: {name} = <next step>({name})",
+                    )
+
+
+def _blocks(suite: cst.BaseSuite) -> Iterator[Sequence[cst.BaseStatement]]:
+    """The statement lists of a function body and of the ``if``/``for``/``while``/``with``/``try``
+    blocks inside it (not of nested definitions, which are visited on their own)."""
+    if type(suite) is not cst.IndentedBlock:
+        return
+    yield suite.body
+    for statement in suite.body:
+        for inner in _suites(statement):
+            yield from _blocks(inner)
+
+
+def _suites(statement: cst.BaseStatement) -> list[cst.BaseSuite]:
+    """The blocks a compound statement holds: its body, ``elif``/``else`` arms, handlers, ``finally``."""
+    if type(statement) not in (cst.If, cst.For, cst.While, cst.With, cst.Try):
+        return []
+    found = [statement.body]
+    other = getattr(statement, "orelse", None)
+    while other is not None:
+        found.append(other.body)
+        other = other.orelse if type(other) is cst.If else None
+    found += [handler.body for handler in getattr(statement, "handlers", ())]
+    final = getattr(statement, "finalbody", None)
+    return [*found, final.body] if final is not None else found
 
 
 def _bound(statement: cst.BaseStatement) -> tuple[str | None, cst.BaseExpression | None]:

@@ -98,9 +98,10 @@ class Cache:
         self._made: set[Path] = set()  # the folders this run has made sure of
 
     @staticmethod
-    def key(data: bytes, notebook: bool) -> str:
-        """The content key of a file's bytes (a notebook and a script never share one)."""
-        return hashlib.sha256((b"ipynb\0" if notebook else b"py\0") + data).hexdigest()
+    def key(data: bytes, kind: str) -> str:
+        """The content key of a file's bytes read as ``kind`` (``sources.read_as``: a notebook, a
+        Markdown file and a script never share one)."""
+        return hashlib.sha256(kind.encode() + b"\0" + data).hexdigest()
 
     def _path(self, key: str) -> Path:
         return self.directory / key[:2] / f"{key[2:]}.json"

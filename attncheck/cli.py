@@ -18,7 +18,7 @@ import click
 
 from attncheck.config import DEVICES, ConfigError
 from attncheck.findings import Severity
-from attncheck.sources import STDIN, FileError, Source, from_bytes
+from attncheck.sources import STDIN, FileError, Source, from_named_bytes
 from attncheck.version import __version__
 
 EXIT_CLEAN, EXIT_PROBLEMS, EXIT_ERROR = 0, 1, 2
@@ -167,7 +167,7 @@ def _warn(message: str) -> None:
 
 def _stdin(name: str) -> Source | FileError:
     data = sys.stdin.buffer.read()
-    return from_bytes(data, name, notebook=name.endswith(".ipynb"))
+    return from_named_bytes(data, name, name)
 
 
 def _open(output: Path | None):

@@ -24,7 +24,7 @@ from attncheck.sources import FileError, special_kind
 if TYPE_CHECKING:
     import pathspec
 
-SUFFIXES = (".py", ".pyi", ".ipynb")
+SUFFIXES = (".py", ".pyi", ".ipynb", ".md", ".markdown")  # Markdown: its fenced Python blocks
 SKIPPED_DIRS = frozenset(
     {".git", ".hg", ".svn", ".venv", "venv", "build", "dist", "__pycache__", "node_modules",
      "site-packages", ".tox", ".nox", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".eggs"}

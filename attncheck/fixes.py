@@ -143,6 +143,8 @@ def unfixable_reason(source: Source) -> str | None:
         return "fixes are not written for standard input (use --diff)"
     if source.is_notebook:
         return "fixes are not written into notebooks (use --diff to see them)"
+    if source.markdown:
+        return "fixes are not written into Markdown files (use --diff to see them)"
     return None
 
 
@@ -187,6 +189,11 @@ def apply_fixes(outcome: Outcome, results: Iterable[FileResult], *, write: bool)
                 places = ", ".join(f"cell {f.span.cell} line {f.span.line} ({f.code})" for f in fixed.fixed)
                 print(f"{result.source.path}: no diff for a notebook (it would not apply to the .ipynb JSON); "
                       f"fixes available at {places}", file=sys.stderr)
+                continue
+            if result.source.markdown:  # the diff's context would be the blanked prose, not the file's
+                places = ", ".join(f"line {f.span.line} ({f.code})" for f in fixed.fixed)
+                print(f"{result.source.path}: no diff for a Markdown file (it would not apply to the prose "
+                      f"around its Python blocks); fixes available at {places}", file=sys.stderr)
                 continue
             sys.stdout.write(fixed.diff())
             continue

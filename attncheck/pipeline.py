@@ -28,7 +28,16 @@ from attncheck.findings import Finding, Severity, Target, TargetResult
 from attncheck.fix_conflicts import withhold
 from attncheck.merge import merge
 from attncheck.prefilter import could_have_findings
-from attncheck.sources import FileError, Source, from_bytes, python_syntax_error, read_path, read_regular, syntax_error
+from attncheck.sources import (
+    FileError,
+    Source,
+    from_named_bytes,
+    python_syntax_error,
+    read_as,
+    read_path,
+    read_regular,
+    syntax_error,
+)
 from attncheck.static import deadline
 from attncheck.static.result import FileResult
 from attncheck.suppressions import unknown_codes, unsuppressed
@@ -270,11 +279,10 @@ def _look_up(item: Item, cache: Cache) -> tuple[str, Source | None, FileResult |
     data = read_regular(item.path, item.shown)
     if isinstance(data, FileError):
         return "", None, None
-    notebook = item.path.suffix == ".ipynb"
-    source = from_bytes(data, item.shown, notebook=notebook)
+    source = from_named_bytes(data, item.shown, item.path.name)
     if isinstance(source, FileError) or not source.text or source.text.isspace():  # isspace: no copy
         return "", None, None
-    key = Cache.key(data, notebook)
+    key = Cache.key(data, read_as(item.path.name))
     entry = cache.get(key, source)
     if entry is None:
         return key, source, None

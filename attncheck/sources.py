@@ -3,7 +3,9 @@
 A plain file maps one to one. A notebook's code cells are joined into one
 module (IPython magics and shell escapes commented out, so the text parses and
 line numbers stay put) and each line remembers its cell, so a finding can say
-``cell 3, line 7``.
+``cell 3, line 7``. A Markdown file (a tutorial, where learners copy attention
+from) keeps its fenced ``python`` blocks at their own lines and blanks every
+other line, so a finding's line is the ``.md`` file's own.
 
 Reading never raises for bad input: a file that cannot become a Source comes
 back as a FileError with one plain sentence, so a run over thousands of files
@@ -31,6 +33,10 @@ STDIN = "-"
 _MAGIC_LINE = re.compile(r"^\s*(?:[%!]|\w+\s*=\s*[%!]|[\w.]+\?{1,2}\s*$)")
 # Half of a UTF-16 pair alone: JSON's ``\ud800`` escape decodes to one, which no file can hold.
 _SURROGATE = re.compile("[\ud800-\udfff]")
+# A Markdown fence opening a Python block: up to three spaces (more inside a list item), ``` or ~~~.
+_FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})\s*(?P<info>[^\s`]*)")
+_PYTHON_INFO = frozenset({"python", "py", "python3", "py3", "{python}", "{.python}"})
+MARKDOWN_SUFFIXES = (".md", ".markdown")
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,8 @@ class Source:
     cells: tuple[tuple[int, int], ...] = field(default=())
     # How the file's bytes were decoded, so that ``--fix`` writes them back the same way.
     encoding: str = "utf-8"
+    # The Python blocks of a Markdown file, at their own lines (``--fix`` does not write there).
+    markdown: bool = False
 
     @property
     def is_notebook(self) -> bool:
@@ -101,12 +109,26 @@ def python_syntax_error(source: Source) -> FileError | None:
 
 
 def read_path(path: Path, shown: str | None = None) -> Source | FileError:
-    """Read a ``.py`` or ``.ipynb`` file from disk."""
+    """Read a ``.py``, ``.ipynb`` or ``.md`` file from disk."""
     shown = shown if shown is not None else str(path)
     data = read_regular(path, shown)
     if isinstance(data, FileError):
         return data
-    return from_bytes(data, shown, notebook=path.suffix == ".ipynb")
+    return from_named_bytes(data, shown, path.name)
+
+
+def read_as(name: str) -> Literal["py", "ipynb", "md"]:
+    """How a file of this name is read: Python, a notebook's code cells, or Markdown's Python blocks."""
+    lowered = name.lower()
+    if lowered.endswith(".ipynb"):
+        return "ipynb"
+    return "md" if lowered.endswith(MARKDOWN_SUFFIXES) else "py"
+
+
+def from_named_bytes(data: bytes, shown: str, name: str) -> Source | FileError:
+    """``from_bytes`` read the way the file's name says (``read_as``)."""
+    kind = read_as(name)
+    return from_bytes(data, shown, notebook=kind == "ipynb", markdown=kind == "md")
 
 
 def special_kind(path: Path) -> str | None:
@@ -137,12 +159,14 @@ def read_regular(path: Path, shown: str) -> bytes | FileError:
         return FileError(shown, f"cannot read file: {error.strerror or error}")
 
 
-def from_bytes(data: bytes, shown: str, *, notebook: bool = False) -> Source | FileError:
+def from_bytes(data: bytes, shown: str, *, notebook: bool = False, markdown: bool = False) -> Source | FileError:
     """Decode a file's bytes (PEP 263 cookie and BOM honoured) into a Source."""
     if b"\x00" in data:
         return FileError(shown, "binary file (contains NUL bytes): not Python source")
     if notebook:
         return _notebook(data, shown)
+    if markdown:
+        return _markdown(data, shown)
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
     except SyntaxError as error:
@@ -207,3 +231,47 @@ def _code_lines(cell_text: str) -> list[str]:
     if lines[0].lstrip().startswith("%%"):
         return ["#" + line for line in lines]
     return ["#" + line if _MAGIC_LINE.match(line) else line for line in lines]
+
+
+def _markdown(data: bytes, shown: str) -> Source | FileError:
+    """The fenced Python blocks of a Markdown file at their own lines, every other line blank.
+
+    A Markdown file has no encoding cookie: it is read as UTF-8. A block that does not compile
+    on its own (a fragment with ``...``, a shell session mislabelled) is left out rather than
+    failing the whole file, and so is an unclosed block."""
+    try:
+        text = data.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as error:
+        return FileError(shown, f"not valid UTF-8: byte 0x{data[error.start]:02x} at offset {error.start}")
+    lines = text.splitlines()
+    kept = [""] * len(lines)
+    number = 0
+    while number < len(lines):
+        opening = _FENCE.match(lines[number])
+        number += 1
+        if opening is None:
+            continue
+        close = re.compile(rf"^\s*{re.escape(opening.group('fence')[0])}{{{len(opening.group('fence'))},}}\s*$")
+        start = number
+        while number < len(lines) and not close.match(lines[number]):
+            number += 1
+        if number < len(lines) and opening.group("info").lower() in _PYTHON_INFO:
+            block = _dedented(lines[start:number], len(opening.group("indent")))
+            if _compiles("\n".join(block)):
+                kept[start:number] = block
+        number += 1
+    return Source(shown, "\n".join(kept) + "\n" if kept else "", markdown=True)
+
+
+def _dedented(block: list[str], indent: int) -> list[str]:
+    """A block's lines without the indentation of its fence (a block inside a list item)."""
+    return [line[indent:] if not line[:indent].strip() else line.lstrip() for line in block]
+
+
+def _compiles(text: str) -> bool:
+    """Whether a block is Python on its own (the C parser: cheap, and it never hangs)."""
+    try:
+        compile(text, "<markdown>", "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return True

@@ -192,6 +192,48 @@ def test_notebook_findings_name_cell_and_line(tmp_path):
     assert [(f["cell"], f["line"]) for f in document["findings"]] == [(3, 3)]
 
 
+TUTORIAL = """# Attention, the tutorial ("Teaching" is no encoding)
+
+```bash
+pip install torch
+```
+
+```python
+import torch
+```
+
+1. The scores:
+
+   ```python
+   def attend(q, k):
+       return q @ k / torch.sqrt(64)
+   ```
+
+```python
+def fragment(q, k):
+    return q @ k /
+```
+"""
+
+
+def test_markdown_python_blocks_are_checked_at_the_files_own_lines(tmp_path):
+    (tmp_path / "tutorial.md").write_text(TUTORIAL)
+    (tmp_path / "notes.markdown").write_text("no code here\n")
+    explicit = invoke("--format", "json", "tutorial.md", cwd=tmp_path)
+    assert explicit.exit_code == 1
+    assert findings(explicit) == [("ATT204", "tutorial.md", 15)]
+    walked = invoke("--format", "json", ".", cwd=tmp_path)
+    assert findings(walked) == [("ATT204", "tutorial.md", 15)] and not json.loads(walked.stdout)["errors"]
+
+
+def test_fix_leaves_a_markdown_file_alone(tmp_path):
+    path = tmp_path / "tutorial.md"
+    path.write_text(TUTORIAL)
+    result = invoke("--fix", "tutorial.md", cwd=tmp_path)
+    assert result.exit_code == 1 and "ATT204" in result.stdout
+    assert path.read_text() == TUTORIAL
+
+
 def test_bad_files_are_each_reported_and_the_run_goes_on(tmp_path):
     (tmp_path / "syntax.py").write_text("def broken(:\n")
     (tmp_path / "latin.py").write_bytes(b"x = '\xe9'\n")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from attncheck.sources import FileError, Source, from_bytes, read_path
+from attncheck.sources import FileError, Source, from_bytes, read_as, read_path
 
 
 def notebook(*cells: tuple[str, str]) -> bytes:
@@ -68,3 +68,27 @@ def test_notebook_errors_are_file_errors():
     assert "no list of cells" in from_bytes(b'{"cells": 3}', "b.ipynb", notebook=True).message
     empty = from_bytes(notebook(("markdown", "only words")), "c.ipynb", notebook=True)
     assert isinstance(empty, Source) and empty.text == ""
+
+
+def test_markdown_keeps_python_blocks_at_their_lines_and_blanks_the_rest():
+    text = (
+        "# Title\n\n```python\nimport torch\n```\n\n```js\nlet x = 1;\n```\n"
+        "- item\n\n  ~~~py\n  def f(q):\n      return q\n  ~~~\n\n```python\nbroken(:\n```\n```python\nx = 1\n"
+    )
+    source = from_bytes(text.encode(), "t.md", markdown=True)
+    assert isinstance(source, Source) and source.markdown and not source.is_notebook
+    lines = source.text.splitlines()
+    assert len(lines) == len(text.splitlines())
+    assert lines[3] == "import torch" and lines[7] == ""  # the js block is blank
+    assert lines[12:14] == ["def f(q):", "    return q"]  # dedented by its fence's indent
+    assert lines[17] == "" and lines[20] == ""  # a block that does not compile, an unclosed one
+    assert source.locate(13, 5).line == 13
+
+
+def test_markdown_is_read_by_name_and_not_decoded_as_python(tmp_path):
+    path = tmp_path / "README.md"
+    path.write_bytes("# coding: Teaching\n\n```python\nx = 'é'\n```\n".encode())
+    source = read_path(path)
+    assert isinstance(source, Source) and source.markdown and source.text.splitlines()[3] == "x = 'é'"
+    assert read_as("notes.MARKDOWN") == "md" and read_as("a.ipynb") == "ipynb" and read_as("a.py") == "py"
+    assert "not valid UTF-8" in from_bytes(b"\xff```", "b.md", markdown=True).message

@@ -70,7 +70,7 @@ class _Index:
     calls, returns (from the statements alone), and the reads of ``self.`` attributes."""
 
     def __init__(self, facts: FileFacts) -> None:
-        self.unpacks: dict[tuple[int, str], tuple[cst.BaseExpression, int, int]] = {}
+        self.unpacks: dict[tuple[int, str], tuple[cst.BaseExpression, int, int | None]] = {}
         # The names an unpacking binds, by position (None for a starred or nested target), by
         # the id of the value unpacked: ``b, c, t = x.shape`` says which axis is which.
         self.unpack_names: dict[int, tuple[str | None, ...]] = {}
@@ -162,12 +162,16 @@ class _IndexBuilder:
             self.index.unpack_names[id(value)] = tuple(
                 element.value.value if type(element.value) is cst.Name else None for element in target.elements
             )
+            # ``b, t, d, *_ = x.shape``: the rank is unknown, and so is every position after the star
+            starred = any(type(element) is cst.StarredElement for element in target.elements)
             for position, element in enumerate(target.elements):
+                if type(element) is cst.StarredElement:
+                    break
                 if type(element.value) is cst.Name:
                     self.index.unpacks[(id(fn), element.value.value)] = (
                         value,
                         position,
-                        len(target.elements),
+                        None if starred else len(target.elements),
                     )
         if type(target) is cst.Attribute and self_attribute(target) is not None:
             self.index.attr_writer[id(value)] = fn
@@ -218,6 +222,20 @@ class _Layout:
     def looped(self, one: int, other: int) -> bool:
         """Whether a loop holds the nodes at ``one`` and ``other`` (not as the loop itself)."""
         return any(loop < one < end and loop < other < end for loop, end in self.loops)
+
+
+def reaching(expr: cst.BaseExpression, fn: FunctionFacts | None) -> list[cst.CSTNode]:
+    """Every node of ``expr`` and of every value assigned in ``fn`` to a name it reads, transitively
+    (flow-insensitive: all values of a name at once): what ``expr`` can be computed from."""
+    found: list[cst.CSTNode] = []
+    pending, seen = [expr], set()
+    while pending:
+        for node in subtree.preorder(pending.pop()):
+            found.append(node)
+            if type(node) is cst.Name and fn is not None and node.value not in seen:
+                seen.add(node.value)
+                pending.extend(fn.assignments.get(node.value, []))
+    return found
 
 
 def _written(node: cst.CSTNode) -> cst.CSTNode:

@@ -489,7 +489,8 @@ def product_operands(node: cst.CSTNode, facts: FileFacts) -> list[cst.BaseExpres
     ``Semantics`` pipelines share.
 
     ``a @ b``, ``torch.matmul(a, b)``, ``torch.bmm(a, b)``, ``a.matmul(b)``, ``a.bmm(b)``,
-    ``torch.baddbmm(c, a, b)``, and an einsum (or ``opt_einsum.contract``) with a literal spec.
+    ``torch.baddbmm(c, a, b)``, and an einsum (or ``opt_einsum.contract``) with a literal spec,
+    its operands given one by one or as one list (``torch.einsum(spec, [q, k])``, Persson's).
     ``np.matmul(a, b)`` is not read as a method of ``np``.
     """
     kind = type(node)
@@ -501,6 +502,9 @@ def product_operands(node: cst.CSTNode, facts: FileFacts) -> list[cst.BaseExpres
     args = positional(node)
     if func in _PRODUCTS or func.endswith(".einsum"):
         if "einsum" in func or func.endswith("contract"):
+            if len(args) == 2 and type(args[1]) in (cst.List, cst.Tuple) and string_value(args[0]) is not None:
+                listed = [element.value for element in args[1].elements]  # torch.einsum(spec, [a, b])
+                return listed if len(listed) == 2 else None
             return args[1:3] if len(args) >= 3 and string_value(args[0]) is not None else None
         if func.endswith("baddbmm"):
             return args[1:3] if len(args) >= 3 else None

@@ -307,9 +307,15 @@ class ScoreQueries(MaskQueries):
     def operand_factors(self, expr: cst.BaseExpression, fn: FunctionFacts) -> bool:
         """Whether a scale factor (or a ``scale=`` argument) is applied to ``expr``'s lineage:
         what a caller passes as q or k to a helper that computes the scores."""
+        factors, scale_argument = self.factors_on(expr, fn)
+        return bool(factors) or scale_argument
+
+    def factors_on(self, expr: cst.BaseExpression, fn: FunctionFacts) -> tuple[list[Factor], bool]:
+        """The scale factors applied to ``expr``'s lineage (``q = q * self.scale``), and whether a
+        ``scale=`` argument is among them: what q carries into a fused kernel that scales again."""
         scratch = Pipeline(Softmax(cst.Call(cst.Name("softmax")), expr, None, False, lambda: ""), fn)
         self._walk_operand(expr, fn, scratch, set())
-        return bool(scratch.factors) or scratch.scale_argument
+        return scratch.factors, scratch.scale_argument
 
     def _walk_operand(
         self, expr: cst.BaseExpression, fn: FunctionFacts | None, out: Pipeline, seen: set[int]

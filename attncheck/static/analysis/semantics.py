@@ -42,7 +42,7 @@ class Semantics(HeadQueries):
         self._reaches: dict[int, bool] = {}
         self._pipelines: dict[int, Pipeline | None] = {}
         self._orders: dict[int, _Layout] = {}
-        self._products: dict[int, list[tuple[str, str]]] = {}
+        self._products: dict[int, dict[type, list[tuple[str, str]]]] = {}  # per class: a * b, a // b
         self._values: dict[tuple[int, int], list[tuple[cst.BaseExpression, FunctionFacts | None]]] = {}
         self._lineages: dict[int, dict[int, cst.CSTNode]] = {}  # per function: _attention_lineage
         self._multiplications_in: dict[int, dict[int, cst.BinaryOperation]] = {}  # per function

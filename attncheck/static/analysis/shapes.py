@@ -69,6 +69,9 @@ class ShapeQueries(ModuleQueries):
             kind = name_quantity(name)
             if kind == "d_model" and self._times_heads(expr, fn):
                 return Quantity("head_dim", f"{self.code(expr)} (times the head count it is a projection's width)")
+            heads = self._heads_dividing(expr, fn) if kind is None else None
+            if heads is not None:
+                return Quantity("d_model", f"{self.code(expr)} = the width split by {self.code(expr)} // {heads}")
             return Quantity(kind, self.code(expr)) if kind else None
         if type(expr) is cst.Call:
             func = self.facts.canonical(expr.func) or ""
@@ -108,21 +111,34 @@ class ShapeQueries(ModuleQueries):
         spellings = {self.code(expr)} | {self.code(v) for v, _ in self.values(expr, fn)}
         return any(
             (left in spellings and _HEAD_COUNT.search(right)) or (right in spellings and _HEAD_COUNT.search(left))
-            for left, right in self._multiplications(owner)
+            for left, right in self._operations(owner, cst.Multiply)
         )
 
-    def _multiplications(self, owner: ClassFacts) -> list[tuple[str, str]]:
-        """Every ``a * b`` in the class's methods, as the code of both sides, built once."""
+    def _heads_dividing(self, expr: cst.BaseExpression, fn: FunctionFacts | None) -> str | None:
+        """The head count by which the class divides a width of no conventional name (``self.feats //
+        self.heads`` as a view's size), which makes it the model width whatever it is called; else None."""
+        owner = fn.owner if fn is not None else None
+        if owner is None:
+            return None
+        divided = self._operations(owner, cst.FloorDivide)
+        if not divided:
+            return None  # most classes: no floor division, so no code to generate for ``expr``
+        spelled = self.code(expr)  # a local bound to it is followed by ``quantity``'s own hop
+        heads = (right for left, right in divided if left == spelled)
+        return next((right for right in heads if name_quantity(right.rsplit(".", 1)[-1]) == "num_heads"), None)
+
+    def _operations(self, owner: ClassFacts, operator: type[cst.BaseBinaryOp]) -> list[tuple[str, str]]:
+        """Every ``a * b`` or ``a // b`` (``operator``) in the class's methods, as the code of both
+        sides: one walk of the class gives both, built once."""
         found = self._products.get(id(owner))
         if found is None:
-            found = [
-                (self.code(node.left), self.code(node.right))
-                for method in owner.methods.values()
-                for node in _walk_expression(method.node.body)
-                if type(node) is cst.BinaryOperation and type(node.operator) is cst.Multiply
-            ]
+            found = {cst.Multiply: [], cst.FloorDivide: []}
+            for method in owner.methods.values():
+                for node in _walk_expression(method.node.body):
+                    if type(node) is cst.BinaryOperation and type(node.operator) in found:
+                        found[type(node.operator)].append((self.code(node.left), self.code(node.right)))
             self._products[id(owner)] = found
-        return found
+        return found[operator]
 
     @staticmethod
     def _is_shape(node: cst.BaseExpression) -> bool:
@@ -134,7 +150,7 @@ class ShapeQueries(ModuleQueries):
         self,
         source: cst.BaseExpression,
         position: int,
-        arity: int,
+        arity: int | None,
         fn: FunctionFacts,
         operands: frozenset[str],
     ) -> str | None:

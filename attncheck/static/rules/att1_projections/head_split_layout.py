@@ -23,6 +23,9 @@ class HeadSplitLayout(Rule):
         "def f(self, x, bsz, tgt_len):\n    w = torch.bmm(x, x.transpose(1, 2))\n"
         "    return w.view(bsz, self.num_heads, tgt_len, self.head_dim)",
         "def f(self, x, b, n):\n    return self.to_q(x).view(b, n, self.heads, -1).transpose(1, 2)",
+        "def f(self, x):\n    b, s, _ = x.shape\n"
+        "    q = self.q(x).view(b, s, self.num_heads, self.d_k).transpose(1, 2)\n"
+        "    return q.reshape(b * self.num_heads, s, self.d_k)",
     )
     INVALID = (
         Invalid(
@@ -46,6 +49,11 @@ class HeadSplitLayout(Rule):
             "    return torch.reshape(k, (B, self.n_heads, T, self.head_dim))",
             line=3,
         ),
+        Invalid(
+            "def f(self, x):\n    b, s, _ = x.shape\n    return self.q(x).view(b * self.num_heads, -1, self.d_k)",
+            line=3,
+            message="folded",
+        ),
     )
 
     def __init__(self, context: FileContext) -> None:
@@ -59,11 +67,23 @@ class HeadSplitLayout(Rule):
             return
         tensor, sizes = split
         swap = _heads_before_seq(sizes)
-        if swap is None:
-            return
-        if not is_model_input(tensor, self.tracer, self.context.function):
+        fn = self.context.function
+        # a parameter may arrive already split into heads: folding it is fine, so only a projection's
+        # (batch, seq, d_model) output counts for the folded spelling
+        folded = swap is None and _heads_folded(sizes) and type(self.tracer.origin(tensor, fn)[0]) is not cst.Name
+        if (swap is None and not folded) or not is_model_input(tensor, self.tracer, fn):
             return
         shown = [self.context.module.code_for_node(size) for size in sizes]
+        if folded:
+            self.report(
+                node,
+                f"a (batch, seq, d_model) tensor is viewed as ({', '.join(shown)}) with the heads folded into "
+                "the batch axis and no transpose: each 'head' is a slab of memory that mixes tokens, not one "
+                "slice of every token's features",
+                hint=f"split as (batch, seq, heads, head_dim), .transpose(1, 2), then .reshape({', '.join(shown)})",
+                evidence=[f"heads folded into the first axis `{shown[0]}` of a (batch, seq, d_model) tensor"],
+            )
+            return
         heads, seq = swap
         fixed = list(shown)
         fixed[heads], fixed[seq] = shown[seq], shown[heads]
@@ -90,6 +110,20 @@ def _split_call(
         sizes = shape_arguments(node)
         return (node.func.value, sizes) if sizes is not None else None
     return None
+
+
+def _heads_folded(sizes: Sequence[cst.BaseExpression]) -> bool:
+    """``(b * h, s, dh)``, ``(bsz * num_heads, -1, head_dim)``: the heads folded into the batch axis
+    straight from a (batch, seq, d_model) tensor, before the sequence axis."""
+    if len(sizes) != 3 or type(sizes[0]) is not cst.BinaryOperation or type(sizes[0].operator) is not cst.Multiply:
+        return False
+    roles = [dim_role(size) for size in sizes[1:]]
+    return (
+        {dim_role(sizes[0].left), dim_role(sizes[0].right)} == {"batch", "heads"}
+        and roles[0] in ("seq", "rest")
+        and roles[1] in ("head_dim", "rest")
+        and roles != ["rest", "rest"]
+    )
 
 
 def _heads_before_seq(sizes: Sequence[cst.BaseExpression]) -> tuple[int, int] | None:

@@ -10,7 +10,7 @@ from attncheck.findings import Severity
 from attncheck.static import facts
 from attncheck.static.analysis import semantics, syntax
 from attncheck.static.analysis.patterns import product_operands
-from attncheck.static.facts import ClassFacts
+from attncheck.static.facts import ClassFacts, FunctionFacts
 from attncheck.static.rule import Invalid, Rule
 from attncheck.static.tree import node_fields
 
@@ -35,6 +35,15 @@ class Attention(nn.Module):
         return attn @ v
 """
 
+# The Annotated Transformer's attention function, with its dropout step.
+_FUNCTION = """import torch
+def attention(q, k, v, scale, dropout=None):
+    p = torch.softmax(q @ k.mT * scale, dim=-1)
+    if dropout is not None:
+        {drop}
+    return p @ v
+"""
+
 
 def _cls(init: str, body: str) -> str:
     return _CLASS.replace("{init}", init).replace("{body}", body)
@@ -55,6 +64,7 @@ class UnusedDropout(Rule):
         _cls("self.rate = dropout", "_ = attention_interface(q, k, v, dropout=0.0 if not self.training "
              "else self.rate)"),
         _cls("self.attention_dropout = 0.0", "pass"),
+        _FUNCTION.replace("{drop}", "p = dropout(p)"),
         # not attention (diffusers' AutoGuidance hands its rate to a layer-skip config).
         "class AutoGuidance:\n    def __init__(self, dropout):\n        self.dropout = dropout\n"
         "    def forward(self, pred):\n        return pred",
@@ -70,6 +80,11 @@ class UnusedDropout(Rule):
             message="discarded",
         ),
         Invalid(_cls("self.attn_dropout = dropout", "pass"), line=7, message="self.attn_dropout"),
+        Invalid(  # the Annotated Transformer's function, its dropout's result dropped
+            _FUNCTION.replace("{drop}", "dropout(p)"),
+            line=5,
+            message="discarded",
+        ),
         # the nn.Dropout module is dead next to HF's ``dropout=`` argument: a warning.
         Invalid(_cls("self.dropout = nn.Dropout(dropout)\n        self.attention_dropout = dropout",
                      "_ = attention_interface(q, k, v, dropout=self.attention_dropout)"),
@@ -97,6 +112,25 @@ class UnusedDropout(Rule):
                 f"{sem.code(call)} computes dropout and its result is discarded: dropout is not in-place",
                 hint=_HINT,
             )
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        """A free function that computes attention and drops out as a statement of its own
+        (``F.dropout(attn, p)``, the Annotated Transformer's ``dropout(p_attn)`` on its
+        ``dropout`` argument): the result is discarded."""
+        fn = self.context.facts.function(node)
+        if fn is None or fn.owner is not None:
+            return
+        sem = semantics.of(self.context)
+        discarded = [call for call in fn.calls if sem.is_bare_call(call) and _is_dropout_call(sem, call, fn)]
+        if discarded and any(
+            sem.softmax(call, fn) is not None or product_operands(call, sem.facts) is not None for call in fn.calls
+        ):
+            for call in discarded:
+                self.report(
+                    call,
+                    f"{sem.code(call)} computes dropout and its result is discarded: dropout is not in-place",
+                    hint="keep the result: p_attn = dropout(p_attn)",
+                )
 
     def _check_module(
         self, sem: semantics.Semantics, klass: ClassFacts, attr: str, value: cst.CSTNode
@@ -191,6 +225,13 @@ def _discarded_dropout_calls(sem: semantics.Semantics, klass: ClassFacts) -> lis
         for call in fn.calls
         if sem.is_bare_call(call) and sem.facts.canonical(call.func) in _FUNCTIONAL_DROPOUTS
     ]
+
+
+def _is_dropout_call(sem: semantics.Semantics, call: cst.Call, fn: FunctionFacts) -> bool:
+    """``F.dropout(...)``, ``torch.dropout(...)``, or a call of the function's own dropout argument."""
+    if sem.facts.canonical(call.func) in _FUNCTIONAL_DROPOUTS:
+        return True
+    return type(call.func) is cst.Name and call.func.value in fn.params and bool(_DROPOUT_NAME.search(call.func.value))
 
 
 def _called(sem: semantics.Semantics, klass: ClassFacts, attr: str) -> bool:

@@ -10,6 +10,7 @@ from attncheck.findings import Edit, Severity
 from attncheck.static.analysis import semantics, syntax
 from attncheck.static.analysis.results import Pipeline, Term
 from attncheck.static.analysis.syntax import DESCRIPTION
+from attncheck.static.facts import FunctionFacts
 from attncheck.static.rule import Invalid, Rule
 from attncheck.static.rules.att2_scores import scale_conventions, scale_fixes
 from attncheck.static.rules.att2_scores.scale_conventions import root_name
@@ -38,7 +39,7 @@ def _mha(line: str) -> str:
 
 class WrongScale(Rule):
     code = "ATT201"
-    PREFILTER = ("softmax", "Softmax")
+    PREFILTER = ("softmax", "Softmax", "scaled_dot_product_attention")
     VALID = (
         _mha("s = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)"),
         _mha("s = torch.matmul(q, k.transpose(-2, -1)) * self.head_dim ** -0.5"),
@@ -65,6 +66,9 @@ class WrongScale(Rule):
         "    q = rearrange(q, 'b c h w -> b (h w) c')\n    k = rearrange(k, 'b c h w -> b c (h w)')\n"
         "    w_ = torch.softmax(torch.einsum('bij,bjk->bik', q, k) * (int(c) ** (-0.5)), dim=2)\n"
         "    return torch.einsum('bij,bkj->bik', rearrange(v, 'b c h w -> b c (h w)'), w_)",
+        # a pre-scaled q given to SDPA with a unit scale: scaled once
+        "import torch.nn.functional as F\ndef attn(q, k, v, head_dim):\n    q = q * head_dim ** -0.5\n"
+        "    return F.scaled_dot_product_attention(q, k, v, scale=1.0)",
         # EfficientLoFTR: dual-softmax feature matching, both features divided by sqrt(C)
         "import torch\ndef fine_matching(f0, f1):\n    f0 = f0 / f0.shape[-1] ** 0.5\n"
         "    f1 = f1 / f1.shape[-1] ** 0.5\n    sim = f0 @ f1.transpose(-1, -2)\n"
@@ -125,6 +129,15 @@ class WrongScale(Rule):
             ),
             message="unscaled",
         ),
+        Invalid(  # q pre-scaled, then SDPA's default scale: twice
+            "import torch.nn.functional as F\ndef attn(q, k, v, head_dim):\n    q = q * head_dim ** -0.5\n"
+            "    return F.scaled_dot_product_attention(q, k, v)",
+            line=3,
+            message="scaled twice",
+        ),
+        Invalid(  # Persson's: the width under its own name, an einsum given a list of operands
+            _mha("s = torch.einsum('bhqd,bhkd->bhqk', [q, k]) / (C ** (1 / 2))"), line=12, message="d_model"
+        ),
         Invalid(  # a unit scale in an unrelated class of the file is no evidence
             _mha("s = q @ k.transpose(-2, -1)")
             + "class Other(nn.Module):\n    def forward(self, q, k, v):\n"
@@ -138,6 +151,8 @@ class WrongScale(Rule):
         fn = self.context.function
         softmax = sem.softmax(node, fn)
         if softmax is None:
+            if fn is not None and self.context.facts.canonical(node.func) in syntax.SDPA:
+                self._judge_prescaled_query(node, sem, fn)
             return
         pipeline = sem.pipeline(softmax, fn)
         if pipeline is None or not pipeline.products or sem.dual_softmax(softmax, fn):
@@ -151,6 +166,31 @@ class WrongScale(Rule):
             for term in sem.terms(factor.value, factor.fn, -1.0 if factor.divides else 1.0, operands)
         ]
         self._judge(pipeline, terms, sem)
+
+    def _judge_prescaled_query(self, node: cst.Call, sem: semantics.Semantics, fn: FunctionFacts) -> None:
+        """SDPA with its default scale, given a q already divided by a width: scaled twice."""
+        query = next(iter(syntax.positional(node)), None) or syntax.keyword(node, "query")
+        if query is None or syntax.keyword(node, "scale") is not None:
+            return
+        factors, scale_argument = sem.factors_on(query, fn)
+        terms = [
+            (factor, term)
+            for factor in factors
+            for term in sem.terms(factor.value, factor.fn, -1.0 if factor.divides else 1.0)
+        ]
+        if scale_argument or not terms or any(term.kind in (None, "const") for _, term in terms):
+            return
+        widths = [(factor, term) for factor, term in terms if term.kind in ("head_dim", "d_model")]
+        if widths and sum(term.power for _, term in widths) < 0:
+            factor, term = widths[0]
+            self.report(
+                factor.node,
+                f"q is already {'divided' if factor.divides else 'multiplied'} by {sem.code(factor.value)} "
+                f"({term.evidence}) when it reaches "
+                "scaled_dot_product_attention, which divides by sqrt(head_dim) again by default: "
+                "the scores are scaled twice",
+                hint="drop the scaling of q, or pass scale=1.0 to scaled_dot_product_attention",
+            )
 
     def _judge(self, pipeline: Pipeline, terms: list, sem: semantics.Semantics) -> None:
         heads = sem.has_heads(pipeline.fn)

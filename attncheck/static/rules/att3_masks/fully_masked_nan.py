@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 
 import libcst as cst
 
 from attncheck.static.analysis.patterns import FillSite, constant_value, fill_site, method_name, tracer
+from attncheck.static.analysis.syntax import number
 from attncheck.static.context import FileContext
-from attncheck.static.facts import FileFacts, FunctionFacts
+from attncheck.static.facts import FileFacts, FunctionFacts, self_attribute
 from attncheck.static.rule import Invalid, Rule
 
 # Calls that show the function deals with all-masked rows.
@@ -31,6 +33,9 @@ class FullyMaskedNan(Rule):
         "def f(self, att, T):\n    att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float('-inf'))\n"
         "    return F.softmax(att, dim=-1)",
         "def f(s, causal_mask):\n    return s.masked_fill(causal_mask, -math.inf).softmax(-1)",
+        # a sliding window that always keeps the diagonal (issue 20): no row is fully masked
+        "def f(s, i, j, window):\n    blocked = (j > i) | (i - j >= window)\n"
+        "    return s.masked_fill(blocked, float('-inf')).softmax(-1)",
         # Generation logits processors: a vocabulary mask on sampling logits, never a softmax here.
         "def f(self, input_ids, scores):\n    banned = scores.new_zeros(scores.shape, dtype=torch.bool)\n"
         "    return scores.masked_fill(banned, -float('inf'))",
@@ -49,6 +54,9 @@ class FullyMaskedNan(Rule):
             message="NaN",
         ),
         Invalid("def f(s, pad):\n    return torch.softmax(s.masked_fill(pad, -float('inf')), -1)", line=2),
+        Invalid(  # j >= i blocks the diagonal: the first query sees nothing
+            "def f(s, i, j):\n    return torch.softmax(s.masked_fill(j >= i, float('-inf')), -1)", line=2
+        ),
         Invalid("def f(s, m):\n    return F.softmax(torch.where(m, s, -torch.inf), dim=-1)", line=2),
         Invalid('def f(s, m):\n    s.masked_fill_(m, float("-inf"))\n    return s.softmax(-1)', line=2),
         # NeMo-style relative position term handed to the attention function as its mask.
@@ -105,7 +113,36 @@ class FullyMaskedNan(Rule):
 
     def _mask_is_causal(self, mask: cst.BaseExpression, fn: FunctionFacts | None) -> bool:
         origin, _ = self.tracer.origin(mask, fn, through=frozenset({"bool", "to", "unsqueeze", "view"}))
-        return bool(_CAUSAL.search(self.context.module.code_for_node(origin)))
+        code = self.context.module.code_for_node
+        return bool(_CAUSAL.search(code(origin))) or _keeps_diagonal(origin, code)
+
+
+def _keeps_diagonal(mask: cst.BaseExpression, code: Callable[[cst.CSTNode], str]) -> bool:
+    """A blocked-positions mask built from index comparisons, each false where the query and key
+    index are equal: ``(j > i) | (i - j >= window)`` (a sliding window) or ``(i - j).abs() > radius``
+    never blocks the diagonal, so no row is fully masked."""
+    if type(mask) is cst.BinaryOperation and type(mask.operator) in (cst.BitOr, cst.BitAnd):
+        either = _keeps_diagonal(mask.left, code), _keeps_diagonal(mask.right, code)
+        return all(either) if type(mask.operator) is cst.BitOr else any(either)
+    if type(mask) is not cst.Comparison or len(mask.comparisons) != 1:
+        return False
+    operator, right, left = type(mask.comparisons[0].operator), mask.comparisons[0].comparator, mask.left
+    if operator in (cst.GreaterThan, cst.LessThan) and _indices(left, right, code):
+        return True  # j > i: strict, between two different indices
+    if type(left) is cst.Call and type(left.func) is cst.Attribute and left.func.attr.value == "abs":
+        left = left.func.value
+    if operator not in (cst.GreaterThanEqual, cst.GreaterThan) or type(left) is not cst.BinaryOperation:
+        return False
+    if type(left.operator) is not cst.Subtract or not _indices(left.left, left.right, code):
+        return False
+    width = number(right)  # a window named (a size, positive) or a positive literal
+    return type(right) is cst.Name or self_attribute(right) is not None or (width is not None and width > 0)
+
+
+def _indices(one: cst.BaseExpression, other: cst.BaseExpression, code: Callable[[cst.CSTNode], str]) -> bool:
+    """Two different index tensors: ``i`` and ``j``, or ``pos[:, None]`` and ``pos[None, :]``."""
+    names = [node.value if type(node) is cst.Subscript else node for node in (one, other)]
+    return all(type(name) is cst.Name for name in names) and code(one) != code(other)
 
 
 def _guarded(fn: FunctionFacts | None, facts: FileFacts) -> bool:

@@ -8,6 +8,8 @@ import libcst as cst
 
 from attncheck.findings import Edit
 from attncheck.static import edits
+from attncheck.static.analysis import semantics
+from attncheck.static.analysis.flow import reaching
 from attncheck.static.analysis.patterns import (
     FLOAT16_MIN,
     FillSite,
@@ -36,6 +38,9 @@ class MaskFillValue(Rule):
         "scores = torch.where(mask, scores, -10000.0)",
         "lengths = lengths.masked_fill(pad, 1)",
         "x = x.masked_fill(pad.unsqueeze(-1), 0.0)",
+        # a fully masked row's probabilities zeroed after the softmax: a guard, not a mask
+        "import torch\ndef f(scores, mask):\n    attn = torch.softmax(scores.masked_fill(~mask, -1e4), dim=-1)\n"
+        "    return attn.masked_fill(~mask.any(-1, keepdim=True), 0.0)",
         # EoMT: a float32 additive mask; adding it to half scores promotes to float32.
         "attention_mask = attention_mask.float().masked_fill(~attention_mask, -1e9)",
         "bias = mask.to(torch.float32).masked_fill(~mask, -1e9)",
@@ -49,6 +54,8 @@ class MaskFillValue(Rule):
         Invalid("scores.masked_fill_(~mask, -1e20)", line=1),
         Invalid("w = torch.masked_fill(attn_logits, pad, 1e9)", line=1, message="positive"),
         Invalid("scores = scores.half().masked_fill(mask == 0, -1e9)", line=1, message="float16"),
+        Invalid("import torch\ndef f(scores, mask):\n    scores = scores.masked_fill(mask == 0, 0.0)\n"
+                "    return torch.softmax(scores, dim=-1)", line=3, message="exp(0) = 1"),
     )
 
     def __init__(self, context: FileContext) -> None:
@@ -67,6 +74,8 @@ class MaskFillValue(Rule):
         if value is None or math.isnan(value):
             return
         problem = _problem(value, site, facts, float32=self._explicit_float32(site))
+        if problem is None and value == 0 and self._feeds_softmax(node, site):
+            problem = "is zero on scores a softmax then takes: exp(0) = 1, so the masked keys keep their weight"
         if problem is None:
             return
         shown = self.context.module.code_for_node(site.value)
@@ -77,6 +86,19 @@ class MaskFillValue(Rule):
             evidence=[f"fill value: {shown} = {value:g}"],
             fix=self._fix(site),
         )
+
+    def _feeds_softmax(self, node: cst.Call, site: FillSite) -> bool:
+        """The filled tensor is scores (by name or as a product) and the fill's result reaches a
+        softmax of the same function: zeroing probabilities after the softmax is a legitimate guard."""
+        fn = self.context.function
+        if fn is None or site.target is None or not looks_like_scores(site.target, self.context.facts):
+            return False
+        sem = semantics.of(self.context)
+        for call in fn.calls:
+            softmax = sem.softmax(call, fn)
+            if softmax is not None and any(reached is node for reached in reaching(softmax.input, fn)):
+                return True
+        return False
 
     def _explicit_float32(self, site: FillSite) -> bool:
         """The filled tensor was just made float32/float64 (``mask.float().masked_fill(~mask, -1e9)``):

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import libcst as cst
 
+from attncheck.static.analysis import rope as rp
 from attncheck.static.analysis import semantics, syntax
+from attncheck.static.analysis.flow import reaching
+from attncheck.static.facts import FileFacts, FunctionFacts
 from attncheck.static.rule import Invalid, Rule
 
 _HINT = "fill the blocked scores before the softmax: scores = scores.masked_fill(mask == 0, float('-inf'))"
@@ -18,6 +21,13 @@ def attention(q, k, v, mask):
     return F.softmax(scores, dim=-1) @ v
 """
 
+_SDPA = """import torch, torch.nn.functional as F
+def causal(q, k, v):
+    t = q.size(-2)
+    mask = {mask}
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+"""
+
 
 def _fn(line: str, scores: str = "q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))") -> str:
     return _FN.replace("{scores}", scores).replace("{line}", line)
@@ -27,6 +37,8 @@ class MultiplicativeMask(Rule):
     code = "ATT301"
     PREFILTER = ("mask", "tril", "triu")
     VALID = (
+        _SDPA.replace("{mask}", "torch.tril(torch.ones(t, t)).bool()"),
+        _SDPA.replace("{mask}", "torch.triu(torch.full((t, t), float('-inf')), diagonal=1)"),
         _fn("scores = scores.masked_fill(mask == 0, torch.finfo(scores.dtype).min)"),
         _fn("scores = scores + (1.0 - mask) * -10000.0"),
         _fn("scores = scores + torch.where(mask.bool(), 0.0, float('-inf'))"),
@@ -36,6 +48,7 @@ class MultiplicativeMask(Rule):
         "    return torch.softmax(torch.matmul(q, k.transpose(-1, -2)) / 8 + attention_mask, dim=-1)",
     )
     INVALID = (
+        Invalid(_SDPA.replace("{mask}", "torch.tril(torch.ones(t, t))"), line=5, message="attn_mask"),
         Invalid(_fn("scores = scores * mask"), line=6, message="multiplied"),
         Invalid(_fn("", scores="mask * torch.matmul(q, k.transpose(-2, -1)) / 8"), line=5),
         Invalid(_fn("scores = torch.mul(scores, mask)"), line=6),
@@ -58,6 +71,8 @@ class MultiplicativeMask(Rule):
         fn = self.context.function
         softmax = sem.softmax(node, fn)
         if softmax is None:
+            if self.context.facts.canonical(node.func) in syntax.SDPA:
+                self._judge_sdpa_mask(node, sem, fn)
             return
         pipeline = sem.pipeline(softmax, fn)
         if pipeline is None:
@@ -80,3 +95,57 @@ class MultiplicativeMask(Rule):
                     hint=_HINT,
                     evidence=[use.binary],
                 )
+
+    def _judge_sdpa_mask(self, node: cst.Call, sem: semantics.Semantics, fn: FunctionFacts | None) -> None:
+        """SDPA adds a float ``attn_mask`` to the scores (only a bool one selects): a 0/1 float mask,
+        such as ``torch.tril(torch.ones(t, t))``, blocks nothing."""
+        args = syntax.positional(node)
+        mask = args[3] if len(args) > 3 else syntax.keyword(node, "attn_mask")
+        lineage = reaching(mask, fn) if mask is not None and fn is not None else []
+        facts = self.context.facts
+        if not any(_makes_float(n, sem) for n in lineage) or any(_selects_or_blocks(n, facts) for n in lineage):
+            return  # a mask of unknown dtype (a parameter passed through) may well be bool
+        info = sem.mask_info(mask, fn)
+        if info is None or info[0] is None or info[1] is not None:
+            return
+        self.report(
+            mask,
+            f"a 0/1 float mask is passed as scaled_dot_product_attention's attn_mask ({info[0]}): SDPA adds a "
+            "float mask to the scores, so adding 1 to kept keys blocks nothing",
+            hint="pass a bool mask (True = attend): attn_mask=mask.bool()",
+            evidence=[info[0]],
+        )
+
+
+_FLOAT_MAKERS = frozenset({"float", "half", "double", "bfloat16", "type_as", "ones", "ones_like", "new_ones", "eye"})
+
+
+def _makes_float(node: cst.CSTNode, sem: semantics.Semantics) -> bool:
+    """A call that makes a float tensor: ``.float()``, ``torch.ones(...)``, ``.to(q.dtype)``."""
+    if type(node) is not cst.Call:
+        return False
+    name = rp.last_name(node.func) or ""
+    if name == "to":
+        return any(word in sem.code(a.value) for a in node.args for word in ("dtype", "float", "half"))
+    return name in _FLOAT_MAKERS
+
+
+_BOOLEAN_OPERATORS = (cst.Equal, cst.NotEqual, cst.LessThan, cst.GreaterThan, cst.LessThanEqual, cst.GreaterThanEqual)
+
+
+def _selects_or_blocks(node: cst.CSTNode, facts: FileFacts) -> bool:
+    """A node that makes a mask bool (a comparison, ``~``, ``.bool()``, ``torch.bool``, a logical op)
+    or additive (an infinity, a very negative number, ``finfo``): either way not a 0/1 float mask."""
+    kind = type(node)
+    if kind in (cst.Integer, cst.Float, cst.UnaryOperation) and (syntax.number(node) or 0) <= -1e4:
+        return True
+    if syntax.is_infinite(node, facts) or (kind is cst.Attribute and node.attr.value in ("finfo", "min")):
+        return True
+    if kind is cst.Comparison:
+        return any(type(target.operator) in _BOOLEAN_OPERATORS for target in node.comparisons)
+    if kind is cst.UnaryOperation:
+        return type(node.operator) is cst.BitInvert
+    if kind is cst.Call:
+        name = (facts.canonical(node.func) or "").rsplit(".", 1)[-1] or rp.last_name(node.func) or ""
+        return name in ("bool", "logical_not", "logical_and", "logical_or", "eq", "ne", "gt", "lt", "ge", "le")
+    return kind is cst.Attribute and facts.canonical(node) == "torch.bool"

@@ -22,16 +22,16 @@ from attncheck.static.analysis import rope as rp
 from attncheck.static.context import FileContext
 from attncheck.static.facts import FileFacts, dotted_name, integer_value
 from attncheck.static.rule import Invalid, Rule
+from attncheck.static.rules.att4_gqa_rope import kv_heads
 
 _KV_COUNTS = re.compile(
     r"kv_heads?|key_value_heads|key_value_groups|n_rep|num_groups|n_kv|kv_groups|queries_per_kv"
 )
 _GROUP = re.compile(r"group|rep\b|queries_per_kv", re.IGNORECASE)
 _KV_HEADS = re.compile(r"kv|key_value", re.IGNORECASE)
-_KV_TENSOR = re.compile(
-    r"^(k|K|v|V|xk|xv|key|keys|value|values|key_states|value_states|key_layer|value_layer"
-    r"|k_cache|v_cache|cache_k|cache_v|past_key\w*|past_value\w*|keys?_\w+|values?_\w+)$"
-)
+# What a group-sized tiling may legitimately widen besides K/V: masks, biases, positions.
+_NOT_KV = re.compile(r"mask|bias|pos|freq|cos|sin|rope|rotary|alibi|slope", re.IGNORECASE)
+_SDPA_FUNCTION = "torch.nn.functional.scaled_dot_product_attention"
 _PRETRAINED = ("from_pretrained", "load_state_dict")
 
 _MODULE = """
@@ -102,12 +102,16 @@ class GqaGrouping(Rule):
                                    "[:, None].expand(batch, n_rep, num_key_value_heads,"), line=6),
         Invalid("def expand(key_states, num_heads, num_key_value_heads):\n"
                 "    return key_states.repeat(1, num_heads // num_key_value_heads, 1, 1)\n", line=2),
+        Invalid("import torch\ndef widen(memory, n_rep):\n    return torch.cat([memory] * n_rep, dim=1)\n",
+                line=3, message="tiles"),
+        Invalid(_SDPA.replace(", enable_gqa=True", ""), line=18, severity=Severity.ERROR, message="enable_gqa"),
     )
 
     def __init__(self, context: FileContext) -> None:
         super().__init__(context)
         self._tiled: list[tuple[cst.Call, str]] = []
         self._grouped = False  # some path expands K/V the grouped way
+        self._ungrouped: list[tuple[cst.Call, str]] = []  # SDPA calls given K/V still in the KV heads
 
     def visit_Call(self, node: cst.Call) -> None:
         name = rp.last_name(node.func)
@@ -120,8 +124,21 @@ class GqaGrouping(Rule):
             self._grouped = self._grouped or not any(fn.name == name for fn in self.context.facts.functions)
         elif name in ("repeat", "tile", "expand"):
             self._check_expansion(node, name)
+        elif name == "cat":
+            self._check_concatenation(node)
+        elif self.context.facts.canonical(node.func) == _SDPA_FUNCTION:
+            self._check_sdpa_heads(node)
 
     def leave_Module(self, original_node: cst.Module) -> None:
+        for node, split in self._ungrouped:
+            self.report(
+                node,
+                f"scaled_dot_product_attention gets K/V split into the KV heads ({split}) and Q into the "
+                "query heads, with no expansion and no enable_gqa=True: SDPA pairs query head h with key "
+                "head h, so it fails when the counts differ (or broadcasts one KV head)",
+                severity=Severity.ERROR,
+                hint="pass enable_gqa=True, or expand K/V first: k.repeat_interleave(num_heads // num_kv_heads, dim=1)",
+            )
         if not self._tiled or not _KV_COUNTS.search(self.context.source.text):
             return
         pretrained = next((word for word in _PRETRAINED if word in self.context.source.text), None)
@@ -184,12 +201,30 @@ class GqaGrouping(Rule):
             and bool(_KV_HEADS.search(self._text(resolved.right)))
         )
 
+    def _check_concatenation(self, node: cst.Call) -> None:
+        """``torch.cat([k] * n_rep, dim=1)`` or ``torch.cat([k for _ in range(n_rep)], 1)``: n_rep copies
+        of the whole KV-head axis one after the other, the tiled layout."""
+        copied = _copies(node.args[0].value) if node.args and node.args[0].keyword is None else None
+        if copied is not None and self._is_group(copied[1]) and self._is_kv_tensor(copied[0]):
+            self._tiled.append((node, self._text(node)))
+
+    def _check_sdpa_heads(self, node: cst.Call) -> None:
+        """SDPA handed K or V split into the KV heads with nothing widening them and no ``enable_gqa``."""
+        if any(a.keyword is not None and a.keyword.value == "enable_gqa" for a in node.args):
+            return
+        fn = self.context.function
+        query, key = (_argument(node, position, name) for position, name in ((0, "query"), (1, "key")))
+        if query is None or key is None or kv_heads.kv_split(query, fn, self.context.facts, self._text) is not None:
+            return
+        split = kv_heads.kv_split(key, fn, self.context.facts, self._text)
+        if split is not None:
+            self._ungrouped.append((node, self._text(split)))
+
     def _is_kv_tensor(self, receiver: cst.BaseExpression) -> bool:
+        """A tensor widened by a KV group count is K/V, whatever its name (``memory``, ``kv``,
+        ``states``), unless it is named as a mask, a bias or a position table."""
         root = _root(receiver)
-        if root is not None and _KV_TENSOR.match(root):
-            return True
-        fn = self.context.function  # the tensor parameter of a helper like ``repeat_kv(x, n_rep)``
-        return fn is not None and bool(_KV_HEADS.search(fn.name)) and root in fn.params
+        return root is not None and not _NOT_KV.search(root)
 
     def _text(self, node: cst.CSTNode) -> str:
         return self.context.module.code_for_node(node)
@@ -209,6 +244,27 @@ def _sizes(node: cst.Call, facts: FileFacts, name: str) -> list[cst.BaseExpressi
     if len(args) == 1 and isinstance(args[0], (cst.Tuple, cst.List)):
         return [e.value for e in args[0].elements]
     return args
+
+
+def _copies(pieces: cst.BaseExpression) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
+    """(tensor, count) for ``[x] * count``, ``count * [x]`` or ``[x for _ in range(count)]``."""
+    if type(pieces) is cst.BinaryOperation and type(pieces.operator) is cst.Multiply:
+        listed, count = (pieces.left, pieces.right) if type(pieces.left) is cst.List else (pieces.right, pieces.left)
+        if type(listed) is cst.List and len(listed.elements) == 1:
+            return listed.elements[0].value, count
+    if type(pieces) is cst.ListComp and type(pieces.for_in.iter) is cst.Call:
+        loop = pieces.for_in.iter
+        if rp.last_name(loop.func) == "range" and len(loop.args) == 1:
+            return pieces.elt, loop.args[0].value
+    return None
+
+
+def _argument(node: cst.Call, position: int, keyword: str) -> cst.BaseExpression | None:
+    """The argument of ``node`` at ``position`` or named ``keyword``."""
+    positional = [a.value for a in node.args if a.keyword is None and not a.star]
+    if position < len(positional):
+        return positional[position]
+    return next((a.value for a in node.args if a.keyword is not None and a.keyword.value == keyword), None)
 
 
 def _inserted_axis(receiver: cst.BaseExpression) -> int | None:

@@ -4,9 +4,12 @@ RoPE encodes position in the q·k scores only. Rotating V as well makes each
 value depend on its absolute position, so the output changes when every
 position is shifted by the same amount.
 
-Two spellings are recognised: the formula ``v * cos + rotate_half(v) * sin``,
-and a rotary helper (``apply_rotary_pos_emb``, ``self.rope``...) called with a
-value tensor whose result is bound back to a value name. HF's
+Three spellings are recognised: the formula ``v * cos + rotate_half(v) * sin``;
+a rotary helper (``apply_rotary_pos_emb``, ``self.rope``..., or a helper of the
+file of any name whose body rotates the parameter) called with a value tensor
+whose result is bound back to a value name; and such a helper mapped over a
+tuple holding V (``map(lambda t: rope(t), (q, k, v))``, a generator or a list
+comprehension) with V bound to the result. HF's
 ``cos, sin = self.rotary_emb(value_states, position_ids)``, which passes V only
 for its dtype and device, is not a rotation of V.
 """
@@ -18,6 +21,7 @@ import re
 import libcst as cst
 
 from attncheck.static.analysis import rope as rp
+from attncheck.static.context import FileContext
 from attncheck.static.facts import FunctionFacts
 from attncheck.static.rule import Invalid, Rule
 
@@ -49,6 +53,9 @@ class RopeOnValue(Rule):
         # Meta's complex form on xq and xk only.
         "def forward(self, xq, xk, xv, freqs_cis):\n"
         "    xq, xk = apply_rotary_emb(xq, xk, freqs_cis=freqs_cis)\n    return xq, xk, xv\n",
+        # the rotation mapped over q and k only, and a shape-only lambda over all three
+        "def forward(self, q, k, v, cos, sin):\n    q, k, v = map(lambda t: t.transpose(1, 2), (q, k, v))\n"
+        "    q, k = map(lambda t: apply_rotary_emb(t, cos, sin), (q, k))\n    return q, k, v\n",
         # a helper that takes v but rotates only q and k.
         _HELPERS + "\ndef rope_qkv(q, k, v, cos, sin):\n    q, k = apply_rotary_pos_emb(q, k, cos, sin)\n"
         "    return q, k, v\n\ndef attend(q, k, v, cos, sin):\n    q, k, v = rope_qkv(q, k, v, cos, sin)\n"
@@ -67,6 +74,13 @@ class RopeOnValue(Rule):
         Invalid("def forward(self, xq, xk, xv, freqs_cis):\n"
                 "    xq, xk, xv = apply_rotary_emb(xq, xk, xv, freqs_cis=freqs_cis)\n    return xq, xk, xv\n",
                 line=2),
+        Invalid("def forward(self, q, k, v, cos, sin):\n"
+                "    q, k, v = map(lambda t: apply_rotary_emb(t, cos, sin), (q, k, v))\n    return q, k, v\n",
+                line=2, message="mapped"),
+        Invalid(_HELPERS.replace("apply_rotary_pos_emb(q, k, cos, sin)", "with_positions(q, cos, sin)")
+                .replace(", k * cos + rotate_half(k) * sin", "")
+                + "\ndef attend(q, k, v, cos, sin):\n    q, k, v = [with_positions(t, cos, sin) for t in (q, k, v)]\n"
+                "    return q, k, v\n", line=12, message="with_positions"),
         Invalid(_HELPERS + "\ndef rope_qkv(q, k, v, cos, sin):\n"
                 "    q, k = apply_rotary_pos_emb(q, k, cos, sin)\n"
                 "    v = v * cos + rotate_half(v) * sin\n    return q, k, v\n", line=13),
@@ -86,15 +100,35 @@ class RopeOnValue(Rule):
         for fn, call in index.calls:
             self._check_call(index, call, fn)
 
+    def visit_Assign(self, node: cst.Assign) -> None:
+        """``q, k, v = map(lambda t: rope(t, cos, sin), (q, k, v))`` or ``(rope(t) for t in (q, k, v))``:
+        one rotary call mapped over a tuple that holds V, and V bound to the result."""
+        mapped = _mapped(node.value)
+        if mapped is None or not _bound_to_value(node):
+            return
+        applied, items = mapped
+        name = rp.last_name(applied) or ""
+        helper = _defined(self.context.facts.functions, name)
+        rotates = _ROTARY.search(name) if helper is None else _rotates_first_parameter(self.context, helper)
+        value = next((item for item in items if _VALUE.match(rp.last_name(item) or "")), None)
+        if rotates and value is not None:
+            shown = rp.code(self.context.facts, value)
+            self.report(
+                node.value,
+                f"{name} is mapped over a tuple that holds the value tensor {shown}: RoPE belongs on "
+                "q and k only, so the output now depends on absolute positions",
+                hint=f"rotate q and k, and pass {shown} through unchanged",
+            )
+
     def _check_call(self, index: rp.RopeIndex, call: cst.Call, fn: FunctionFacts | None) -> None:
         name = rp.last_name(call.func) or ""
-        if not _ROTARY.search(name):
-            return
+        helper = _defined(self.context.facts.functions, name)
+        if not _ROTARY.search(name) and helper is None:
+            return  # a helper of the file is judged by its body, whatever its name (``pos(v, cos, sin)``)
         values = [(i, a) for i, a in enumerate(call.args) if _VALUE.match(rp.last_name(a.value) or "")]
         if not values or not _bound_to_value(index.parent(call)):
             return
         position, argument = values[0]
-        helper = _defined(self.context.facts.functions, name)
         if helper is not None and not _rotates_parameter(index, helper, position, argument):
             return
         shown = rp.code(self.context.facts, argument.value)
@@ -116,6 +150,28 @@ def _bound_to_value(parent: cst.CSTNode | None) -> bool:
         if any(_VALUE.match(rp.last_name(n) or "") for n in names):
             return True
     return False
+
+
+def _mapped(value: cst.BaseExpression) -> tuple[cst.BaseExpression, list[cst.BaseExpression]] | None:
+    """(the callee, the tensors) of ``map(f, (a, b))``, ``map(lambda t: f(t, ...), (a, b))`` or
+    ``(f(t, ...) for t in (a, b))`` (a list comprehension too); None for anything else."""
+    if type(value) is cst.Call and type(value.func) is cst.Name and value.func.value == "map" and len(value.args) == 2:
+        applied, items = value.args[0].value, value.args[1].value
+        if type(applied) is cst.Lambda:
+            applied = applied.body.func if type(applied.body) is cst.Call else None
+    elif type(value) in (cst.GeneratorExp, cst.ListComp) and type(value.elt) is cst.Call:
+        applied, items = value.elt.func, value.for_in.iter
+    else:
+        return None
+    if applied is None or type(items) not in (cst.Tuple, cst.List):
+        return None
+    return applied, [element.value for element in items.elements]
+
+
+def _rotates_first_parameter(context: FileContext, helper: FunctionFacts) -> bool:
+    """Whether the file's own helper rotates the first tensor it is given."""
+    argument = cst.Arg(cst.Name(next((p for p in helper.params if p != "self"), "")))
+    return _rotates_parameter(rp.rope_index(context), helper, 0, argument)
 
 
 def _defined(functions: list[FunctionFacts], name: str) -> FunctionFacts | None:

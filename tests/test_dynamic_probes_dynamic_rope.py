@@ -20,7 +20,7 @@ def test_dynamic_scaling_past_the_maximum_passes():
 
 
 def test_dynamic_scaling_never_applied_is_att402():
-    findings, _, checks = checked_target(FIXTURES / "buggy" / "rope_dynamic_ntk_never_applied_att402.py")
+    findings, _, checks = checked_target(FIXTURES / "buggy" / "variant_rope_dynamic_ntk_never_applied_att402.py")
     assert checks["reference"].status == "passed"  # exact on 7 tokens
     assert checks["dynamic-rope"].status == "failed"
     assert [f.code for f in findings] == ["ATT402"]

@@ -14,7 +14,7 @@ from attncheck.dynamic.binding.bind import PACKAGE_CONFIG, POST_NORM_RESIDUAL, b
 from attncheck.dynamic.diagnosis import fault
 from attncheck.dynamic.inside import model_mask
 from attncheck.dynamic.inside.executor import _heads_first, _probabilities
-from attncheck.dynamic.probes.judge import _mask_in
+from attncheck.dynamic.probes.masks import _mask_in
 from attncheck.dynamic.reference import unmodelled
 from tests.dynamic_support import FIXTURES, file_result
 

@@ -213,7 +213,7 @@ def judge(
         status = "failed" if code else ("passed" if checks[0].status == "passed" else "skipped")
         return TargetResult(target, status, "" if code else checks[0].detail, checks, device), findings
     if not facts.get("binding"):
-        return _unbound(target_plan.binding, facts, result, device)
+        return _unbound(target_plan.binding, facts, result, device, target_plan.sizes.lengths(self_style=False))
     target_plan = replace(target_plan, binding=target_plan.binding.chosen(facts["binding"]))
     checks: list[Check] = []
     findings: list[Finding] = []
@@ -240,9 +240,11 @@ def judge(
 
 
 def _unbound(
-    binding: Binding, facts: protocol.ReplyFacts, result: FileResult, device: str | None
+    binding: Binding, facts: protocol.ReplyFacts, result: FileResult, device: str | None,
+    cross_lengths: tuple[int, int],
 ) -> tuple[TargetResult, list[Finding]]:
-    """No candidate forwarded: a crash inside the user's code, or a binding that does not fit."""
+    """No candidate forwarded: a crash inside the user's code, or a binding that does not fit
+    (``cross_lengths``: the query and key lengths a bare function or cross module was given)."""
     target = binding.target
     attempts = facts.get("attempts", [])
     crashes = [a for a in attempts if a["stage"] == "forward" and a["error"].get("line")]
@@ -253,7 +255,7 @@ def _unbound(
         line_text = _source_line(result, error["line"])
         head_dim = binding.dims.d_model // binding.dims.heads
         named = crashes_module.classify(error["type"], error["message"], line_text, head_dim)
-        guess = None if named else fault.harness_guess(binding, error, line_text)
+        guess = None if named else fault.harness_guess(binding, error, line_text, cross_lengths)
         if guess is not None:
             reason = f"{message}, on an input the harness guessed ({guess}); {binding.filled_hint}"
             return TargetResult(target, "skipped", reason, [Check("forward", "skipped", reason)], device), []

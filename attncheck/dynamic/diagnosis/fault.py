@@ -20,10 +20,14 @@ _SHAPES = re.compile(r"size of tensor|shape|cannot be multiplied|out of range|ou
 _CHANNELS = re.compile(r"to have \d+ channels")
 _RANK = re.compile(r"number of dimensions|too many indices|Dimension out of range")
 _WRONG_KIND = re.compile(r"'(float|int|NoneType|bool)' object is not (callable|subscriptable|iterable)")
+_SIZES = re.compile(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)")
 
 
-def harness_guess(binding: Binding, error: Mapping[str, Any], line_text: str) -> str | None:
-    """What the harness guessed that this crash shows wrong; None when the input was promised."""
+def harness_guess(
+    binding: Binding, error: Mapping[str, Any], line_text: str, cross_lengths: tuple[int, int] = (0, 0)
+) -> str | None:
+    """What the harness guessed that this crash shows wrong; None when the input was promised
+    (``cross_lengths``: the query and key lengths a bare function was given)."""
     message = str(error.get("message", ""))
     forward = binding.forward
     if _CHANNELS.search(message):
@@ -37,6 +41,11 @@ def harness_guess(binding: Binding, error: Mapping[str, Any], line_text: str) ->
         return "the calling layer, which the harness stands in for with its head counts only"
     if _WRONG_KIND.search(message):
         return "the kind of an argument the code uses as another kind"
+    if binding.style == "function" and _lengths_disagree(message, cross_lengths):
+        return (
+            "query and key lengths that differ: the function builds its mask from one of them, "
+            "as a self-attention function does"
+        )
     if binding.width_guessed and _WIDTH_MISMATCH.search(message):
         return "the input width, which no constructor argument sets"
     config = next((c.config for c in binding.candidates if c.config), None)
@@ -54,3 +63,12 @@ def harness_guess(binding: Binding, error: Mapping[str, Any], line_text: str) ->
     if mask and forward.mask_required and undocumented and re.search(rf"\b{re.escape(mask)}\b", line_text):
         return f"the shape and convention of the required {mask}, which nothing documents"
     return None
+
+
+def _lengths_disagree(message: str, cross_lengths: tuple[int, int]) -> bool:
+    """A size mismatch between the query and the key length the harness chose for a bare function
+    (``sizes.lengths``: they differ, so a cross-attention call is told apart); a function that only
+    serves self-attention builds a (t, t) mask from one of them and cannot take that call."""
+    found = _SIZES.search(message)
+    sizes = {int(found.group(1)), int(found.group(2))} if found else set()
+    return len(sizes) == 2 and sizes == set(cross_lengths)

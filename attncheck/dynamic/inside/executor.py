@@ -115,7 +115,7 @@ class _Target:
                 if hasattr(self.config, name):
                     setattr(self.config, name, value)
             kwargs[candidate["config"]["param"]] = self.config
-        kwargs.update({n: v for n, v in (overrides or {}).items() if n in kwargs or n in _init_names(self.obj)})
+        kwargs.update({n: v for n, v in (overrides or {}).items() if n in kwargs or n in _parameter_names(self.obj)})
         torch.manual_seed(self.seed)
         instance = self.obj(*candidate["args"], **kwargs)
         if not isinstance(instance, nn.Module):
@@ -168,6 +168,8 @@ class _Target:
             kwargs[plan["mask_name"]] = model_mask.combined(instance, kwargs.get(plan["mask_name"]), args[0], key)
         kwargs.update(self.generated(args, kwargs))
         kwargs.update(extra or {})
+        if not isinstance(instance, nn.Module) and "training" in _parameter_names(instance):
+            kwargs.setdefault("training", experiment.mode == "train")  # as a caller passes self.training
         if any(kind == "caller-module" for _, kind in plan.get("generated", [])):  # it comes first: all by name
             kwargs.update({name: arg for (name, _), arg in zip(plan["roles"], args, strict=True)})
             args = []
@@ -264,10 +266,10 @@ def _cast(module: nn.Module, dtype: torch.dtype) -> nn.Module:
     return module._apply(lambda t: t.to(dtype) if t.is_floating_point() else t)
 
 
-def _init_names(cls: Any) -> set[str]:
-    """The constructor's parameter names (none when its signature cannot be read)."""
+def _parameter_names(callable_: Any) -> set[str]:
+    """A class's constructor's or a function's parameter names (none when its signature cannot be read)."""
     try:
-        return set(inspect.signature(cls).parameters)
+        return set(inspect.signature(callable_).parameters)
     except (TypeError, ValueError):
         return set()
 

@@ -218,8 +218,6 @@ def test_a_window_without_its_causal_half_is_named_by_its_leak_alone():
 FALSE_ERRORS = {
     "correct/heads_folded_after_transpose.py": "fairseq's sequence-first (seq, batch, dim) input is fed "
     "batch-first, so the batch probe perturbs positions: ATT904",
-    "correct/scale_conventions_around_sdpa.py": "a temperature multiplied by zero-valued scores gets no "
-    "gradient on the harness's inputs: ATT907",
     "correct/softmax_result_used.py": "a projection-free module on (b, s, d_k) inputs is expected to return "
     "the harness's d_model width: ATT902",
 }

@@ -17,11 +17,10 @@ from typing import Any
 
 import torch
 
-from attncheck.dynamic.binding.mask_docs import documented_convention
 from attncheck.dynamic.diagnosis import explain
 from attncheck.dynamic.diagnosis.diagnose import comparable_rows
 from attncheck.dynamic.probes.base import JudgeView
-from attncheck.dynamic.probes.masks import CONVENTIONS, SHAPES, choose_combo, mask_docs
+from attncheck.dynamic.probes.masks import CONVENTIONS, SHAPES, choose_combo, stated_convention
 from attncheck.dynamic.reference.mutants import REFERENCE, Case, Setting, Stages
 
 MARGIN = 10.0  # a mutant must differ by this many tolerances (and at least FLOOR) to count as visible
@@ -141,8 +140,7 @@ def _matched_combo(judge: JudgeView) -> str | None:
     matches = [c for c in ran if judge.masked_error(c) <= judge.tol]
     if not matches:
         return None
-    documented = judge.binding.declared_mask or documented_convention(mask_docs(judge))
-    return choose_combo(matches, documented, ran)
+    return choose_combo(matches, stated_convention(judge), ran)
 
 
 def _gap(output: torch.Tensor, reference_output: torch.Tensor, rows: torch.Tensor) -> float:

@@ -111,7 +111,7 @@ def judge(view: JudgeView) -> list[Outcome]:
         return [refused]
     errors = {c: view.masked_error(c) for c in ran}
     matches = [c for c in ran if errors[c] <= view.tol]
-    documented = view.binding.declared_mask or documented_convention(mask_docs(view))
+    documented = stated_convention(view)
     combo = choose_combo(matches, documented, ran)
     leak = _masked_keys(view, combo)
     if matches:
@@ -191,9 +191,11 @@ def _refused_mask(view: JudgeView, combos: list[str], ran: list[str]) -> Outcome
     return Check("reference-masked", "skipped", f"{tried} ({error['type']}: {error['message']}); {hint}"), None, ""
 
 
-def mask_docs(view: JudgeView) -> str:
-    """Where the module states its mask convention: its docstrings and its comments."""
-    return "\n".join(filter(None, [view.docs(), mask_comments(view.facts.get("comments") or "")]))
+def stated_convention(view: JudgeView) -> MaskConvention | None:
+    """The mask convention the module states: declared in pyproject.toml, else in its docstrings or in
+    its comments that speak of a mask."""
+    docs = "\n".join(filter(None, [view.docs(), mask_comments(view.facts.get("comments") or "")]))
+    return view.binding.declared_mask or documented_convention(docs)
 
 
 def choose_combo(matches: list[str], documented: MaskConvention | None, ran: list[str]) -> str:

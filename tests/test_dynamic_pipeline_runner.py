@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ast
+import threading
+
 from attncheck.dynamic.runner import check_file, run_dynamic
 from tests.dynamic_support import FIXTURES, Options, Outcome, file_result, in_process_child, write_module
 
@@ -96,3 +99,20 @@ def test_run_dynamic_collects_files_in_order():
     assert [f.code for f in findings] == ["ATT201"]
     assert "tolerance 1e-05" in findings[0].message and findings[0].target == "WrongScaleAttention"
     assert results[0].device == "cpu"
+
+
+def test_run_dynamic_parses_in_the_calling_thread_only(monkeypatch):
+    """CPython 3.11's ast.parse is not thread-safe (gh-106905: two threads parsing at once raise
+    "SystemError: AST constructor recursion depth mismatch"), which made the test above flaky: every
+    reading of a file's text happens before the pool of jobs starts."""
+    threads = []
+    parse = ast.parse
+
+    def recording_parse(*args, **kwargs):
+        threads.append(threading.current_thread())
+        return parse(*args, **kwargs)
+
+    monkeypatch.setattr(ast, "parse", recording_parse)
+    buggy = file_result(FIXTURES / "buggy" / "dyn_wrong_scale.py")
+    run_dynamic([file_result(TWO), buggy], Options(jobs=2), child=in_process_child)
+    assert threads and set(threads) == {threading.current_thread()}

@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -101,8 +101,12 @@ def run_dynamic(
             return [], [
                 TargetResult(t, "error", f"the sandbox is not available: {exc}") for r in runnable for t in r.targets
             ]
+    # Bind and plan (which parse each file's text) here, in one thread: CPython 3.11's ast.parse keeps its
+    # recursion depth in interpreter-wide state, and two threads parsing at once fail with "SystemError: AST
+    # constructor recursion depth mismatch" (gh-106905). Only the children and the judging run in the pool.
+    prepared = [prepare(result, options, seed, sizes) for result in runnable]
     with _one_intra_op_thread(), ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
-        per_file = list(pool.map(lambda r: check_file(r, options, child, seed, sizes), runnable))
+        per_file = list(pool.map(lambda p: run_prepared(p, options, child), prepared))
     findings = [f for file_findings, _ in per_file for f in file_findings]
     target_results = [t for _, file_results in per_file for t in file_results]
     return findings, target_results
@@ -125,6 +129,22 @@ def check_file(
     result: FileResult, options: DynamicOptions, child: Child, seed: int = SEED, sizes: Sizes = DEFAULT
 ) -> tuple[list[Finding], list[TargetResult]]:
     """All targets of one file through as few children as the file's crashes allow."""
+    return run_prepared(prepare(result, options, seed, sizes), options, child)
+
+
+@dataclass
+class Prepared:
+    """One file's targets bound and planned (the skipped ones already settled), and how to load it."""
+
+    result: FileResult
+    outcomes: dict[int, TargetResult]
+    pending: list[tuple[int, Plan]]
+    load: dict[str, Any]
+    seed: int
+
+
+def prepare(result: FileResult, options: DynamicOptions, seed: int = SEED, sizes: Sizes = DEFAULT) -> Prepared:
+    """Bind and plan every target of one file: all the reading of its text, no child yet."""
     declarations = getattr(options, "targets", {}) or {}
     outcomes: dict[int, TargetResult] = {}
     pending: list[tuple[int, Plan]] = []
@@ -137,8 +157,17 @@ def check_file(
             pending.append((index, plan(binding, index, seed, sizes)))
         else:
             outcomes[index] = TargetResult(target, "skipped", f"{binding.reason}; {binding.hint}")
+    return Prepared(result, outcomes, pending, loading_request.build(result.source), seed)
+
+
+def run_prepared(
+    prepared: Prepared, options: DynamicOptions, child: Child
+) -> tuple[list[Finding], list[TargetResult]]:
+    """Run a prepared file's targets in as few children as its crashes allow, and judge the replies."""
+    result, outcomes, pending, load, seed = (
+        prepared.result, dict(prepared.outcomes), list(prepared.pending), prepared.load, prepared.seed
+    )
     path = Path(result.source.path)
-    load = loading_request.build(result.source)
     findings: dict[int, list[Finding]] = {}
     while pending:
         request = {

@@ -213,24 +213,12 @@ def test_a_window_without_its_causal_half_is_named_by_its_leak_alone():
     assert checks["reference"].status == "passed" and "local window |i-j| < 3" in checks["reference"].detail
 
 
-# Static-only correct fragments that the dynamic checker still gets wrong (issue 16: each is a
-# false error on correct code, which `attncheck fixtures/correct` reports).
-FALSE_ERRORS = {
-    "correct/heads_folded_after_transpose.py": "fairseq's sequence-first (seq, batch, dim) input is fed "
-    "batch-first, so the batch probe perturbs positions: ATT904",
-    "correct/softmax_result_used.py": "a projection-free module on (b, s, d_k) inputs is expected to return "
-    "the harness's d_model width: ATT902",
-}
-
-
 def _static_only_correct() -> list[object]:
-    params = []
-    for path in sorted((FIXTURES / "correct").glob("*.py")):
-        if _HEADER.search(path.read_text(encoding="utf-8")) and _header(path.read_text(encoding="utf-8")) is None:
-            reason = FALSE_ERRORS.get(_name(path))
-            marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-            params.append(pytest.param(path, id=_name(path), marks=marks))
-    return params
+    return [
+        pytest.param(path, id=_name(path))
+        for path in sorted((FIXTURES / "correct").glob("*.py"))
+        if _HEADER.search(path.read_text(encoding="utf-8")) and _header(path.read_text(encoding="utf-8")) is None
+    ]
 
 
 @pytest.mark.parametrize("path", _static_only_correct())

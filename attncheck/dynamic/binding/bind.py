@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from attncheck.dynamic.binding import source_facts
+from attncheck.dynamic.binding import layout, source_facts
 from attncheck.dynamic.binding.mask_docs import (
     MaskConvention,
     MaskShape,
@@ -350,6 +350,9 @@ class ForwardPlan:
     caller_mask: bool = False
     # Required non-hidden inputs the child builds per call: (name, "ids" | "offset" | a helper's name for freqs_cis)
     generated: tuple[tuple[str, str], ...] = ()
+    # Why the inputs are (seq, batch, dim), as the code states (``layout``); '' for batch-first. The child
+    # feeds them so and turns the output back: the parent plans and judges batch-first.
+    sequence_first: str = ""
 
     @property
     def style(self) -> Style:
@@ -369,6 +372,7 @@ class ForwardPlan:
             "generated": [list(pair) for pair in self.generated],
             "mask_float": self.mask_float,
             "caller_mask": self.caller_mask,
+            "sequence_first": bool(self.sequence_first),
         }
 
 
@@ -460,14 +464,17 @@ def bind(target: Target, declaration: Mapping[str, Any] | None = None, source: s
     forward = _declared_forward(target, declaration["forward"]) if declared else _infer_forward(target, code)
     if isinstance(forward, str):
         return _skip(target, forward)
-    if not declared and _is_per_head_class(target, forward):
+    if not declared and _is_per_head_class(target, forward, code):
         forward = replace(forward, per_head=True)
+    docs = "\n".join(filter(None, [target.docstring, code.forward_doc]))
     forward = _with_positions(target, forward)
-    forward = _with_mask_order(target, forward, mask, "\n".join(filter(None, [target.docstring, code.forward_doc])))
+    forward = _with_mask_order(target, forward, mask, docs)
     if not declared:
         forward = _with_rank(target, forward, code)
         if isinstance(forward, str):
             return _skip(target, forward)
+    if not forward.per_head or forward.rank == 3:
+        forward = replace(forward, sequence_first=layout.sequence_first(code, docs, forward.roles[0][0]))
         if target.is_class and code.post_norm_residual:
             return _skip(target, POST_NORM_RESIDUAL)
     not_causal = code.causal_off
@@ -484,8 +491,10 @@ def bind(target: Target, declaration: Mapping[str, Any] | None = None, source: s
         candidates: tuple[InitCandidate, ...] | str = (_declared_candidate(init, declaration),)
         dims = _declared_dims(init, declaration)
     else:
-        candidates = _infer_candidates(target, code)
-        dims = _single_head_dims(target) or _one_head_by_structure(target, code) or Dims()
+        sized_core = forward.per_head and any(_per_head_size(p.name) is not None for p in target.init_params)
+        candidates = _infer_candidates(target, code, sized_core)
+        dims = PER_HEAD_CLASS if sized_core else _single_head_dims(target) or _one_head_by_structure(target, code)
+        dims = dims or Dims()
     if isinstance(candidates, str):
         return _skip(target, candidates)
     variant = DeclaredVariant.of(declaration)
@@ -608,16 +617,32 @@ def _one_head_by_structure(target: Target, code: source_facts.CodeFacts) -> Dims
     return Dims(D_MODEL, 1)
 
 
-def _is_per_head_class(target: Target, forward: ForwardPlan) -> bool:
+def _is_per_head_class(target: Target, forward: ForwardPlan, code: source_facts.CodeFacts) -> bool:
     """A class with no size to build projections from, called on q, k, v: a scaled-dot-product core.
 
     Such a class (``ScaledDotProductAttention(dropout)``) is the bare function in a
-    module, so it gets per-head (batch, heads, seq, head_dim) inputs.
+    module, so it gets per-head (batch, heads, seq, head_dim) inputs. A projection-free one may take
+    its inputs' width (``d_k``, ``dim_head``, ``temperature=d_k ** 0.5``): it is given the width it is fed.
     """
     if not target.is_class or [role for _, role in forward.roles] != ["query", "key", "value"]:
         return False
-    sized = MODEL_DIM_NAMES | HEAD_NAMES | HEAD_DIM_NAMES | CONFIG_NAMES
+    sized = MODEL_DIM_NAMES | HEAD_NAMES | CONFIG_NAMES
+    if not (code.found and not code.builds_layers):
+        sized |= HEAD_DIM_NAMES
     return not any(param.name.lower() in sized for param in target.init_params)
+
+
+# A per-head class's inputs: one head as wide as the model; its width arguments are given that width.
+PER_HEAD_CLASS = Dims(D_MODEL, 1)
+TEMPERATURE_NAMES = frozenset({"temperature"})  # the divisor of the scores: sqrt(d_k)
+
+
+def _per_head_size(name: str) -> float | None:
+    """The value of a projection-free class's width argument: its inputs' width, or its square root
+    for a temperature."""
+    lowered = name.lower()
+    width = PER_HEAD_CLASS.width // PER_HEAD_CLASS.heads
+    return width if lowered in HEAD_DIM_NAMES else width**0.5 if lowered in TEMPERATURE_NAMES else None
 
 
 DECLARED = "declared in pyproject.toml"
@@ -640,11 +665,14 @@ def _declared_dims(init: Mapping[str, Any], declaration: Mapping[str, Any]) -> D
 _BY_USE: dict[str, Any] = {"width": D_MODEL, "heads": HEADS, "dropout": 0.0, "positions": MAX_POSITIONS, "flag": False}
 
 
-def _infer_candidates(target: Target, code: source_facts.CodeFacts) -> tuple[InitCandidate, ...] | str:
+def _infer_candidates(
+    target: Target, code: source_facts.CodeFacts, per_head: bool = False
+) -> tuple[InitCandidate, ...] | str:
     """Every known size at its test value; then head counts left at their defaults.
 
     An argument whose name is not a known size gets the value its use in __init__ calls for
-    (``nn.Linear(d_in, d_out)``: widths; ``feats // n_att``: a head count).
+    (``nn.Linear(d_in, d_out)``: widths; ``feats // n_att``: a head count). The width arguments of a
+    projection-free ``per_head`` class fit the width of its inputs (``PER_HEAD_CLASS``).
 
     The second try covers classes that insist on their default (``assert num_heads == 1``
     for a single head, ``assert num_kv_heads == 1`` for multi-query attention).
@@ -656,7 +684,8 @@ def _infer_candidates(target: Target, code: source_facts.CodeFacts) -> tuple[Ini
     unknown: list[str] = []
     by_use: list[str] = []
     for param in params:
-        value = size_for(param.name)
+        value = _per_head_size(param.name) if per_head else None
+        value = size_for(param.name) if value is None else value
         if value is None and param.default is None and not _is_config(param, target):
             value = _BY_USE.get(code.init_uses.get(param.name, ""))
             if value is None and code.choices.get(param.name):  # ``if attention_type == "local"``
@@ -664,7 +693,7 @@ def _infer_candidates(target: Target, code: source_facts.CodeFacts) -> tuple[Ini
             by_use += [param.name] if value is not None else []
         if value is not None:
             kwargs[param.name] = value
-            if isinstance(value, float) and not isinstance(value, bool):
+            if isinstance(value, float) and not isinstance(value, bool) and param.name.lower() not in TEMPERATURE_NAMES:
                 dropout.append(param.name)
         elif _is_config(param, target):
             config = {"param": param.name, "class": _config_class(param, target)}
@@ -673,7 +702,7 @@ def _infer_candidates(target: Target, code: source_facts.CodeFacts) -> tuple[Ini
     if unknown:
         hint_names = ", ".join(unknown)
         return f"cannot tell what to pass for constructor argument(s) {hint_names}"
-    heads = 1 if _single_head_dims(target) or _one_head_by_structure(target, code) else HEADS
+    heads = 1 if per_head or _single_head_dims(target) or _one_head_by_structure(target, code) else HEADS
     candidates = [_candidate(kwargs, config, tuple(dropout), heads)]
     if config is not None and config["class"] is not None:
         candidates.append(_candidate(kwargs, {"param": config["param"], "class": None}, tuple(dropout), HEADS))

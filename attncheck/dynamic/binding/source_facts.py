@@ -31,7 +31,7 @@ class CodeFacts:
     found: bool = False  # the definition was read
     init_uses: Mapping[str, Use] = field(default_factory=dict)
     stored: frozenset[str] = frozenset()  # attributes __init__ assigns (``self.num_heads = 8``)
-    ranks: Mapping[str, int] = field(default_factory=dict)  # forward argument -> rank its shape unpacks to
+    unpacked: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # forward argument -> names of its shape
     none_checked: frozenset[str] = frozenset()  # forward arguments the code compares with None
     causal_off: bool = False  # every ``causal`` the code spells is False
     forward_doc: str = ""
@@ -40,6 +40,17 @@ class CodeFacts:
     post_norm_residual: bool = False  # forward ends in ``self.norm(out + hidden_states)``: a block's output
     choices: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # init argument -> strings compared with
     causal_by_caller: bool = False  # stores ``self.is_causal`` for its caller, and applies no causality itself
+    builds_layers: bool = False  # __init__ builds a projection, norm, embedding or raw parameter: not projection-free
+    batch_first: bool | None = None  # the default of its own ``batch_first`` constructor argument
+    mha_batch_first: bool | None = None  # the ``batch_first`` of the ``nn.MultiheadAttention`` __init__ builds
+    transposes_input: bool = False  # forward swaps its first two axes itself (``x.transpose(0, 1)``)
+
+    bmm_operands: frozenset[str] = frozenset()  # forward arguments passed to ``torch.bmm``: 3-D tensors
+
+    @property
+    def ranks(self) -> dict[str, int]:
+        """Forward argument -> the rank its code gives it (``b, s, d = x.shape``, ``torch.bmm(q, ...)``: 3)."""
+        return {**dict.fromkeys(self.bmm_operands, 3), **{name: len(names) for name, names in self.unpacked.items()}}
 
 
 def read(source: str, name: str, line: int) -> CodeFacts:
@@ -68,7 +79,7 @@ def read(source: str, name: str, line: int) -> CodeFacts:
         found=True,
         init_uses=uses,
         stored=stored,
-        ranks=_ranks(forward) if forward is not None else {},
+        unpacked=_unpacked(forward) if forward is not None else {},
         none_checked=_none_checked(forward) if forward is not None else frozenset(),
         causal_off=_causal_off(node, init),
         causal_by_caller=_causal_by_caller(node, stored),
@@ -77,6 +88,11 @@ def read(source: str, name: str, line: int) -> CodeFacts:
         functions=frozenset(n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))),
         config_classes=frozenset(n.name for n in tree.body if isinstance(n, ast.ClassDef) and _built_from_config(n)),
         post_norm_residual=forward is not None and _post_norm_residual(forward),
+        builds_layers=init is not None and _builds_layers(init),
+        batch_first=_batch_first(init) if init is not None else None,
+        mha_batch_first=_mha_batch_first(init) if init is not None else None,
+        transposes_input=forward is not None and _transposes_input(forward),
+        bmm_operands=_bmm_operands(forward) if forward is not None else frozenset(),
     )
 
 
@@ -142,10 +158,10 @@ def _shape_of(value: ast.AST) -> str | None:
     return None
 
 
-def _ranks(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, int]:
-    """``b, s, d = x.shape`` before ``x`` is rebound: x is 3-D."""
+def _unpacked(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, tuple[str, ...]]:
+    """``b, s, d = x.shape`` before ``x`` is rebound: x is 3-D, its axes named (b, s, d)."""
     params = set(_arguments(forward))
-    ranks: dict[str, int] = {}
+    ranks: dict[str, tuple[str, ...]] = {}
     rebound: set[str] = set()
     for statement in forward.body:
         if not isinstance(statement, ast.Assign):
@@ -154,7 +170,7 @@ def _ranks(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, int]:
             source = _shape_of(statement.value)
             unpacked = isinstance(target, ast.Tuple) and not any(isinstance(e, ast.Starred) for e in target.elts)
             if unpacked and source in params and source not in rebound:
-                ranks.setdefault(source, len(target.elts))
+                ranks.setdefault(source, tuple(ast.unparse(e) for e in target.elts))
             rebound |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
     return ranks
 
@@ -253,10 +269,7 @@ def _causal_off(node: ast.AST, init: ast.FunctionDef | ast.AsyncFunctionDef | No
 
 def _false_defaults(init: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
     """Constructor arguments defaulting to False whose name says causal, and the attributes holding them."""
-    args = init.args
-    positional = [*args.posonlyargs, *args.args]
-    defaults = dict(zip([a.arg for a in positional[len(positional) - len(args.defaults):]], args.defaults, strict=True))
-    defaults.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None})
+    defaults = _defaults(init)
     off = {n for n, d in defaults.items() if "causal" in n.lower() and isinstance(d, ast.Constant) and d.value is False}
     for node in ast.walk(init):
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id in off:
@@ -268,3 +281,73 @@ def _false_defaults(init: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
                         if isinstance(t, ast.Attribute) and isinstance(v, ast.Name) and v.id in off:
                             off.add(t.attr)
     return off
+
+
+_LAYERS = _WIDTH_LAYERS | {"Parameter", "MultiheadAttention", "Embedding", "Bilinear"}
+
+
+def _builds_layers(init: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """__init__ builds a layer with weights (``nn.Linear``, ``nn.Parameter``, an MHA...): the module
+    projects its inputs, so its input width is the model's, not a head's."""
+    return any(isinstance(node, ast.Call) and _callee(node) in _LAYERS for node in ast.walk(init))
+
+
+def _batch_first(init: ast.FunctionDef | ast.AsyncFunctionDef) -> bool | None:
+    """The default of the constructor's own ``batch_first`` argument (the layout a user's call gets)."""
+    default = _defaults(init).get("batch_first")
+    return default.value if isinstance(default, ast.Constant) and isinstance(default.value, bool) else None
+
+
+def _mha_batch_first(init: ast.FunctionDef | ast.AsyncFunctionDef) -> bool | None:
+    """The ``batch_first`` of the ``nn.MultiheadAttention`` __init__ builds (torch's default: False), read
+    through a constructor argument's default; None when it builds none or the value is not plain."""
+    defaults = _defaults(init)
+    for node in ast.walk(init):
+        if isinstance(node, ast.Call) and _callee(node) == "MultiheadAttention":
+            value = next((k.value for k in node.keywords if k.arg == "batch_first"), ast.Constant(False))
+            value = defaults.get(value.id, value) if isinstance(value, ast.Name) else value
+            return value.value if isinstance(value, ast.Constant) and isinstance(value.value, bool) else None
+    return None
+
+
+def _defaults(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, ast.expr]:
+    """Each argument's default expression."""
+    args = fn.args
+    positional = [*args.posonlyargs, *args.args]
+    found = dict(zip([a.arg for a in positional[len(positional) - len(args.defaults):]], args.defaults, strict=True))
+    found.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None})
+    return found
+
+
+def _transposes_input(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """``x.transpose(0, 1)``, ``x.permute(1, 0, 2)`` or ``x.swapaxes(0, 1)`` on a forward argument: the
+    module converts between layouts itself, so an MHA it calls says nothing of its own input's layout."""
+    params = set(_arguments(forward))
+    for node in ast.walk(forward):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        owner = node.func.value
+        if not (isinstance(owner, ast.Name) and owner.id in params):
+            continue
+        axes = [a.value for a in node.args if isinstance(a, ast.Constant)]
+        if node.func.attr in ("transpose", "swapaxes", "swapdims") and sorted(axes) == [0, 1]:
+            return True
+        if node.func.attr == "permute" and axes[:2] == [1, 0]:
+            return True
+    return False
+
+
+def _bmm_operands(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
+    """Forward arguments given as they are to ``torch.bmm``/``baddbmm`` (or ``q.bmm(...)``): 3-D tensors,
+    which 4-D per-head inputs would crash."""
+    params = set(_arguments(forward))
+    found = set()
+    for node in ast.walk(forward):
+        if isinstance(node, ast.Call) and _callee(node) in ("bmm", "baddbmm"):
+            operands = list(node.args)
+            if isinstance(node.func, ast.Attribute) and not (
+                isinstance(node.func.value, ast.Name) and node.func.value.id == "torch"
+            ):
+                operands.append(node.func.value)
+            found |= {o.id for o in operands if isinstance(o, ast.Name) and o.id in params}
+    return frozenset(found)

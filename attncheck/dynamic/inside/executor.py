@@ -170,6 +170,8 @@ class _Target:
         kwargs.update(extra or {})
         if not isinstance(instance, nn.Module) and "training" in _parameter_names(instance):
             kwargs.setdefault("training", experiment.mode == "train")  # as a caller passes self.training
+        if plan.get("sequence_first"):  # the (seq, batch, dim) its code states; _split_output turns it back
+            args = [arg.transpose(0, 1) for arg in args]
         if any(kind == "caller-module" for _, kind in plan.get("generated", [])):  # it comes first: all by name
             kwargs.update({name: arg for (name, _), arg in zip(plan["roles"], args, strict=True)})
             args = []
@@ -481,6 +483,8 @@ def _split_output(result: Any, target: _Target, experiment: Experiment) -> tuple
     items = _items(result)
     if not items or not isinstance(items[0], torch.Tensor):
         raise TypeError(f"forward returned {type(result).__name__}, not a tensor or a tuple starting with one")
+    if target.unit["forward"].get("sequence_first") and isinstance(items[0], torch.Tensor) and items[0].ndim == 3:
+        items[0] = items[0].transpose(0, 1)  # (seq, batch, dim) back to the (batch, seq, dim) the parent planned
     if target.unit["forward"].get("rank") == 3:  # back to the (batch, 1, seq, dim) the parent planned
         items = [t.unsqueeze(1) if isinstance(t, torch.Tensor) and t.ndim == 3 else t for t in items]
     roles = dict(experiment.inputs)

@@ -77,7 +77,7 @@ def test_seed002_own_test_mask_gives_nan_rows_in_the_child():
     target = _static(path).targets[0]
     binding = bind(target, {"init": {"hidden_dim": 128, "head_num": 8}})
     assert binding.ok
-    x = np.random.default_rng(0).random((3, 2, 128))
+    x = np.random.default_rng(0).random((3, 2, 128), dtype=np.float32)  # the module sees float32, as the runner sends
     unit = {
         "id": "0",
         "name": target.name,

@@ -104,7 +104,7 @@ def test_a_correct_rope_is_shift_invariant_in_both_conventions(tmp_path, style, 
     check, findings = _run(_module(tmp_path, style, positions))
     assert check.status == "passed", check.detail
     changes = _changes(check.detail)
-    assert set(changes) == {3, 17} and max(changes.values()) < 1e-9
+    assert set(changes) == {3, 17} and max(changes.values()) < 1e-6  # float32 rounding; a non-relative RoPE: > 1e-3
     assert findings == []
 
 

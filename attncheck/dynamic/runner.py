@@ -27,7 +27,7 @@ from attncheck.dynamic.diagnosis import fault
 from attncheck.dynamic.harness import protocol
 from attncheck.dynamic.loading import failures
 from attncheck.dynamic.loading import request as loading_request
-from attncheck.dynamic.probes import evidence
+from attncheck.dynamic.probes import evidence, precision
 from attncheck.dynamic.probes import rope_functions as rope_targets
 from attncheck.dynamic.probes.base import Plan
 from attncheck.dynamic.probes.judge import Judge, plan
@@ -176,7 +176,7 @@ def run_prepared(
             "targets": [dict(p.unit, id=str(i)) for i, p in pending],
             "load": load,
         }
-        tensors = {name: array for _, p in pending for name, array in p.tensors.items()}
+        tensors = {name: precision.as_sent(array) for _, p in pending for name, array in p.tensors.items()}
         outcome = child(path, request, tensors)
         where = {"device": _device(request["device"]), "isolation": getattr(outcome, "isolation", None)}
         replies = {str(r.facts.get("unit")): r for r in outcome.replies}

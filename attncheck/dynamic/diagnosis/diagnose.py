@@ -270,7 +270,9 @@ def _verdict(
             "and no known mistake, alone or in pairs, explains it"
         )
         return Diagnosis((), reference_error, message, reference_error)
-    floor = tol * 1e-3  # errors this small are ties: keep the catalogue order
+    # Errors this small are ties (keep the catalogue order): float32 outputs carry ~1e-7 of rounding, so
+    # mutants closer than that (scores times 0 vs filled with -1e-9) cannot be told apart by their error.
+    floor = tol * 0.1
     ranked = sorted(enumerate(matched), key=lambda item: (max(item[1][0], floor), item[0]))
     explanations: list[tuple[Mutant, ...]] = []
     for _, (_, group) in ranked:

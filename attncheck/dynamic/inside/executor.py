@@ -3,8 +3,8 @@
 This is the only dynamic code that touches the user's objects. It decides
 nothing: it constructs a target with the first candidate binding that
 constructs and forwards, runs every planned experiment (catching each
-failure separately), and yields facts plus float64 tensors for the parent to
-judge. One reply per target, so a crash in one target keeps the others.
+failure separately), and yields facts plus tensors (widened to float64) for the
+parent to judge. One reply per target, so a crash in one target keeps the others.
 
 Request layout (built by ``probes.judge.plan``; each experiment is ``harness.protocol.Experiment``)::
 
@@ -50,7 +50,7 @@ def run(module: types.ModuleType, request: dict, tensors: Tensors) -> Iterator[t
     inputs = {name: t.to(device) for name, t in tensors.items()}
     for unit in request["targets"]:
         wall, cpu = time.perf_counter(), time.process_time()
-        with _default_dtype(torch.float64):
+        with _default_dtype(torch.float32):
             facts, out = _run_target(module, unit, inputs, device, int(request.get("seed", 0)))
         # For bench/dynamic.py: where a check's time goes. process_cpu_s includes the child's start-up.
         facts["timing"] = {
@@ -63,8 +63,8 @@ def run(module: types.ModuleType, request: dict, tensors: Tensors) -> Iterator[t
 
 @contextlib.contextmanager
 def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
-    """User code runs in float64: its Python-scalar tensors (``torch.where(m, 0.0, finfo.min)``,
-    ``torch.zeros(...)``) must be float64 too, or they overflow or mix dtypes."""
+    """User code runs in float32, as in its author's own test (``probes.precision``), even where its
+    import set another default: its Python-scalar tensors (``torch.zeros(...)``) are float32 too."""
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
@@ -122,7 +122,7 @@ class _Target:
             raise TypeError(f"{self.unit['name']}(...) is not a torch.nn.Module")
         if self.config is not None:
             _model_init(self.module, self.config, instance)
-        return _cast(instance.to(self.device), torch.float64).eval()
+        return instance.to(self.device).eval()  # float32, as built: the parent reads its weights back
 
     def rebuilt(self, overrides: dict[str, Any]) -> nn.Module:
         """Another exact instance (same seed, same weights) with ``overrides`` set (``variant_runs``)."""

@@ -16,11 +16,12 @@ from __future__ import annotations
 import torch
 
 from attncheck.dynamic.binding.bind import HEADS, KV_HEAD_NAMES, KV_HEADS, Binding
+from attncheck.dynamic.probes import precision
 from attncheck.dynamic.probes.base import FunctionProbe, JudgeView, Outcome, Planner, as_list
 from attncheck.dynamic.probes.gqa_mapping import dependency_matrix, name_mapping
 from attncheck.findings import Check
 
-MOVED = 1e-9  # a query head "moved" when its output changed by more than this
+MOVED = precision.TOLERANCE  # a query head "moved" when its output changed by more than float32 rounding
 
 
 def wanted(binding: Binding) -> bool:

@@ -24,12 +24,13 @@ from attncheck.dynamic.binding.bind import Binding
 from attncheck.dynamic.binding.weights import Assignment, assignments, layers_from
 from attncheck.dynamic.diagnosis import explain
 from attncheck.dynamic.harness.protocol import Experiment, ReplyFacts
+from attncheck.dynamic.probes import precision
 from attncheck.dynamic.probes.base import Fit, Plan
 from attncheck.dynamic.probes.registry import all_probes, planning_order
 from attncheck.dynamic.probes.sizes import DEFAULT, Sizes
 from attncheck.dynamic.reference import mha as reference
 from attncheck.dynamic.reference import unmodelled, variant_fit, variants
-from attncheck.dynamic.reference.tolerance import max_error, tolerance
+from attncheck.dynamic.reference.tolerance import max_error
 from attncheck.findings import Check
 
 PERTURBATION = 1.0
@@ -68,7 +69,7 @@ class _Planner:
 
     def tensor(self, name: str, value: np.ndarray) -> str:
         key = f"{self.prefix}/{name}"
-        self.tensors[key] = value
+        self.tensors[key] = precision.as_sent(value)  # what the module sees; the Judge reads it back in float64
         return key
 
     def shape(self, length: int) -> tuple[int, ...]:
@@ -140,9 +141,9 @@ class Judge:
         self.static_codes = static_codes  # codes the static pass found on this target
         self.binding = plan.binding
         self.style = plan.style
-        self.inputs = {name: torch.from_numpy(value) for name, value in plan.tensors.items()}
+        self.inputs = {name: precision.as_judged(value) for name, value in plan.tensors.items()}
         self.experiments = {e["name"]: Experiment.from_request(e) for e in plan.unit["experiments"]}
-        self.tol = tolerance(torch.float64, 0.0)
+        self.tol = precision.TOLERANCE  # a float32 output against the float64 reference
         self.fit: Fit | None = None
         self.found_codes: list[str | None] = []  # codes of the checks judged so far (base.JudgeView)
         self.declared_readings: list[Fit] = []  # when nothing fits: the declared variant's readings, closest first

@@ -44,7 +44,7 @@ def masks_to_plan(tensor_names: dict[str, str]) -> dict[str, str]:
 
 
 def verdicts(judge: JudgeView) -> Iterator[Outcome]:
-    """One check per dtype, when the float64 output matches the reference (else nothing to compare)."""
+    """One check per dtype, when the float32 output matches the reference (else nothing to compare)."""
     masked = [
         c
         for c in (f"{MASK_SHAPE}/{convention}" for convention in ("keep", "blocked", "additive"))
@@ -55,7 +55,7 @@ def verdicts(judge: JudgeView) -> Iterator[Outcome]:
         if f"plain@{dtype_name}" not in judge.experiments:
             continue
         if judge.fit is None or judge.fit.error > judge.tol:
-            yield Check(f"low-precision-{dtype_name}", "skipped", "the float64 output does not match"), None, ""
+            yield Check(f"low-precision-{dtype_name}", "skipped", "the float32 output does not match"), None, ""
             continue
         runs: list[tuple[str, str | None]] = [("plain", None)]
         if combo is not None:

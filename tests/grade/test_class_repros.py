@@ -141,5 +141,5 @@ def test_the_attention_weights_shown_match_the_reference_for_a_correct_module_on
         return max(abs(a - b) for row, ref in zip(shown["student"], shown["reference"], strict=True)
                    for a, b in zip(row, ref, strict=True))
 
-    assert gap("s01") < 1e-9 and gap("s09") < 1e-9
+    assert gap("s01") < 1e-6 and gap("s09") < 1e-6  # float32 rounding: the module runs in float32
     assert gap("s05") > 1e-3 and gap("s06") > 1e-3

@@ -11,7 +11,7 @@ under the checker and its own elsewhere). So, once the child's own code is loade
   pid 1 of its namespace, the waiter above it, is plain ``python`` (``unshared.split_init``).
 
 Not hidden: the code objects of the frames below the user's (``sys._getframe``, a traceback of
-its own) still carry the checker's file names, and the inputs are float64 (the references need it).
+its own) still carry the checker's file names. (The inputs are float32, as in a user's own test.)
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import pytest
 
 from attncheck.dynamic.harness.protocol import ReplyError, reply_facts
 from attncheck.dynamic.runner import check_file
-from tests.dynamic_support import FIXTURES, Options, file_result, in_process_child
+from tests.dynamic_support import FIXTURES, Options, Reply, file_result, in_process_child
 
 CAUSAL = FIXTURES / "correct" / "causal_gpt.py"
 
@@ -82,3 +82,26 @@ def test_a_malformed_reply_ends_its_target_in_an_error_that_says_why():
     assert findings == []
     assert results and all(r.status == "error" for r in results)
     assert all(r.reason == "the child's reply is malformed: reply.grads: expected an object, got str" for r in results)
+
+
+@pytest.mark.parametrize(
+    ("unit", "corrupt", "message"),
+    [
+        ("load", {"how": ["a", "list"]}, "reply.how: expected str, got list"),
+        ("import", {"error": "no module"}, "reply.error: expected an object, got str"),
+        ("import", {"error": {"type": "ImportError", "line": "7"}}, "reply.error.line: expected int | None, got str"),
+    ],
+)
+def test_a_malformed_import_or_load_reply_ends_the_files_targets_in_an_error(unit, corrupt, message):
+    """The import and load units speak for every target of the file: a hostile value there is an error
+    of those targets that says why, never a crash of the dynamic stage (every file of the run)."""
+
+    def child(file, request, tensors):
+        outcome = in_process_child(file, request, tensors)
+        outcome.replies.insert(0, Reply({"unit": unit, **corrupt}, {}))
+        return outcome
+
+    findings, results = check_file(file_result(CAUSAL), Options(), child)
+    assert findings == []
+    assert results and all(r.status == "error" for r in results)
+    assert all(r.reason == f"the child's reply is malformed: {message}" for r in results)

@@ -180,6 +180,10 @@ def run_prepared(
         outcome = child(path, request, tensors)
         where = {"device": _device(request["device"]), "isolation": getattr(outcome, "isolation", None)}
         replies = {str(r.facts.get("unit")): r for r in outcome.replies}
+        malformed = _malformed_file_reply(replies)
+        if malformed:  # the import or load unit: every target of the file waits on it
+            outcomes.update({i: TargetResult(p.binding.target, "error", malformed, **where) for i, p in pending})
+            break
         if "import" in replies:
             status, reason = failures.import_outcome(replies["import"].facts, load)
             outcomes.update({i: TargetResult(p.binding.target, status, reason, **where) for i, p in pending})
@@ -201,6 +205,18 @@ def run_prepared(
         pending = remaining[1:]
     ordered = sorted(outcomes)
     return ([f for i in ordered for f in findings.get(i, [])], [outcomes[i] for i in ordered])
+
+
+def _malformed_file_reply(replies: Mapping[str, Any]) -> str:
+    """Why the file's import or load reply breaks ``protocol.ReplyFacts`` ('' when both are sound): the
+    runner reads them for every target of the file, so a hostile value must not reach it."""
+    for unit in ("import", "load"):
+        if unit in replies:
+            try:
+                protocol.reply_facts(replies[unit].facts)
+            except protocol.ReplyError as error:
+                return f"the child's reply is malformed: {error}"
+    return ""
 
 
 def _device(wanted: str) -> str:

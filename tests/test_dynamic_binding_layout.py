@@ -9,12 +9,14 @@ the reading."""
 from __future__ import annotations
 
 import textwrap
+from dataclasses import replace
 
 import pytest
 
 from attncheck.dynamic.binding import layout, source_facts
 from attncheck.dynamic.binding.bind import bind
-from tests.dynamic_support import FIXTURES, file_result
+from attncheck.dynamic.probes import kv_cache
+from tests.dynamic_support import FIXTURES, file_result, write_module
 
 MHA = """
 class Block(nn.Module):
@@ -134,3 +136,25 @@ def test_a_core_with_projections_keeps_the_model_width():
     )
     assert source_facts.read(source, "Head", 1).builds_layers
     assert not source_facts.read(source.replace("nn.Linear(d_k, d_k)", "d_k"), "Head", 1).builds_layers
+
+
+def test_the_kv_cache_probe_leaves_a_sequence_first_module_alone(tmp_path):
+    """Its cache is cut from (batch, seq, ...) projection outputs: a (seq, batch, dim) module's would be
+    cut across the batch."""
+    path = write_module(
+        tmp_path,
+        """
+        from torch import nn
+
+        class Cached(nn.Module):
+            def __init__(self, d_model, n_heads):
+                super().__init__()
+                self.attn = nn.MultiheadAttention(d_model, n_heads)
+
+            def forward(self, x, past_key_value=None):
+                return self.attn(x, x, x)[0]
+        """,
+    )
+    binding = _binding(path, "Cached")
+    assert binding.forward.sequence_first and not kv_cache.wanted(binding)
+    assert kv_cache.wanted(replace(binding, forward=replace(binding.forward, sequence_first="")))

@@ -48,8 +48,10 @@ def _rotary(binding: Binding) -> bool:
 
 
 def wanted(binding: Binding) -> bool:
-    """A forward that takes a cache, on a module without rotary positions."""
-    return _param(binding) is not None and not _rotary(binding)
+    """A forward that takes a cache, on a batch-first module without rotary positions (the cache is cut
+    from projection outputs laid out (batch, seq, ...))."""
+    sequence_first = binding.forward is not None and bool(binding.forward.sequence_first)
+    return _param(binding) is not None and not _rotary(binding) and not sequence_first
 
 
 def plan(planner: Planner) -> None:

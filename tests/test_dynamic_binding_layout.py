@@ -16,7 +16,8 @@ import pytest
 from attncheck.dynamic.binding import layout, source_facts
 from attncheck.dynamic.binding.bind import bind
 from attncheck.dynamic.probes import kv_cache
-from tests.dynamic_support import FIXTURES, file_result, write_module
+from attncheck.dynamic.runner import check_file
+from tests.dynamic_support import FIXTURES, Options, file_result, in_process_child, write_module
 
 MHA = """
 class Block(nn.Module):
@@ -158,3 +159,27 @@ def test_the_kv_cache_probe_leaves_a_sequence_first_module_alone(tmp_path):
     binding = _binding(path, "Cached")
     assert binding.forward.sequence_first and not kv_cache.wanted(binding)
     assert kv_cache.wanted(replace(binding, forward=replace(binding.forward, sequence_first="")))
+
+
+def test_per_head_inputs_have_no_sequence_first_layout(tmp_path):
+    """A function on per-head (batch, heads, seq, dim) tensors is not fed (seq, batch, ...), whatever its
+    docstring says of the model's inputs; one on (seq, batch, dim) tensors (3-D, by its unpacking) is."""
+    path = write_module(
+        tmp_path,
+        """
+        import torch
+
+        def per_head(q, k, v):
+            \"\"\"Called from a module whose inputs are (L, N, E).\"\"\"
+            return torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1) @ v
+
+        def time_major(q, k, v):
+            t, b, d = q.shape
+            q, k, v = (x.transpose(0, 1) for x in (q, k, v))
+            return (torch.softmax(q @ k.transpose(-2, -1) / d ** 0.5, dim=-1) @ v).transpose(0, 1)
+        """,
+    )
+    assert _binding(path, "per_head").forward.sequence_first == ""
+    assert _binding(path, "time_major").forward.sequence_first == "forward unpacks q's shape as (t, b, d)"
+    findings, results = check_file(file_result(path), Options(device="cpu"), in_process_child)
+    assert findings == [] and [r.status for r in results] == ["passed", "passed"]

@@ -473,7 +473,7 @@ def bind(target: Target, declaration: Mapping[str, Any] | None = None, source: s
         forward = _with_rank(target, forward, code)
         if isinstance(forward, str):
             return _skip(target, forward)
-    if not forward.per_head or forward.rank == 3:
+    if (target.is_class and not forward.per_head) or forward.rank == 3:  # (b, s, d) inputs, not per-head ones
         forward = replace(forward, sequence_first=layout.sequence_first(code, docs, forward.roles[0][0]))
         if target.is_class and code.post_norm_residual:
             return _skip(target, POST_NORM_RESIDUAL)

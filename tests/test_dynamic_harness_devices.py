@@ -1,4 +1,5 @@
-"""What the jailed child gets of the machine beyond files: a login name, and the GPU when asked.
+"""What the jailed child gets of the machine beyond files: a login name, and the GPU when asked;
+and what a crash on the GPU alone means for the verdict.
 
 Found on a lent H200: with ``--device cuda`` every child ran on the CPU, because the jail's /dev had
 no NVIDIA nodes, the scrubbed environment had no ``LD_LIBRARY_PATH`` and RLIMIT_AS stops CUDA from
@@ -15,10 +16,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from attncheck.dynamic import runner
 from attncheck.dynamic.harness import jail, prestarted, sandbox
-from attncheck.dynamic.harness.sandbox import Limits
+from attncheck.dynamic.harness.sandbox import ChildOutcome, Limits
 from attncheck.dynamic.runner import check_file, sandbox_child
-from tests.dynamic_support import FIXTURES, Options, file_result
+from tests.dynamic_support import FIXTURES, Options, file_result, in_process_child
 
 NODES = ["/dev/nvidia0", "/dev/nvidia-uvm", "/dev/nvidiactl"]
 needs_jail = pytest.mark.skipif(
@@ -88,3 +90,47 @@ def test_the_jailed_child_runs_on_the_gpu():
     )
     assert [(r.device, r.status) for r in results] == [("cuda", "passed")], results[0].reason
     assert findings == []
+
+
+DEVICE_ASSERT = "user code raised AcceleratorError: CUDA error: device-side assert triggered"
+
+
+def _on_a_gpu(monkeypatch, crashes_on_cpu: bool = False):
+    """A child that crashes whenever it is asked for the GPU (and, optionally, on the CPU too)."""
+    monkeypatch.setattr(runner, "_device", lambda wanted: "cpu" if wanted == "cpu" else "cuda")
+
+    def child(path: Path, request: dict, tensors: dict):
+        if request["device"] != "cpu" or crashes_on_cpu:
+            return ChildOutcome("crashed", DEVICE_ASSERT, [], "", "", "in-process")
+        return in_process_child(path, request, tensors)
+
+    return child
+
+
+@pytest.mark.parametrize(("name", "codes"), [("correct/dyn_self_attention.py", []),
+                                             ("buggy/scale_seq_len.py", ["ATT201"])])
+def test_a_crash_only_on_the_gpu_leaves_the_verdict_to_the_cpu_run(monkeypatch, name, codes):
+    """Seen on an H200: tensors made without device=, a rotary variant's device-side assert."""
+    child = _on_a_gpu(monkeypatch)
+    findings, results = check_file(file_result(FIXTURES / name), Options(device="cuda"), child)
+    assert [f.code for f in findings] == codes
+    assert results[0].device == "cpu" and results[0].status != "error"
+    device_check = results[0].checks[-1]
+    assert (device_check.name, device_check.status) == ("device", "failed") and DEVICE_ASSERT in device_check.detail
+
+
+def test_a_crash_on_both_devices_keeps_the_gpu_verdict(monkeypatch):
+    child = _on_a_gpu(monkeypatch, crashes_on_cpu=True)
+    _, results = check_file(file_result(FIXTURES / "correct" / "dyn_self_attention.py"), Options(device="cuda"), child)
+    assert [(r.device, r.status) for r in results] == [("cuda", "error")]
+
+
+def test_rotary_variants_free_to_fail_run_on_the_cpu(monkeypatch):
+    """A layout guess that indexes out of range is an IndexError on the CPU, but on a GPU a
+    device-side assert that leaves CUDA unusable for the rest of the child: they never run there."""
+    from attncheck.dynamic.inside import executor
+
+    monkeypatch.setattr(executor, "_device", lambda wanted: torch.device("meta"))  # stands for the GPU
+    _, results = check_file(file_result(FIXTURES / "correct" / "rope_hf.py"), Options(device="cuda"), in_process_child)
+    (function,) = [r for r in results if r.target.name == "apply_rotary_pos_emb"]
+    assert (function.device, function.status) == ("cpu", "passed"), function.reason

@@ -106,7 +106,7 @@ def run_dynamic(
     # constructor recursion depth mismatch" (gh-106905). Only the children and the judging run in the pool.
     prepared = [prepare(result, options, seed, sizes) for result in runnable]
     with _one_intra_op_thread(), ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
-        per_file = list(pool.map(lambda p: run_prepared(p, options, child), prepared))
+        per_file = list(pool.map(lambda p: checked(p, options, child), prepared))
     findings = [f for file_findings, _ in per_file for f in file_findings]
     target_results = [t for _, file_results in per_file for t in file_results]
     return findings, target_results
@@ -128,8 +128,48 @@ def _one_intra_op_thread() -> Iterator[None]:
 def check_file(
     result: FileResult, options: DynamicOptions, child: Child, seed: int = SEED, sizes: Sizes = DEFAULT
 ) -> tuple[list[Finding], list[TargetResult]]:
-    """All targets of one file through as few children as the file's crashes allow."""
-    return run_prepared(prepare(result, options, seed, sizes), options, child)
+    """All targets of one file, on the device the options ask for; see ``_gpu_only_crashes``."""
+    return checked(prepare(result, options, seed, sizes), options, child)
+
+
+def checked(prepared: Prepared, options: DynamicOptions, child: Child) -> tuple[list[Finding], list[TargetResult]]:
+    """A prepared file's targets run and judged on the device the options ask for, then on the CPU
+    for those that crashed on the GPU alone."""
+    found, results = run_prepared(prepared, options, child)
+    if any(r.device == "cuda" for r in results):
+        return _gpu_only_crashes(prepared, options, child, found, results)
+    return found, results
+
+
+def _gpu_only_crashes(
+    prepared: Prepared,
+    options: DynamicOptions,
+    child: Child,
+    found: list[Finding],
+    results: list[TargetResult],
+) -> tuple[list[Finding], list[TargetResult]]:
+    """Targets that crashed on the GPU, run again on the CPU: a crash the CPU run does not share is
+    about the device, not the attention (a tensor made without ``device=``, a device-side assert),
+    so the CPU run's verdict stands, with a ``device`` check saying what failed on cuda. The CPU run
+    reuses the file's plans (``results[i]`` is target ``i``): nothing is read or planned again."""
+    per_target = [[f for f in found if f.target == r.target.name] for r in results]
+    crashed = [i for i, r in enumerate(results) if r.device == "cuda" and _crashed(r, per_target[i])]
+    if not crashed:
+        return found, results
+    on_cpu = replace(prepared, outcomes={}, pending=[(i, p) for i, p in prepared.pending if i in crashed])
+    cpu_found, cpu_results = run_prepared(on_cpu, replace(options, device="cpu"), child)
+    for index, cpu_result in zip(crashed, cpu_results, strict=True):
+        own = [f for f in cpu_found if f.target == cpu_result.target.name]
+        if _crashed(cpu_result, own):
+            continue  # it crashes on the CPU too: the GPU run's verdict stands
+        crash = next((f.message for f in per_target[index] if f.code == codes.FORWARD_CRASH), results[index].reason)
+        cpu_result.checks.append(Check("device", "failed", f"on cuda: {crash}; the verdict is the CPU run's"))
+        results[index], per_target[index] = cpu_result, own
+    return [f for own in per_target for f in own], results
+
+
+def _crashed(result: TargetResult, found: list[Finding]) -> bool:
+    return result.status == "error" or any(f.code == codes.FORWARD_CRASH for f in found)
 
 
 @dataclass

@@ -33,6 +33,8 @@ def test_mpt_fill_with_the_dtypes_minimum_then_softmax_of_float_scores_has_no_na
 
 
 def test_user_code_sees_float32_tensors_weights_and_default_dtype(tmp_path):
+    """... in full float32 products (no TF32 on a GPU), and the process's own settings come back after."""
+    tf32 = torch.backends.cudnn.allow_tf32
     path = write_module(
         tmp_path,
         """
@@ -51,6 +53,8 @@ def test_user_code_sees_float32_tensors_weights_and_default_dtype(tmp_path):
                     raise TypeError(f"checker tell: {x.dtype}, {self.qkv.weight.dtype}")
                 if torch.get_default_dtype() != torch.float32 or torch.zeros(1).dtype != torch.float32:
                     raise TypeError("checker tell: default dtype")
+                if torch.backends.cudnn.allow_tf32 or torch.backends.cuda.matmul.allow_tf32:
+                    raise TypeError("TF32 products would make the verdict depend on the device")
                 b, s, d = x.shape
                 q, k, v = (t.view(b, s, self.n_heads, -1).transpose(1, 2) for t in self.qkv(x).chunk(3, -1))
                 out = torch.nn.functional.scaled_dot_product_attention(q, k, v)
@@ -61,6 +65,7 @@ def test_user_code_sees_float32_tensors_weights_and_default_dtype(tmp_path):
     assert (result.status, findings) == ("passed", []), [(c.name, c.detail) for c in result.checks]
     assert "max error" in checks["reference"].detail
     assert checks["low-precision-float16"].status == "passed"
+    assert torch.backends.cudnn.allow_tf32 == tf32
 
 
 def test_the_float32_tolerance_is_the_catalogues_floor_at_the_probes_sizes():

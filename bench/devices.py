@@ -1,8 +1,9 @@
 """Compare the dynamic verdicts on the CPU and on a CUDA GPU, fixture by fixture.
 
 The dynamic check promises the same verdict wherever it runs: user code runs in full float32 (no
-TF32) and the reference and the judging are float64 on either device, and only the low-precision probes (float16/bfloat16) reach kernels that
-exist on the GPU alone (SDPA's flash and memory-efficient backends, tensor-core matrix products).
+TF32), the reference and the judging are float64 on either device, and only the low-precision
+probes (float16/bfloat16) reach kernels that exist on the GPU alone (SDPA's flash and
+memory-efficient backends, tensor-core matrix products).
 This script runs ``python -m attncheck PATHS --format json`` once per device on the same machine
 and prints every target whose status, check statuses or findings differ, with the wall time of
 each run. CI has no GPU; run it where one is lent (``bench/devices.py --out DIR``), and without

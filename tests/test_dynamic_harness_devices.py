@@ -17,6 +17,8 @@ import pytest
 import torch
 
 from attncheck.dynamic import runner
+from attncheck.dynamic.binding.bind import bind
+from attncheck.dynamic.diagnosis import crashes, fault
 from attncheck.dynamic.harness import jail, prestarted, sandbox
 from attncheck.dynamic.harness.sandbox import ChildOutcome, Limits
 from attncheck.dynamic.runner import check_file, sandbox_child
@@ -134,3 +136,22 @@ def test_rotary_variants_free_to_fail_run_on_the_cpu(monkeypatch):
     _, results = check_file(file_result(FIXTURES / "correct" / "rope_hf.py"), Options(device="cuda"), in_process_child)
     (function,) = [r for r in results if r.target.name == "apply_rotary_pos_emb"]
     assert (function.device, function.status) == ("cpu", "passed"), function.reason
+
+
+CPU_BROADCAST = "The size of tensor a (7) must match the size of tensor b (5) at non-singleton dimension 3"
+CUDA_BROADCAST = (
+    "The expanded size of the tensor (7) must match the existing size (5) at non-singleton dimension 3.  "
+    "Target sizes: [2, 4, 5, 7].  Tensor sizes: [5, 5]"
+)
+
+
+def test_a_broadcast_error_reads_the_same_in_either_devices_wording():
+    """Seen on an H200: SDPA's mask expansion words the mismatch its own way, so a self-attention-only
+    function given differing query and key lengths was ATT901 on cuda and the harness's guess on the CPU."""
+    assert crashes.broadcast_sizes(CPU_BROADCAST) == crashes.broadcast_sizes(CUDA_BROADCAST) == (7, 5)
+    assert crashes.broadcast_sizes("mat1 and mat2 shapes cannot be multiplied") is None
+    result = file_result(FIXTURES / "correct" / "sdpa_masks_bool_or_additive.py")
+    binding = bind(next(t for t in result.targets if t.name == "causal_bool"), source=result.source.text)
+    for message in (CPU_BROADCAST, CUDA_BROADCAST):
+        guess = fault.harness_guess(binding, {"type": "RuntimeError", "message": message}, "", (5, 7))
+        assert guess is not None and "query and key lengths that differ" in guess

@@ -13,7 +13,20 @@ import re
 from dataclasses import dataclass
 
 _ROPE_LINE = re.compile(r"rotary|rope|\bcos\b|\bsin\b|cos_|sin_|freqs|rotate", re.IGNORECASE)
-_BROADCAST = re.compile(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)")
+# A broadcast between two sizes, as the CPU kernels say it and as CUDA's (SDPA's mask expansion) does.
+_BROADCAST = re.compile(
+    r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)"
+    r"|expanded size of the tensor \((\d+)\) must match the existing size \((\d+)\)"
+)
+
+
+def broadcast_sizes(message: str) -> tuple[int, int] | None:
+    """The two sizes a failed broadcast names (on either device's wording), or None."""
+    found = _BROADCAST.search(message)
+    if found is None:
+        return None
+    first, second = (int(size) for size in found.groups() if size is not None)
+    return first, second
 
 
 @dataclass(frozen=True)
@@ -43,9 +56,9 @@ def classify(error_type: str, message: str, line_text: str, head_dim: int | None
             f"torch.sqrt was called on a Python number and raised {error_type}: {message}{where}. "
             "torch.sqrt only takes tensors. Fix: math.sqrt(head_dim) (or head_dim ** 0.5).",
         )
-    broadcast = _BROADCAST.search(message)
+    broadcast = broadcast_sizes(message)
     if broadcast and _ROPE_LINE.search(line_text):
-        q_width, table_width = broadcast.groups()
+        q_width, table_width = broadcast
         expected = f"; head_dim is {head_dim}" if head_dim else ""
         return Crash(
             "ATT403",

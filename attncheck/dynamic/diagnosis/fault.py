@@ -14,13 +14,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from attncheck.dynamic.binding.bind import Binding
+from attncheck.dynamic.diagnosis import crashes
 
-_WIDTH_MISMATCH = re.compile(r"mat1 and mat2 shapes cannot be multiplied|normalized_shape|size of tensor a")
-_SHAPES = re.compile(r"size of tensor|shape|cannot be multiplied|out of range|out of bounds|invalid for input")
+_WIDTH_MISMATCH = re.compile(
+    r"mat1 and mat2 shapes cannot be multiplied|normalized_shape|size of tensor a|expanded size of the tensor"
+)
+_SHAPES = re.compile(
+    r"size of (the )?tensor|shape|cannot be multiplied|out of range|out of bounds|invalid for input"
+)
 _CHANNELS = re.compile(r"to have \d+ channels")
 _RANK = re.compile(r"number of dimensions|too many indices|Dimension out of range")
 _WRONG_KIND = re.compile(r"'(float|int|NoneType|bool)' object is not (callable|subscriptable|iterable)")
-_SIZES = re.compile(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)")
 
 
 def harness_guess(
@@ -69,6 +73,5 @@ def _lengths_disagree(message: str, cross_lengths: tuple[int, int]) -> bool:
     """A size mismatch between the query and the key length the harness chose for a bare function
     (``sizes.lengths``: they differ, so a cross-attention call is told apart); a function that only
     serves self-attention builds a (t, t) mask from one of them and cannot take that call."""
-    found = _SIZES.search(message)
-    sizes = {int(found.group(1)), int(found.group(2))} if found else set()
+    sizes = set(crashes.broadcast_sizes(message) or ())
     return len(sizes) == 2 and sizes == set(cross_lengths)

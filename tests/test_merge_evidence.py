@@ -94,6 +94,7 @@ SEEN_ON_PLAIN_MASKED_MHA = {
     "ATT305": False,  # not causal
     "ATT401": False,  # as many KV heads as query heads
     "ATT402": False, "ATT403": False, "ATT404": False,  # no rotary embedding
+    "ATT405": False,  # no relative-position bias
 }
 
 

@@ -103,19 +103,21 @@ class _Target:
         self.no_grad: str | None = None  # why the forwards run without gradients (flex_attention on CPU)
         self.config: Any = None  # the config object the module was built from, for its rotary class
         self.rotary: nn.Module | None = None  # the file's rotary class built from that config (``rotary:<class>``)
+        self.fitted: dict[str, Any] = {}  # arguments every instance gets (``variant_runs.window_for_length``)
 
     def construct(self, candidate: dict, rate: float, overrides: dict[str, Any] | None = None) -> nn.Module:
         """Build with the seed; ``overrides`` set constructor arguments and config fields of those names."""
+        overrides = {**self.fitted, **(overrides or {})}
         kwargs = dict(candidate["kwargs"])
         for name in candidate["dropout_names"]:
             kwargs[name] = rate
         self.config = _build_config(self.module, candidate["config"]["class"], rate) if candidate["config"] else None
         if self.config is not None:
-            for name, value in (overrides or {}).items():
+            for name, value in overrides.items():
                 if hasattr(self.config, name):
                     setattr(self.config, name, value)
             kwargs[candidate["config"]["param"]] = self.config
-        kwargs.update({n: v for n, v in (overrides or {}).items() if n in kwargs or n in _parameter_names(self.obj)})
+        kwargs.update({n: v for n, v in overrides.items() if n in kwargs or n in _parameter_names(self.obj)})
         torch.manual_seed(self.seed)
         instance = self.obj(*candidate["args"], **kwargs)
         if not isinstance(instance, nn.Module):
@@ -378,8 +380,12 @@ def _choose_binding(target: _Target, first: Experiment, facts: dict, out: Tensor
         label = candidate["label"] if candidate else "function"
         try:
             if candidate is not None:
-                target.candidate = candidate
+                target.candidate, target.fitted = candidate, {}
                 target.instances = {"exact": target.construct(candidate, 0.0)}
+                length = target.tensors[next(iter(first.inputs.values()))].shape[-2]
+                target.fitted = variant_runs.window_for_length(target.instances["exact"], length, target.rebuilt)
+                if target.fitted:
+                    target.instances = {"exact": target.construct(candidate, 0.0)}
         except Exception as exc:  # any failure of user code is a fact, never a crash of the child
             facts["attempts"].append({"label": label, "stage": "construct", "error": error_facts(exc, target.file)})
             continue
@@ -388,7 +394,9 @@ def _choose_binding(target: _Target, first: Experiment, facts: dict, out: Tensor
             tried = label if spec is None else f"{label}, all-keep mask {spec[1]} {spec[0]}"
             ran = _run_experiment(target, first, facts, out)
             if ran and (spec is None or _informative(out[f"{first.name}/out"])):
-                facts["binding"] = label
+                fitted = "".join(f", {name}={value}" for name, value in target.fitted.items())
+                note = " (its relative-position window spans the input)" if fitted else ""
+                facts["binding"] = label + fitted + note
                 facts["neutral_mask"] = spec
                 return True
             error = facts["experiments"][first.name].get("error") or _MASKED_EVERYTHING
@@ -530,11 +538,15 @@ def _tensors(result: Any) -> list[torch.Tensor]:
 
 
 def _docs(obj: Any) -> str:
-    parts = [inspect.getdoc(obj) or ""]
-    forward = getattr(obj, "forward", None)
-    if forward is not None:
-        parts.append(inspect.getdoc(forward) or "")
+    """The target's own docstrings, its class's then its forward's: not ``nn.Module``'s, which
+    ``inspect.getdoc`` inherits and which would crowd a forward's ``mask:`` line out of the reply."""
+    parts = [_own_doc(obj), _own_doc(getattr(obj, "forward", None))]
     return "\n".join(p for p in parts if p)[:4000]
+
+
+def _own_doc(obj: Any) -> str:
+    doc = getattr(obj, "__doc__", None) if obj is not None else None
+    return inspect.cleandoc(doc) if isinstance(doc, str) else ""
 
 
 def _comments(obj: Any) -> str:

@@ -11,6 +11,10 @@ Here, with the module built, the term is looked up among its declarations
 planned input is set smaller through the constructor argument or config field it is read from,
 on a second instance built with the same seed (so the same weights), and read back: the parent
 judges against the window the run really had, and a window that cannot be set is a skip with why.
+
+A window attention with a relative-position table (Swin, BEiT) runs on exactly the tokens of its
+window, Wh·Ww (plus BEiT's class token): :func:`window_for_length` builds it once, before the
+binding's first forward, with a window of 1×L (or 1×(L-1)) so it takes the L tokens the probes pass.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from torch import nn
 
 from attncheck.dynamic.inside.variant_facts import declared_scalars
@@ -53,3 +58,35 @@ def prepare(
             f"{smaller} through the constructor or its config did not change what the module holds"
         )
     return rebuilt, again
+
+
+RELATIVE_WINDOW_NAMES = ("window_size", "window", "win_size")
+"""Constructor arguments that set the window of a relative-position table (Swin, BEiT, timm)."""
+
+
+def relative_index(instance: nn.Module) -> torch.Tensor | None:
+    """The module's square ``relative_position_index`` buffer (N×N tokens of its window), None when it has none."""
+    for path, tensor in instance.named_buffers():
+        if path.rsplit(".", 1)[-1] == "relative_position_index" and tensor.ndim == 2 and len(set(tensor.shape)) == 1:
+            return tensor
+    return None
+
+
+def window_for_length(
+    instance: nn.Module, length: int, rebuild: Callable[[dict[str, Any]], nn.Module]
+) -> dict[str, Any]:
+    """Constructor overrides with which a window attention's relative-position index spans ``length``
+    tokens; {} when it has no such index, already spans them, or no window argument sets it."""
+    index = relative_index(instance)
+    if index is None or index.shape[0] == length:
+        return {}
+    for name in RELATIVE_WINDOW_NAMES:
+        for tokens in (length, length - 1):  # BEiT's index also holds the class token
+            overrides = {name: (1, tokens)}
+            try:
+                again = relative_index(rebuild(overrides))
+            except Exception:  # a window the constructor refuses: try the next reading
+                continue
+            if again is not None and again.shape[0] == length:
+                return overrides
+    return {}

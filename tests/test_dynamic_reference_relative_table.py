@@ -1,0 +1,92 @@
+"""Swin/BEiT relative-position tables: read from the module like its weights, added in the reference.
+
+A timm ``WindowAttention`` runs on exactly the Wh·Ww tokens of its window, so the child builds it
+with a 1×L window for the probes' L tokens; the reference gathers the module's own table by its
+``relative_position_index`` buffer (or by Swin's index of a declared window). The mistakes made
+with such a table are each named: read transposed (ATT405), added after the softmax (ATT203), a
+scale by the model width (ATT201).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from attncheck.dynamic.reference import variant_fit, variants
+from tests.dynamic_support import FIXTURES, checked_target
+
+CORRECT = FIXTURES / "correct" / "variant_swin_relative_table.py"
+
+
+def _fixture_module():
+    spec = importlib.util.spec_from_file_location("swin_fixture", CORRECT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("window", [(1, 7), (2, 3), (3, 3)])
+def test_swin_index_equals_the_one_swin_builds(window):
+    assert torch.equal(variants.swin_index(window), _fixture_module().relative_position_index(window))
+
+
+def test_the_gathered_bias_is_the_modules_own():
+    module = _fixture_module().WindowAttention(16, 2, window_size=(2, 3)).double()
+    index = module.relative_position_index
+    bias = variants.relative_table_bias(module.relative_position_bias_table.detach(), index)
+    assert torch.equal(bias, module._get_rel_pos_bias().detach()[0])
+
+
+def _declared(tensors: dict, scalars: dict | None = None, heads: int = 2, length: int = 6) -> variant_fit.Declared:
+    facts = {"scalars": scalars or {}, "tensors": list(tensors), "norms": {}, "unmodelled": []}
+    out = {f"declared/{role}": value for role, value in tensors.items()}
+    return variant_fit.Declared(facts, out, heads, 8, length, length)
+
+
+def test_a_table_without_index_buffer_is_gathered_by_the_declared_window():
+    table = torch.randn(3 * 5, 2, dtype=torch.float64)
+    by_window = variant_fit.relative_bias(_declared({"relative_table": table}, {"window_size": [2, 3]}))
+    by_buffer = variant_fit.relative_bias(
+        _declared({"relative_table": table, "relative_index": variants.swin_index((2, 3))})
+    )
+    assert by_window is not None and by_buffer is not None and torch.equal(by_window, by_buffer)
+
+
+@pytest.mark.parametrize(
+    ("tensors", "length"),
+    [
+        ({"relative_table": torch.randn(15, 3)}, 6),  # a table of 3 heads for a module of 2
+        ({"relative_table": torch.randn(15, 2), "relative_index": variants.swin_index((2, 3))}, 7),  # 6 tokens
+        ({"relative_table": torch.randn(4, 2), "relative_index": variants.swin_index((2, 3))}, 6),  # index past it
+    ],
+)
+def test_a_table_that_does_not_fit_the_run_adds_no_bias(tensors, length):
+    assert variant_fit.relative_bias(_declared(tensors, length=length)) is None
+
+
+def test_a_correct_window_attention_passes_with_its_window_fitted_to_the_input():
+    findings, result, checks = checked_target(CORRECT)
+    assert (result.status, findings) == ("passed", [])
+    assert "window_size=(1, 7) (its relative-position window spans the input)" in checks["forward"].detail
+    assert "relative-position table" in checks["reference"].detail
+    assert checks["reference-masked"].status == "passed"
+    assert checks["permutation-equivariance"].status == "skipped"
+
+
+@pytest.mark.parametrize(
+    ("name", "code", "words"),
+    [
+        ("variant_swin_bias_transposed_att405.py", "ATT405", "position-bias-transposed"),
+        ("variant_swin_bias_after_softmax_att203.py", "ATT203", "score-terms-after-softmax"),
+        ("variant_swin_scale_dim_att201.py", "ATT201", "scale-1/sqrt(d_model)"),
+    ],
+)
+def test_each_mistake_with_a_relative_table_is_named(name, code, words):
+    findings, result, _ = checked_target(FIXTURES / "buggy" / name)
+    assert result.status == "failed"
+    assert [f.code for f in findings] == [code]
+    assert words in findings[0].message
+    assert "ATT903" not in {f.code for f in findings}

@@ -50,7 +50,7 @@ def run(module: types.ModuleType, request: dict, tensors: Tensors) -> Iterator[t
     inputs = {name: t.to(device) for name, t in tensors.items()}
     for unit in request["targets"]:
         wall, cpu = time.perf_counter(), time.process_time()
-        with _default_dtype(torch.float64):
+        with _default_dtype(torch.float64), torch.compiler.set_stance("force_eager"):
             facts, out = _run_target(module, unit, inputs, device, int(request.get("seed", 0)))
         # For bench/dynamic.py: where a check's time goes. process_cpu_s includes the child's start-up.
         facts["timing"] = {
@@ -356,6 +356,8 @@ def _run_target(
     for experiment in experiments[1:]:
         _run_experiment(target, experiment, facts, out)
     instance = target.instance("exact")
+    if _compiled(vars(module)) or (isinstance(instance, nn.Module) and _compiled(vars(instance))):
+        facts["binding"] = f"{facts['binding']}; {EAGER}"
     facts["docs"] = _docs(target.obj)
     facts["comments"] = _comments(target.obj)
     if unit["is_class"]:
@@ -535,6 +537,18 @@ def _items(result: Any) -> list[Any]:
 def _tensors(result: Any) -> list[torch.Tensor]:
     """The floating tensors among what a forward returned, in order."""
     return [t for t in _items(result) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+
+
+EAGER = (
+    "its torch.compile'd callables run eagerly, the same maths in float64 (compiled flex_attention takes "
+    "no float64 on CPU, and compiling costs tens of seconds a shape)"
+)
+
+
+def _compiled(namespace: dict[str, Any]) -> bool:
+    """The file or the module holds a compiled callable (``flex_attention = torch.compile(flex_attention)``):
+    every forward runs under ``force_eager``, so the report says the compiled path was not taken."""
+    return any(hasattr(value, "_torchdynamo_orig_callable") for value in namespace.values())
 
 
 def _docs(obj: Any) -> str:

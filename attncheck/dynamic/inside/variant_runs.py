@@ -72,11 +72,17 @@ def relative_index(instance: nn.Module) -> torch.Tensor | None:
     return None
 
 
+class FixedWindowError(Exception):
+    """A window attention whose relative-position window no constructor argument sets: it takes only
+    its window's tokens, not the probes' (a skip with this reason, not a crash of the forward)."""
+
+
 def window_for_length(
     instance: nn.Module, length: int, rebuild: Callable[[dict[str, Any]], nn.Module]
 ) -> dict[str, Any]:
     """Constructor overrides with which a window attention's relative-position index spans ``length``
-    tokens; {} when it has no such index, already spans them, or no window argument sets it."""
+    tokens; {} when it has no such index or already spans them; FixedWindowError when no window
+    argument sets it."""
     index = relative_index(instance)
     if index is None or index.shape[0] == length:
         return {}
@@ -89,4 +95,9 @@ def window_for_length(
                 continue
             if again is not None and again.shape[0] == length:
                 return overrides
-    return {}
+    raise FixedWindowError(
+        f"the module attends within a window of {index.shape[0]} tokens (its relative_position_index is "
+        f"{index.shape[0]}x{index.shape[0]}) and no constructor argument ({', '.join(RELATIVE_WINDOW_NAMES)}) "
+        f"sets it to the {length} tokens the probes pass; windows partitioned in 2-D are outside the reference: "
+        f"give the constructor a window_size argument (declared as init = {{window_size = [1, {length}]}})"
+    )

@@ -201,20 +201,30 @@ def _masks(declared: Declared) -> list[tuple[str, tuple[variants.MaskMod, ...], 
     return [("", (), False)]
 
 
-def relative_bias(declared: Declared) -> torch.Tensor | None:
-    """The (h, q, k) bias of a Swin/BEiT relative-position table, gathered by the module's own
-    ``relative_position_index`` or, without one, by Swin's index of its declared 2-D window;
-    None when it declares no table, or one that does not span these query and key lengths."""
+def relative_biases(declared: Declared) -> list[tuple[str, torch.Tensor]]:
+    """(description, (h, q, k) bias) of a relative-position table: gathered by the module's own
+    ``relative_position_index`` or, without one, by Swin's index of its declared 2-D window; a table
+    with neither is a 1-D one (2M-1 offsets, centred) read both ways, i - j and j - i, since a
+    learned table has no direction of its own. Empty when it declares no table, or one that does
+    not span these query and key lengths."""
     table = declared.tensor("relative_table")
     if table is None or table.shape[1] != declared.heads:
-        return None
+        return []
     index = declared.tensor("relative_index")
     window = declared.scalar(("window_size",))
     if index is None and isinstance(window, list) and len(window) == 2:
         index = variants.swin_index((int(window[0]), int(window[1])))
-    if index is None or tuple(index.shape) != (declared.q_len, declared.k_len) or int(index.max()) >= len(table):
-        return None
-    return variants.relative_table_bias(table, index)
+    if index is not None:
+        fits = tuple(index.shape) == (declared.q_len, declared.k_len) and int(index.max()) < len(table)
+        return [("relative-position table", variants.relative_table_bias(table, index))] if fits else []
+    centre = (len(table) - 1) // 2
+    offsets = torch.arange(declared.q_len).view(-1, 1) - torch.arange(declared.k_len).view(1, -1)  # i - j
+    if len(table) % 2 == 0 or centre < max(declared.q_len, declared.k_len) - 1:
+        return []
+    return [
+        (f"1-D relative-position table ({text})", variants.relative_table_bias(table, centre + sign * offsets))
+        for text, sign in (("i - j", 1), ("j - i", -1))
+    ]
 
 
 def _biases(declared: Declared, scale: float) -> list[tuple[str, tuple[variants.ScoreMod, ...]]]:
@@ -238,10 +248,13 @@ def _biases(declared: Declared, scale: float) -> list[tuple[str, tuple[variants.
         bias = variants.t5_bias(table, declared.q_len, declared.k_len, bidirectional, int(distance))
         t5 = variants.position_bias(bias)
         options = [(f"{text} + T5 relative bias".lstrip(" +"), (*mods, t5)) for text, mods in options]
-    relative = relative_bias(declared)
-    if relative is not None:
-        table = variants.position_bias(relative)
-        options = [(f"{text} + relative-position table".lstrip(" +"), (*mods, table)) for text, mods in options]
+    relative = relative_biases(declared)
+    if relative:
+        options = [
+            (f"{text} + {name}".lstrip(" +"), (*mods, variants.position_bias(bias)))
+            for text, mods in options
+            for name, bias in relative
+        ]
     return options
 
 

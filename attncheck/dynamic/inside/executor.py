@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
+import sys
 import time
 import tokenize
 import traceback
@@ -50,7 +51,7 @@ def run(module: types.ModuleType, request: dict, tensors: Tensors) -> Iterator[t
     inputs = {name: t.to(device) for name, t in tensors.items()}
     for unit in request["targets"]:
         wall, cpu = time.perf_counter(), time.process_time()
-        with _default_dtype(torch.float64), torch.compiler.set_stance("force_eager"):
+        with _default_dtype(torch.float64):
             facts, out = _run_target(module, unit, inputs, device, int(request.get("seed", 0)))
         # For bench/dynamic.py: where a check's time goes. process_cpu_s includes the child's start-up.
         facts["timing"] = {
@@ -71,6 +72,15 @@ def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
         yield
     finally:
         torch.set_default_dtype(previous)
+
+
+def _eager() -> contextlib.AbstractContextManager[Any]:
+    """``force_eager`` where the user's code has loaded Dynamo (``torch.compile``, flex_attention): the
+    same maths in float64, which compiled flex refuses on CPU, without compiling for tens of seconds a
+    shape. Only there: importing Dynamo to set the stance costs seconds a child."""
+    if "torch._dynamo" not in sys.modules:
+        return contextlib.nullcontext()
+    return torch.compiler.set_stance("force_eager")
 
 
 def _device(wanted: str) -> torch.device:
@@ -438,7 +448,7 @@ def _run_experiment(target: _Target, experiment: Experiment, facts: dict, out: T
             instance.zero_grad(set_to_none=True)
             if target.no_grad:
                 instance.requires_grad_(False)
-        with torch.set_grad_enabled(cotangent is not None and not target.no_grad):
+        with torch.set_grad_enabled(cotangent is not None and not target.no_grad), _eager():
             extra = {}
             if experiment.kv_cache and isinstance(instance, nn.Module):
                 cache = target.kv_cache(instance, experiment)

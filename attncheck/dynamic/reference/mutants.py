@@ -796,7 +796,8 @@ MUTANTS: tuple[Mutant, ...] = (
     _mutant(
         "ATT405",
         "position-bias-transposed",
-        "adds the relative-position bias transposed: query i gets the bias of key j's offset from i",
+        "applies the relative-position bias with query and key swapped (a table read transposed, ALiBi "
+        "slopes of the wrong sign): query i gets the bias of key j's offset from i",
         "a relative bias holds one value per signed offset (i - j); read as (j, i) every offset changes sign, "
         "so each query favours the keys on the other side of it.",
         "gather the table as table[index[i, j]] laid out (heads, queries, keys): "

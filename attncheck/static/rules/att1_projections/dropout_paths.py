@@ -31,7 +31,8 @@ Canonical = Callable[[cst.CSTNode], "str | None"]  # ``FileFacts.canonical``: a 
 
 def skipping_branch(fn: facts.FunctionFacts, attr: str, canonical: Canonical) -> SkippingBranch | None:
     """The first ``if``/``else`` of ``fn`` that uses ``self.attr`` on one path only, the other path
-    computing attention (a softmax or an SDPA call) without it; None when every attending path uses it."""
+    computing attention (a softmax or an SDPA call) and dropping out no other way (timm's fused path
+    passes ``dropout_p=self.attn_drop_p``); None when every attending path drops out."""
     for node in _walk(fn.node.body):
         if type(node) is not cst.If or node.orelse is None:
             continue
@@ -40,7 +41,7 @@ def skipping_branch(fn: facts.FunctionFacts, attr: str, canonical: Canonical) ->
         if in_body == in_other:
             continue
         skipping = other if in_body else node.body
-        if _attends(skipping, canonical):
+        if _attends(skipping, canonical) and not _drops_out(skipping, canonical):
             return SkippingBranch(node, skips_when_true=not in_body)
     return None
 
@@ -55,6 +56,22 @@ def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
 
 def _uses(node: cst.CSTNode, attr: str) -> bool:
     return any(type(n) is cst.Attribute and facts.self_attribute(n) == attr for n in _walk(node))
+
+
+_DROPOUTS = {"torch.nn.functional.dropout", "torch.dropout"}
+_RATE_KEYWORDS = {"dropout_p", "dropout"}
+
+
+def _drops_out(node: cst.CSTNode, canonical: Canonical) -> bool:
+    """``F.dropout(...)``, or a ``dropout_p=``/``dropout=`` rate that is not a literal 0."""
+    for call in _walk(node):
+        if type(call) is cst.Call:
+            if canonical(call.func) in _DROPOUTS:
+                return True
+            for arg in call.args:
+                if arg.keyword is not None and arg.keyword.value in _RATE_KEYWORDS and syntax.number(arg.value) != 0:
+                    return True
+    return False
 
 
 def _attends(node: cst.CSTNode, canonical: Canonical) -> bool:

@@ -65,6 +65,10 @@ class UnusedDropout(Rule):
         _cls("self.rate = dropout", "_ = attention_interface(q, k, v, dropout=0.0 if not self.training "
              "else self.rate)"),
         _cls("self.attention_dropout = 0.0", "pass"),
+        # timm's fused path drops out through SDPA's dropout_p, its other path through the module.
+        _cls("self.attn_drop = nn.Dropout(dropout)\n        self.attn_drop_p = dropout",
+             "if self.training:\n            _ = F.scaled_dot_product_attention(q, k, v, dropout_p=self.attn_drop_p)\n"
+             "        else:\n            attn = self.attn_drop(attn)"),
         _FUNCTION.replace("{drop}", "p = dropout(p)"),
         # not attention (diffusers' AutoGuidance hands its rate to a layer-skip config).
         "class AutoGuidance:\n    def __init__(self, dropout):\n        self.dropout = dropout\n"

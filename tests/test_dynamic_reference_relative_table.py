@@ -86,6 +86,13 @@ def test_a_correct_window_attention_passes_with_its_window_fitted_to_the_input()
     assert checks["permutation-equivariance"].status == "skipped"
 
 
+def test_a_beit_attention_built_without_a_window_is_given_one_and_its_table_checked():
+    findings, result, checks = checked_target(FIXTURES / "correct" / "variant_beit_relative_table.py")
+    assert (result.status, findings) == ("passed", [])
+    assert "window_size=(1, 6) (its relative-position window spans the input)" in checks["forward"].detail
+    assert "relative-position table" in checks["reference"].detail
+
+
 def test_a_learned_1d_relative_table_gathered_in_forward_passes():
     findings, result, checks = checked_target(FIXTURES / "correct" / "variant_relative_table_1d.py")
     assert (result.status, findings) == ("passed", [])

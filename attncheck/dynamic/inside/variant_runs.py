@@ -82,11 +82,15 @@ def window_for_length(
 ) -> dict[str, Any]:
     """Constructor overrides with which a window attention's relative-position index spans ``length``
     tokens; {} when it has no such index or already spans them; FixedWindowError when no window
-    argument sets it."""
+    argument sets it. A module built without a window (BEiT's ``window_size=None``: no table) is
+    given one when that builds a table, so that the table's path is the one checked."""
     index = relative_index(instance)
-    if index is None or index.shape[0] == length:
+    if index is not None and index.shape[0] == length:
         return {}
-    for name in RELATIVE_WINDOW_NAMES:
+    unset = [name for name in RELATIVE_WINDOW_NAMES if hasattr(instance, name) and getattr(instance, name) is None]
+    if index is None and not unset:
+        return {}
+    for name in unset if index is None else RELATIVE_WINDOW_NAMES:
         for tokens in (length, length - 1):  # BEiT's index also holds the class token
             overrides = {name: (1, tokens)}
             try:
@@ -95,6 +99,8 @@ def window_for_length(
                 continue
             if again is not None and again.shape[0] == length:
                 return overrides
+    if index is None:
+        return {}  # no window builds a table of these tokens: checked as built, without one
     raise FixedWindowError(
         f"the module attends within a window of {index.shape[0]} tokens (its relative_position_index is "
         f"{index.shape[0]}x{index.shape[0]}) and no constructor argument ({', '.join(RELATIVE_WINDOW_NAMES)}) "

@@ -48,6 +48,7 @@ def _entries() -> Iterable[CodeInfo]:
         ("ATT402", "rope-rotation", E, "rotary embedding rotated the wrong way"),
         ("ATT403", "rope-shape", E, "cos/sin built or sliced with the wrong width"),
         ("ATT404", "rope-on-value", E, "rotary embedding applied to V"),
+        ("ATT405", "position-bias-transposed", E, "relative-position bias applied with query and key swapped"),
         ("ATT901", "forward-crash", E, "the forward pass raises for a documented input"),
         ("ATT902", "output-shape", E, "output shape differs from (batch, seq_q, d_model)"),
         ("ATT903", "reference-mismatch", E, "output differs from the reference and no known mistake explains it"),

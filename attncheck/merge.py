@@ -24,6 +24,11 @@ UNSEEN_NOTE = (
     "(no experiment it ran could show this mistake)"
 )
 
+REFERENCE_DESIGNS = frozenset({"ATT201", "ATT402"})
+"""By-design verdicts whose design the reference runs (a unit scale, a declared rotation): a passing run
+confirms them. ATT103's dropout skipped on one branch is by design only in that a run on that branch
+cannot raise it; a passing run, which took the other branch, confirms nothing."""
+
 Key = tuple[str, str, "str | None"]
 
 
@@ -66,7 +71,7 @@ def _weighed(finding: Finding, result: TargetResult | None, keep_static_errors: 
     if result is None:
         return finding
     how = result.refuted.get(finding.code)
-    if how is None and result.status == "passed" and finding.by_design:
+    if how is None and result.status == "passed" and finding.by_design and finding.code in REFERENCE_DESIGNS:
         how = DESIGN_CONFIRMED  # the reference ran the declared design (e.g. T5's scale 1) and matched
     if how is None:
         return replace(finding, evidence=[*finding.evidence, UNSEEN_NOTE])

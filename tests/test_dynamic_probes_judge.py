@@ -92,6 +92,12 @@ def test_documented_convention():
     assert documented_convention("Multi-head attention.") is None
 
 
+def test_an_additive_mask_is_read_as_documented_in_timm():
+    assert documented_convention("mask: (0/-inf) mask with shape of (num_windows, Wh*Ww, Wh*Ww) or None") == "additive"
+    assert documented_convention("attn_mask: an additive mask, 0 / -inf") == "additive"
+    assert documented_convention("scores / sqrt(d); -inf where the causal mask blocks") is None
+
+
 def test_documented_convention_in_chinese_and_in_comments_about_the_mask():
     assert documented_convention("mask 中 True/1 表示需要屏蔽的位置") == "blocked"
     assert documented_convention("mask: 1 表示保留的位置, 0 表示填充") == "keep"

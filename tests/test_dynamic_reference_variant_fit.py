@@ -86,3 +86,10 @@ def test_a_window_switched_off_is_no_window():
     assert [r.variant.name for r in variant_fit.candidates(_declared(off), (), rotary=False)] == ["declared rotation"]
     assert variant_fit.declared_term(off, "window") is None
     assert variant_fit.declared_term({"sliding_window": 4096}, "window") == ("sliding_window", 4096)
+
+
+def test_a_declared_scale_of_one_over_sqrt_d_model_with_several_heads_is_never_taken_as_intended():
+    (reading,) = variant_fit.candidates(_declared({"scale": (HEADS * HEAD_DIM) ** -0.5}), (), rotary=False)
+    assert reading.variant.scale is None  # the reference keeps 1/sqrt(head_dim): the diagnosis names ATT201
+    (head_dim,) = variant_fit.candidates(_declared({"scale": HEAD_DIM**-0.5}), (), rotary=False)
+    assert head_dim.variant.scale == HEAD_DIM**-0.5

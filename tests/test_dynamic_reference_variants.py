@@ -62,6 +62,12 @@ VARIANTS = {
     "t5 bias, scale 1": variants.Variant(
         "t5", scale=1.0, score_mods=(variants.position_bias(variants.t5_bias(torch.randn(32, H), L, L, True, 128)),)
     ),
+    "swin relative-position table": variants.Variant(
+        "swin",
+        score_mods=(
+            variants.position_bias(variants.relative_table_bias(torch.randn(13, H), variants.swin_index((1, L)))),
+        ),
+    ),
     "gemma 2: scale, soft-cap, window": variants.Variant(
         "gemma2", scale=0.2, score_mods=(variants.softcap(0.7),), mask_mods=(variants.sliding_window(4, "W keys"),)
     ),

@@ -94,6 +94,7 @@ SEEN_ON_PLAIN_MASKED_MHA = {
     "ATT305": False,  # not causal
     "ATT401": False,  # as many KV heads as query heads
     "ATT402": False, "ATT403": False, "ATT404": False,  # no rotary embedding
+    "ATT405": False,  # no relative-position bias
 }
 
 
@@ -140,3 +141,23 @@ def test_mask_probed_in_the_documented_convention_refutes_att304() -> None:
 def test_grouped_query_module_refutes_tiled_kv_heads() -> None:
     refuted = _refuted(FIXTURES / "correct" / "gqa_repeat_kv.py", ["ATT401"])
     assert set(refuted["LlamaStyleAttention"]) == {"ATT401"}
+
+
+def _by_design(code: str) -> Finding:
+    return Finding(code, Severity.WARNING, f"static {code}", "model.py", Span(5), target="Attn", by_design=True)
+
+
+def test_a_dynamic_error_confirming_a_dropout_skipped_on_one_branch_keeps_the_warning() -> None:
+    dynamic = Finding("ATT103", Severity.ERROR, "never takes effect", "model.py", Span(3), source="dynamic",
+                      target="Attn")
+    failed = TargetResult(_target(), "failed", checks=[Check("dropout-active", "failed")])
+    (finding,) = merge([_by_design("ATT103")], [dynamic], [failed])
+    assert (finding.severity, finding.source) == (Severity.WARNING, "both")
+
+
+def test_a_passing_run_confirms_only_a_design_the_reference_runs() -> None:
+    (scale,) = merge([_by_design("ATT201")], [], [_passed({})])
+    assert scale.severity == Severity.INFO  # the reference ran the declared unit scale and matched
+    (dropout,) = merge([_by_design("ATT103")], [], [_passed({})])
+    assert dropout.severity == Severity.WARNING  # the run took the branch that applies the dropout
+    assert dropout.evidence == [UNSEEN_NOTE]

@@ -18,12 +18,16 @@ MaskShape = Literal["b11k", "bk", "bqk", "b1qk"]
 _ABOUT_A_MASK = re.compile(r"mask|掩码|遮罩", re.IGNORECASE)
 
 
+_ADDITIVE = re.compile(r"\(?\b0\s*/\s*-\s*inf\b|\badditive\s+(?:float\s+)?mask", re.IGNORECASE)
+"""An additive mask as docstrings state it: timm's "mask: (0/-inf) mask", "an additive mask"."""
+
+
 def documented_convention(docs: str) -> MaskConvention | None:
-    """The mask convention a docstring states ("True = keep", "1 marks padding", "1 表示需要屏蔽"), if
-    it states exactly one: the wording is read as the static rule ATT304 reads it."""
+    """The mask convention a docstring states ("True = keep", "1 marks padding", "1 表示需要屏蔽",
+    "(0/-inf) mask"), if it states exactly one: the wording is read as the static rule ATT304 reads it."""
     blocked = declared_blocked(docs)
     if blocked is None:
-        return None
+        return "additive" if _ADDITIVE.search(docs) else None
     return "blocked" if blocked == "ones" else "keep"
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
+import sys
 import time
 import tokenize
 import traceback
@@ -89,6 +90,16 @@ def _full_float32() -> Iterator[None]:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags
 
 
+def _eager() -> contextlib.AbstractContextManager[Any]:
+    """``force_eager`` where the user's code has loaded Dynamo (``torch.compile``, flex_attention): the
+    same maths without compiling for tens of seconds a shape (compiled flex also refuses float64 on the
+    CPU, which the low-precision and judging paths may use). Only there: importing Dynamo to set the
+    stance costs seconds a child."""
+    if "torch._dynamo" not in sys.modules:
+        return contextlib.nullcontext()
+    return torch.compiler.set_stance("force_eager")
+
+
 def _device(wanted: str) -> torch.device:
     if wanted in ("cuda", "auto") and torch.cuda.is_available():
         return torch.device("cuda")
@@ -119,19 +130,21 @@ class _Target:
         self.no_grad: str | None = None  # why the forwards run without gradients (flex_attention on CPU)
         self.config: Any = None  # the config object the module was built from, for its rotary class
         self.rotary: nn.Module | None = None  # the file's rotary class built from that config (``rotary:<class>``)
+        self.fitted: dict[str, Any] = {}  # arguments every instance gets (``variant_runs.window_for_length``)
 
     def construct(self, candidate: dict, rate: float, overrides: dict[str, Any] | None = None) -> nn.Module:
         """Build with the seed; ``overrides`` set constructor arguments and config fields of those names."""
+        overrides = {**self.fitted, **(overrides or {})}
         kwargs = dict(candidate["kwargs"])
         for name in candidate["dropout_names"]:
             kwargs[name] = rate
         self.config = _build_config(self.module, candidate["config"]["class"], rate) if candidate["config"] else None
         if self.config is not None:
-            for name, value in (overrides or {}).items():
+            for name, value in overrides.items():
                 if hasattr(self.config, name):
                     setattr(self.config, name, value)
             kwargs[candidate["config"]["param"]] = self.config
-        kwargs.update({n: v for n, v in (overrides or {}).items() if n in kwargs or n in _parameter_names(self.obj)})
+        kwargs.update({n: v for n, v in overrides.items() if n in kwargs or n in _parameter_names(self.obj)})
         torch.manual_seed(self.seed)
         instance = self.obj(*candidate["args"], **kwargs)
         if not isinstance(instance, nn.Module):
@@ -372,6 +385,8 @@ def _run_target(
     for experiment in experiments[1:]:
         _run_experiment(target, experiment, facts, out)
     instance = target.instance("exact")
+    if _compiled(vars(module)) or (isinstance(instance, nn.Module) and _compiled(vars(instance))):
+        facts["binding"] = f"{facts['binding']}; {EAGER}"
     facts["docs"] = _docs(target.obj)
     facts["comments"] = _comments(target.obj)
     if unit["is_class"]:
@@ -396,8 +411,12 @@ def _choose_binding(target: _Target, first: Experiment, facts: dict, out: Tensor
         label = candidate["label"] if candidate else "function"
         try:
             if candidate is not None:
-                target.candidate = candidate
+                target.candidate, target.fitted = candidate, {}
                 target.instances = {"exact": target.construct(candidate, 0.0)}
+                length = target.tensors[next(iter(first.inputs.values()))].shape[-2]
+                target.fitted = variant_runs.window_for_length(target.instances["exact"], length, target.rebuilt)
+                if target.fitted:
+                    target.instances = {"exact": target.construct(candidate, 0.0)}
         except Exception as exc:  # any failure of user code is a fact, never a crash of the child
             facts["attempts"].append({"label": label, "stage": "construct", "error": error_facts(exc, target.file)})
             continue
@@ -406,7 +425,9 @@ def _choose_binding(target: _Target, first: Experiment, facts: dict, out: Tensor
             tried = label if spec is None else f"{label}, all-keep mask {spec[1]} {spec[0]}"
             ran = _run_experiment(target, first, facts, out)
             if ran and (spec is None or _informative(out[f"{first.name}/out"])):
-                facts["binding"] = label
+                fitted = "".join(f", {name}={value}" for name, value in target.fitted.items())
+                note = " (its relative-position window spans the input)" if fitted else ""
+                facts["binding"] = label + fitted + note
                 facts["neutral_mask"] = spec
                 return True
             error = facts["experiments"][first.name].get("error") or _MASKED_EVERYTHING
@@ -446,7 +467,7 @@ def _run_experiment(target: _Target, experiment: Experiment, facts: dict, out: T
             instance.zero_grad(set_to_none=True)
             if target.no_grad:
                 instance.requires_grad_(False)
-        with torch.set_grad_enabled(cotangent is not None and not target.no_grad):
+        with torch.set_grad_enabled(cotangent is not None and not target.no_grad), _eager():
             extra = {}
             if experiment.kv_cache and isinstance(instance, nn.Module):
                 cache = target.kv_cache(instance, experiment)
@@ -549,12 +570,28 @@ def _tensors(result: Any) -> list[torch.Tensor]:
     return [t for t in _items(result) if isinstance(t, torch.Tensor) and t.is_floating_point()]
 
 
+EAGER = (
+    "its torch.compile'd callables run eagerly, the same maths in float64 (compiled flex_attention takes "
+    "no float64 on CPU, and compiling costs tens of seconds a shape)"
+)
+
+
+def _compiled(namespace: dict[str, Any]) -> bool:
+    """The file or the module holds a compiled callable (``flex_attention = torch.compile(flex_attention)``):
+    every forward runs under ``force_eager``, so the report says the compiled path was not taken."""
+    return any(hasattr(value, "_torchdynamo_orig_callable") for value in namespace.values())
+
+
 def _docs(obj: Any) -> str:
-    parts = [inspect.getdoc(obj) or ""]
-    forward = getattr(obj, "forward", None)
-    if forward is not None:
-        parts.append(inspect.getdoc(forward) or "")
+    """The target's own docstrings, its class's then its forward's: not ``nn.Module``'s, which
+    ``inspect.getdoc`` inherits and which would crowd a forward's ``mask:`` line out of the reply."""
+    parts = [_own_doc(obj), _own_doc(getattr(obj, "forward", None))]
     return "\n".join(p for p in parts if p)[:4000]
+
+
+def _own_doc(obj: Any) -> str:
+    doc = getattr(obj, "__doc__", None) if obj is not None else None
+    return inspect.cleandoc(doc) if isinstance(doc, str) else ""
 
 
 def _comments(obj: Any) -> str:

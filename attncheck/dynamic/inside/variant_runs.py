@@ -11,6 +11,10 @@ Here, with the module built, the term is looked up among its declarations
 planned input is set smaller through the constructor argument or config field it is read from,
 on a second instance built with the same seed (so the same weights), and read back: the parent
 judges against the window the run really had, and a window that cannot be set is a skip with why.
+
+A window attention with a relative-position table (Swin, BEiT) runs on exactly the tokens of its
+window, Wh·Ww (plus BEiT's class token): :func:`window_for_length` builds it once, before the
+binding's first forward, with a window of 1×L (or 1×(L-1)) so it takes the L tokens the probes pass.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from torch import nn
 
 from attncheck.dynamic.inside.variant_facts import declared_scalars
@@ -53,3 +58,52 @@ def prepare(
             f"{smaller} through the constructor or its config did not change what the module holds"
         )
     return rebuilt, again
+
+
+RELATIVE_WINDOW_NAMES = ("window_size", "window", "win_size")
+"""Constructor arguments that set the window of a relative-position table (Swin, BEiT, timm)."""
+
+
+def relative_index(instance: nn.Module) -> torch.Tensor | None:
+    """The module's square ``relative_position_index`` buffer (N×N tokens of its window), None when it has none."""
+    for path, tensor in instance.named_buffers():
+        if path.rsplit(".", 1)[-1] == "relative_position_index" and tensor.ndim == 2 and len(set(tensor.shape)) == 1:
+            return tensor
+    return None
+
+
+class FixedWindowError(Exception):
+    """A window attention whose relative-position window no constructor argument sets: it takes only
+    its window's tokens, not the probes' (a skip with this reason, not a crash of the forward)."""
+
+
+def window_for_length(
+    instance: nn.Module, length: int, rebuild: Callable[[dict[str, Any]], nn.Module]
+) -> dict[str, Any]:
+    """Constructor overrides with which a window attention's relative-position index spans ``length``
+    tokens; {} when it has no such index or already spans them; FixedWindowError when no window
+    argument sets it. A module built without a window (BEiT's ``window_size=None``: no table) is
+    given one when that builds a table, so that the table's path is the one checked."""
+    index = relative_index(instance)
+    if index is not None and index.shape[0] == length:
+        return {}
+    unset = [name for name in RELATIVE_WINDOW_NAMES if hasattr(instance, name) and getattr(instance, name) is None]
+    if index is None and not unset:
+        return {}
+    for name in unset if index is None else RELATIVE_WINDOW_NAMES:
+        for tokens in (length, length - 1):  # BEiT's index also holds the class token
+            overrides = {name: (1, tokens)}
+            try:
+                again = relative_index(rebuild(overrides))
+            except Exception:  # a window the constructor refuses: try the next reading
+                continue
+            if again is not None and again.shape[0] == length:
+                return overrides
+    if index is None:
+        return {}  # no window builds a table of these tokens: checked as built, without one
+    raise FixedWindowError(
+        f"the module attends within a window of {index.shape[0]} tokens (its relative_position_index is "
+        f"{index.shape[0]}x{index.shape[0]}) and no constructor argument ({', '.join(RELATIVE_WINDOW_NAMES)}) "
+        f"sets it to the {length} tokens the probes pass; windows partitioned in 2-D are outside the reference: "
+        f"give the constructor a window_size argument (declared as init = {{window_size = [1, {length}]}})"
+    )

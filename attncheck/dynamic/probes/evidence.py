@@ -86,19 +86,24 @@ def _by_mutants(judge: JudgeView, codes: set[str]) -> dict[str, str]:
     mutants = [m for m in explain.mutants_for(judge.style) if m.code in codes]
     gaps: dict[str, float] = {}  # mutant name -> the largest move it would make on a matching experiment
     where: dict[str, str] = {}
+    built: set[str] = set()  # mutants that could be built for some matching experiment
     for label, case, _output, setting in _matching(judge):
         stages = Stages(case, setting)
         reference_output = stages.output(REFERENCE)
         rows = comparable_rows(case, setting.num_heads)
         for mutant, mutated in zip(mutants, stages.outputs([m.knobs for m in mutants]), strict=True):
-            if mutated is not None and mutated.shape == reference_output.shape:
+            if mutated is None:
+                continue
+            built.add(mutant.name)
+            if mutated.shape == reference_output.shape:
                 gap = _gap(mutated, reference_output, rows)
                 if gap > gaps.get(mutant.name, -1.0):
                     gaps[mutant.name], where[mutant.name] = gap, label
     visible = max(MARGIN * judge.tol, FLOOR)
     found: dict[str, str] = {}
     for code in sorted(codes):
-        family = [m for m in mutants if m.code == code]
+        # a mistake in a variant's position bias is no form of the mistake where the module declares none
+        family = [m for m in mutants if m.code == code and (m.name in built or not m.knobs.misplaces_bias)]
         if not family or any(gaps.get(m.name, 0.0) <= visible for m in family):
             continue
         closest = min(family, key=lambda m: gaps[m.name])

@@ -98,7 +98,7 @@ Rope = Literal[
 CausalKnob = Literal["as_meant", "hides_self", "sees_next", "other_alignment", "missing", "inverted"]
 MaskKnob = Literal["fill", "multiply", "add_keep", "add_blocked", "inverted", "fill_positive", "fill_tiny"]
 Axis = Literal["key", "query", "heads"]
-Order = Literal["normal", "scale_after_softmax", "mask_after_softmax", "softmax_mask_softmax"]
+Order = Literal["normal", "scale_after_softmax", "mask_after_softmax", "softmax_mask_softmax", "terms_after_softmax"]
 
 
 @dataclass(frozen=True)
@@ -114,6 +114,7 @@ class Knobs:
     mask: MaskKnob = "fill"
     softmax: Axis = "key"
     order: Order = "normal"
+    bias: Literal["as_declared", "transposed"] = "as_declared"
     merge: Layout = "transpose"
     output: Literal["projected", "raw"] = "projected"
 
@@ -121,6 +122,12 @@ class Knobs:
         """The names of the knobs not at their reference setting."""
         default = Knobs()
         return frozenset(f.name for f in fields(self) if getattr(self, f.name) != getattr(default, f.name))
+
+    @property
+    def misplaces_bias(self) -> bool:
+        """The mistake is in how a variant's position bias is applied: it exists only where the module
+        declares one (a relative table, ALiBi, T5 buckets), and cannot be built elsewhere."""
+        return self.bias != "as_declared" or self.order == "terms_after_softmax"
 
     def combine(self, other: Knobs) -> Knobs:
         """Both sets of mistakes at once; the knobs they turn must not overlap."""
@@ -239,6 +246,11 @@ class Stages:
 
     def qkv(self, knobs: Knobs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Per-head q, k, v of shape (b, Hq, s, dh), K/V already expanded to Hq heads."""
+        variant = self.setting.variant
+        if knobs.misplaces_bias and not (variant and variant.positional and variant.score_mods):
+            raise InapplicableError("the variant has no position bias to misplace")  # a soft-cap: softcap_engaged
+        if knobs.bias == "transposed" and self.case.query.shape[1] != self.case.key.shape[1]:
+            raise InapplicableError("a transposed bias needs as many queries as keys")
         key = (knobs.inputs, knobs.split, knobs.rope, knobs.kv_map)
         if key not in self.heads:
             self.heads[key] = self._qkv(knobs)
@@ -289,6 +301,7 @@ class Stages:
             knobs.mask,
             knobs.softmax,
             knobs.order,
+            knobs.bias,
         )
         if key not in self.weights:
             self.weights[key] = self._weights(knobs)
@@ -310,14 +323,20 @@ class Stages:
             return keep
         return causal if keep is None else keep & causal
 
-    def _scored(self, raw: torch.Tensor, factor: float) -> torch.Tensor:
-        """Scaled scores with the variant's score terms (bias, soft-cap) on them."""
-        scores = raw * factor
+    def _scored(self, raw: torch.Tensor, factor: float, knobs: Knobs, terms: bool = True) -> torch.Tensor:
+        """Scaled scores with the variant's score terms (bias, soft-cap) on them, unless ``terms`` is False."""
+        return self._terms(raw * factor, knobs) if terms else raw * factor
+
+    def _terms(self, scores: torch.Tensor, knobs: Knobs) -> torch.Tensor:
+        """The variant's score terms applied to ``scores`` (or, misplaced, to the weights); a transposed
+        bias swaps the query and key indices it reads (``table[h, j, i]``, ALiBi's m·(i - j))."""
         variant = self.setting.variant
         if variant is not None and variant.score_mods:
-            grid = index_grid(*scores.shape)
+            b, h, i, j = index_grid(*scores.shape)
+            if knobs.bias == "transposed":
+                i, j = j, i  # broadcasting keeps the (q, k) layout: the term reads [.., j, i] at (i, j)
             for score_mod in variant.score_mods:
-                scores = score_mod(scores, *grid)
+                scores = score_mod(scores, b, h, i, j)
         return scores
 
     def _softmax(self, scores: torch.Tensor, axis: int) -> torch.Tensor:
@@ -341,14 +360,17 @@ class Stages:
             keep = keep.expand(b, h, q_len, k_len)
         axis = _AXIS[knobs.softmax]
         if knobs.order == "scale_after_softmax":
-            return self._softmax(_masked(self._scored(raw, 1.0), keep, mask), axis) * factor
+            return self._softmax(_masked(self._scored(raw, 1.0, knobs), keep, mask), axis) * factor
         if knobs.order == "mask_after_softmax":
-            weights = self._softmax(self._scored(raw, factor), axis)
+            weights = self._softmax(self._scored(raw, factor, knobs), axis)
             return weights if keep is None else weights * keep
+        if knobs.order == "terms_after_softmax":
+            weights = self._softmax(_masked(self._scored(raw, factor, knobs, terms=False), keep, mask), axis)
+            return self._terms(weights, knobs)
         if knobs.order == "softmax_mask_softmax":
-            first = self._softmax(self._scored(raw, factor), -1)
+            first = self._softmax(self._scored(raw, factor, knobs), -1)
             return self._softmax(_masked(first, keep, mask), axis)
-        return self._softmax(_masked(self._scored(raw, factor), keep, mask), axis)
+        return self._softmax(_masked(self._scored(raw, factor, knobs), keep, mask), axis)
 
     def output(self, knobs: Knobs) -> torch.Tensor:
         """(b, q, d) output of the mutated reference."""
@@ -618,6 +640,16 @@ MUTANTS: tuple[Mutant, ...] = (
         order="softmax_mask_softmax",
     ),
     _mutant(
+        "ATT203",
+        "score-terms-after-softmax",
+        "adds the declared position bias (relative-position table, ALiBi, T5 buckets) to the probabilities, "
+        "after the softmax",
+        "a position bias must shift the scores before they are normalised; added after, the rows no "
+        "longer sum to 1 and the bias changes the output linearly instead of re-weighting the keys.",
+        "add the bias to the scaled scores, then take the softmax: attn = softmax(q @ k.T * scale + bias).",
+        order="terms_after_softmax",
+    ),
+    _mutant(
         "ATT301",
         "multiplicative-mask",
         "multiplies the scores by the 0/1 mask",
@@ -760,6 +792,17 @@ MUTANTS: tuple[Mutant, ...] = (
         "rotating V makes the output depend on absolute positions.",
         "rotate q and k only.",
         rope="on_value",
+    ),
+    _mutant(
+        "ATT405",
+        "position-bias-transposed",
+        "applies the relative-position bias with query and key swapped (a table read transposed, ALiBi "
+        "slopes of the wrong sign): query i gets the bias of key j's offset from i",
+        "a relative bias holds one value per signed offset (i - j); read as (j, i) every offset changes sign, "
+        "so each query favours the keys on the other side of it.",
+        "gather the table as table[index[i, j]] laid out (heads, queries, keys): "
+        "bias.view(N, N, heads).permute(2, 0, 1), not permute(2, 1, 0).",
+        bias="transposed",
     ),
 )
 """Every known mistake, in catalogue order (except that a positive mask fill, ATT302, which behaves

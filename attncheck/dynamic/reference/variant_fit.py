@@ -160,9 +160,9 @@ UNSCALED_BY_DESIGN = "ATT201/by-design"
 
 
 def _scale(declared: Declared, static_codes: Collection[str]) -> float | None:
-    """A declared scale, trusted only where the static pass did not call the scaling wrong (ATT201)
-    and at most 1; ``query_pre_attn_scalar`` s gives s^-0.5, a T5 bias table gives 1, and so does a
-    static verdict that the scores are unscaled by design."""
+    """A declared scale, trusted only where the static pass did not call the scaling wrong (ATT201),
+    at most 1 and not 1/sqrt(d_model) with several heads; ``query_pre_attn_scalar`` s gives s^-0.5,
+    a T5 bias table gives 1, and so does a static verdict that the scores are unscaled by design."""
     if "ATT201" in static_codes:
         return None
     if UNSCALED_BY_DESIGN in static_codes:
@@ -171,6 +171,9 @@ def _scale(declared: Declared, static_codes: Collection[str]) -> float | None:
     if isinstance(pre_attn, (int, float)) and pre_attn > 0:
         return float(pre_attn) ** -0.5
     scale = declared.scalar(SCALE_NAMES)
+    width = declared.heads * declared.head_dim
+    if declared.heads > 1 and isinstance(scale, (int, float)) and math.isclose(scale, width**-0.5, rel_tol=1e-6):
+        return None  # 1/sqrt(d_model) with several heads: the classic wrong scale (ATT201), not a choice
     if isinstance(scale, (int, float)) and not isinstance(scale, bool) and 0 < scale <= 1:
         return float(scale)  # above 1 it multiplies the scores up: sqrt(head_dim) where 1/sqrt was meant
     if declared.tensor("t5_table") is not None or declared.scalar(("has_relative_attention_bias",)):
@@ -198,8 +201,34 @@ def _masks(declared: Declared) -> list[tuple[str, tuple[variants.MaskMod, ...], 
     return [("", (), False)]
 
 
+def relative_biases(declared: Declared) -> list[tuple[str, torch.Tensor]]:
+    """(description, (h, q, k) bias) of a relative-position table: gathered by the module's own
+    ``relative_position_index`` or, without one, by Swin's index of its declared 2-D window; a table
+    with neither is a 1-D one (2M-1 offsets, centred) read both ways, i - j and j - i, since a
+    learned table has no direction of its own. Empty when it declares no table, or one that does
+    not span these query and key lengths."""
+    table = declared.tensor("relative_table")
+    if table is None or table.shape[1] != declared.heads:
+        return []
+    index = declared.tensor("relative_index")
+    window = declared.scalar(("window_size",))
+    if index is None and isinstance(window, list) and len(window) == 2:
+        index = variants.swin_index((int(window[0]), int(window[1])))
+    if index is not None:
+        fits = tuple(index.shape) == (declared.q_len, declared.k_len) and int(index.max()) < len(table)
+        return [("relative-position table", variants.relative_table_bias(table, index))] if fits else []
+    centre = (len(table) - 1) // 2
+    offsets = torch.arange(declared.q_len).view(-1, 1) - torch.arange(declared.k_len).view(1, -1)  # i - j
+    if len(table) % 2 == 0 or centre < max(declared.q_len, declared.k_len) - 1:
+        return []
+    return [
+        (f"1-D relative-position table ({text})", variants.relative_table_bias(table, centre + sign * offsets))
+        for text, sign in (("i - j", 1), ("j - i", -1))
+    ]
+
+
 def _biases(declared: Declared, scale: float) -> list[tuple[str, tuple[variants.ScoreMod, ...]]]:
-    """(description, score mods) for the declared biases: ALiBi in its forms, a T5 table."""
+    """(description, score mods) for the declared biases: ALiBi in its forms, a T5 table, a relative table."""
     options: list[tuple[str, tuple[variants.ScoreMod, ...]]] = [("", ())]
     slopes = declared.tensor("alibi_slopes")
     if slopes is not None and slopes.numel() != declared.heads:
@@ -219,6 +248,13 @@ def _biases(declared: Declared, scale: float) -> list[tuple[str, tuple[variants.
         bias = variants.t5_bias(table, declared.q_len, declared.k_len, bidirectional, int(distance))
         t5 = variants.position_bias(bias)
         options = [(f"{text} + T5 relative bias".lstrip(" +"), (*mods, t5)) for text, mods in options]
+    relative = relative_biases(declared)
+    if relative:
+        options = [
+            (f"{text} + {name}".lstrip(" +"), (*mods, variants.position_bias(bias)))
+            for text, mods in options
+            for name, bias in relative
+        ]
     return options
 
 

@@ -172,6 +172,21 @@ def position_bias(bias: torch.Tensor) -> ScoreMod:
     return lambda s, b, h, i, j: s + table[h, i, j]
 
 
+def relative_table_bias(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """(h, q, k) bias ``table[index[i, j], h]`` from a Swin/BEiT ``relative_position_bias_table`` of shape
+    (entries, h) and its (q, k) ``relative_position_index``, gathered as timm's ``WindowAttention`` does."""
+    return table.to(torch.float64)[index.long()].permute(2, 0, 1)
+
+
+def swin_index(window: tuple[int, int]) -> torch.Tensor:
+    """Swin's (Wh·Ww, Wh·Ww) ``relative_position_index`` of a window: the entry of the offset
+    (Δrow, Δcol) of query i from key j is (Δrow + Wh - 1)·(2Ww - 1) + Δcol + Ww - 1."""
+    rows, cols = torch.meshgrid(torch.arange(window[0]), torch.arange(window[1]), indexing="ij")
+    coords = torch.stack([rows.flatten(), cols.flatten()])  # (2, N)
+    relative = coords[:, :, None] - coords[:, None, :]  # (2, N, N): query minus key
+    return (relative[0] + window[0] - 1) * (2 * window[1] - 1) + relative[1] + window[1] - 1
+
+
 def t5_buckets(relative: torch.Tensor, bidirectional: bool, num_buckets: int, max_distance: int) -> torch.Tensor:
     """T5's bucket of each relative position j - i: exact below half the buckets, logarithmic up to
     ``max_distance`` (HF ``T5Attention._relative_position_bucket``, computed the same way)."""

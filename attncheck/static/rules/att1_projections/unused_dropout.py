@@ -12,6 +12,7 @@ from attncheck.static.analysis import semantics, syntax
 from attncheck.static.analysis.patterns import product_operands
 from attncheck.static.facts import ClassFacts, FunctionFacts
 from attncheck.static.rule import Invalid, Rule
+from attncheck.static.rules.att1_projections.dropout_paths import skipping_branch
 from attncheck.static.tree import node_fields
 
 _HINT = "apply it to the attention weights and keep the result: attn = self.dropout(attn)"
@@ -64,6 +65,10 @@ class UnusedDropout(Rule):
         _cls("self.rate = dropout", "_ = attention_interface(q, k, v, dropout=0.0 if not self.training "
              "else self.rate)"),
         _cls("self.attention_dropout = 0.0", "pass"),
+        # timm's fused path drops out through SDPA's dropout_p, its other path through the module.
+        _cls("self.attn_drop = nn.Dropout(dropout)\n        self.attn_drop_p = dropout",
+             "if self.training:\n            _ = F.scaled_dot_product_attention(q, k, v, dropout_p=self.attn_drop_p)\n"
+             "        else:\n            attn = self.attn_drop(attn)"),
         _FUNCTION.replace("{drop}", "p = dropout(p)"),
         # not attention (diffusers' AutoGuidance hands its rate to a layer-skip config).
         "class AutoGuidance:\n    def __init__(self, dropout):\n        self.dropout = dropout\n"
@@ -80,6 +85,11 @@ class UnusedDropout(Rule):
             message="discarded",
         ),
         Invalid(_cls("self.attn_dropout = dropout", "pass"), line=7, message="self.attn_dropout"),
+        # Falcon: the ALiBi branch drops out, the rotary one does not; used, but not on every path.
+        Invalid(_cls("self.attn_drop = nn.Dropout(dropout)",
+                     "if self.training:\n            attn = torch.softmax(attn, dim=-1)\n"
+                     "        else:\n            attn = self.attn_drop(attn)"),
+                line=11, message="its if branch computes attention without it", severity=Severity.WARNING),
         Invalid(  # the Annotated Transformer's function, its dropout's result dropped
             _FUNCTION.replace("{drop}", "dropout(p)"),
             line=5,
@@ -136,6 +146,7 @@ class UnusedDropout(Rule):
         self, sem: semantics.Semantics, klass: ClassFacts, attr: str, value: cst.CSTNode
     ) -> None:
         if _called(sem, klass, attr) or sem.references_outside_init(klass, attr):
+            self._check_paths(sem, klass, attr)
             return
         all_refs = sem.index.attr_refs.get((id(klass), attr), [])
         discarded = [ref for fn, ref in all_refs if fn.name != "__init__"]
@@ -158,6 +169,24 @@ class UnusedDropout(Rule):
             self.report(
                 value, f"self.{attr} = {sem.code(value)} is defined but never applied in forward", hint=_HINT
             )
+
+    def _check_paths(self, sem: semantics.Semantics, klass: ClassFacts, attr: str) -> None:
+        """A dropout applied on one branch of forward and skipped on another that also attends
+        (Falcon: ALiBi path yes, rotary path no) is used: a warning naming the path that skips it,
+        by design in that it claims no more than the code shows (a run on that path confirms it)."""
+        forward = klass.methods.get("forward")
+        found = skipping_branch(forward, attr, sem.facts.canonical) if forward is not None else None
+        if found is None:
+            return
+        skipping, applying = ("if", "else") if found.skips_when_true else ("else", "if")
+        self.report(
+            found.statement,
+            f"self.{attr} is applied only in the {applying} branch of `if {sem.code(found.statement.test)}:`; "
+            f"its {skipping} branch computes attention without it",
+            severity=Severity.WARNING,
+            hint=f"apply self.{attr} to the attention weights on every path, or say why one path skips it",
+            by_design=True,
+        )
 
     def _check_rate(self, sem: semantics.Semantics, klass: ClassFacts, attr: str, value: cst.CSTNode) -> None:
         # Dropout applied some other way is the commoner answer, and reading the class's

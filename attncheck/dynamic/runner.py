@@ -24,7 +24,7 @@ from attncheck.dynamic import codes
 from attncheck.dynamic.binding.bind import Binding, bind
 from attncheck.dynamic.diagnosis import crashes as crashes_module
 from attncheck.dynamic.diagnosis import fault
-from attncheck.dynamic.harness import protocol
+from attncheck.dynamic.harness import protocol, sent_weights
 from attncheck.dynamic.loading import failures
 from attncheck.dynamic.loading import request as loading_request
 from attncheck.dynamic.probes import evidence
@@ -160,7 +160,7 @@ def check_file(
             reply = replies.get(str(index))
             if reply is not None:
                 tensors_back = {k: torch.from_numpy(np.asarray(v)) for k, v in reply.tensors.items()}
-                outcomes[index], findings[index] = _judged(target_plan, reply.facts, tensors_back, result)
+                outcomes[index], findings[index] = _judged(target_plan, reply.facts, tensors_back, result, seed)
                 outcomes[index].isolation = where["isolation"]
                 outcomes[index].reason = "; ".join(filter(None, [outcomes[index].reason, how]))
         remaining = [(i, p) for i, p in pending if str(i) not in replies]
@@ -182,16 +182,20 @@ def _device(wanted: str) -> str:
 
 
 def _judged(
-    target_plan: Plan, facts: dict[str, Any], tensors: dict[str, torch.Tensor], result: FileResult
+    target_plan: Plan, facts: dict[str, Any], tensors: dict[str, torch.Tensor], result: FileResult, seed: int
 ) -> tuple[TargetResult, list[Finding]]:
-    """``judge`` of the facts checked against ``protocol.ReplyFacts``; a malformed reply, or a fault of
-    attncheck's own judging, ends this target in an error, not the whole dynamic stage (every target
-    of every file) as it would by raising."""
+    """``judge`` of the facts checked against ``protocol.ReplyFacts``; a malformed reply, a reply whose
+    projections are not the weights ``seed`` sent (``sent_weights``), or a fault of attncheck's own
+    judging, ends this target in an error, not the whole dynamic stage (every target of every file)
+    as it would by raising."""
     try:
         checked = protocol.reply_facts(facts)
     except protocol.ReplyError as error:
         reason = f"the child's reply is malformed: {error}"
         return TargetResult(target_plan.binding.target, "error", reason), []
+    refused = sent_weights.foreign(checked, tensors, seed)
+    if refused is not None:
+        return TargetResult(target_plan.binding.target, "error", refused, device=facts.get("device")), []
     try:
         return judge(target_plan, checked, tensors, result)
     except Exception as error:

@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from attncheck.dynamic.binding.bind import PACKAGE_CONFIG, all_sizes, config_value
-from attncheck.dynamic.harness import unshared
+from attncheck.dynamic.harness import sent_weights, unshared
 from attncheck.dynamic.harness.protocol import Experiment
 from attncheck.dynamic.inside import kv_cache, kv_perturb, model_mask, variant_facts, variant_runs
 from attncheck.dynamic.inside.recorder import Recorder, is_projection
@@ -103,6 +103,7 @@ class _Target:
         self.no_grad: str | None = None  # why the forwards run without gradients (flex_attention on CPU)
         self.config: Any = None  # the config object the module was built from, for its rotary class
         self.rotary: nn.Module | None = None  # the file's rotary class built from that config (``rotary:<class>``)
+        self.sent: dict[str, list[int]] = {}  # parameter -> shape, of every parameter loaded with sent values
 
     def construct(self, candidate: dict, rate: float, overrides: dict[str, Any] | None = None) -> nn.Module:
         """Build with the seed; ``overrides`` set constructor arguments and config fields of those names."""
@@ -122,7 +123,20 @@ class _Target:
             raise TypeError(f"{self.unit['name']}(...) is not a torch.nn.Module")
         if self.config is not None:
             _model_init(self.module, self.config, instance)
-        return _cast(instance.to(self.device), torch.float64).eval()
+        built = _cast(instance.to(self.device), torch.float64).eval()
+        self._load_sent(built)
+        return built
+
+    def _load_sent(self, instance: nn.Module) -> None:
+        """The parent's weights (``harness.sent_weights``) into every projection and every randomly
+        initialised matrix, before any forward; parameters set to one value keep it."""
+        with torch.no_grad():
+            for name, parameter in _sent_parameters(instance):
+                shape = list(parameter.shape)
+                key = name if self.sent.get(name, shape) == shape else f"{name}@{'x'.join(map(str, shape))}"
+                drawn = sent_weights.values(self.seed, key, shape)
+                parameter.copy_(torch.from_numpy(drawn).to(parameter.device, parameter.dtype))
+                self.sent[key] = shape
 
     def rebuilt(self, overrides: dict[str, Any]) -> nn.Module:
         """Another exact instance (same seed, same weights) with ``overrides`` set (``variant_runs``)."""
@@ -234,6 +248,23 @@ class _Target:
         with kv_cache.capture(instance, prefix, is_projection) as seen:
             self.call(instance, Experiment(f"{experiment.name}/prefix", {"x": spec["prefix"]}))
         return kv_cache.cut(seen, spec["d_model"], spec["head_dim"])
+
+
+def _sent_parameters(instance: nn.Module) -> Iterator[tuple[str, nn.Parameter]]:
+    """The parameters that get the parent's weights: those of projection layers and of
+    ``nn.MultiheadAttention`` itself, and any other matrix not set to one value."""
+    projections = {
+        f"{layer_name}.{name}" if layer_name else name
+        for layer_name, layer in instance.named_modules()
+        if is_projection(layer) or isinstance(layer, nn.MultiheadAttention)
+        for name, _ in layer.named_parameters(recurse=False)
+    }
+    for name, parameter in instance.named_parameters():
+        if not parameter.is_floating_point() or nn.parameter.is_lazy(parameter) or parameter.numel() == 0:
+            continue
+        flat = parameter.detach().reshape(-1)
+        if name in projections or (parameter.ndim >= 2 and not bool((flat == flat[0]).all())):
+            yield name, parameter
 
 
 class _CallerModule(nn.Module):
@@ -366,6 +397,7 @@ def _run_target(
             "modules": sum(isinstance(m, nn.modules.dropout._DropoutNd) for m in instance.modules()),
             "calls": target.dropout_calls,
         }
+        facts[sent_weights.SENT] = target.sent
     return facts, out
 
 

@@ -104,6 +104,18 @@ def test_nothing_in_the_childs_paths_names_the_checker(jailed):
     assert not [key for key in tells if "attncheck" in report[key].lower()], report
 
 
+@needs_jail
+def test_no_frame_below_user_code_names_the_checker(jailed):
+    """Item 2: ``inspect.stack()`` in a forward shows no file of the checker (its code is loaded under
+    ``<stem>`` names), and no frame's globals or ``self`` say they belong to it. The repository's own
+    path is left out: the test's entry and the fixture live there, and a clone may be named attncheck."""
+    report = _report(jailed["checker_tells"])["report"]
+    package = str(Path(jail.__file__).resolve().parents[2])
+    assert "<child>" in report["stack_files"] and package not in report["stack_files"], report["stack_files"]
+    modules = report["stack_modules"].replace(str(Path(__file__).resolve().parents[1]), "")
+    assert "child" in modules.split() and "attncheck" not in modules.lower(), modules
+
+
 def test_the_seccomp_filter_denies_escapes(jailed):
     """Item 5: execve after start, unshare, setns, mount, io_uring, bpf, userfaultfd, perf, queued signals."""
     report = _report(jailed["seccomp_escapes"])["report"]

@@ -104,6 +104,8 @@ class _Target:
         self.config: Any = None  # the config object the module was built from, for its rotary class
         self.rotary: nn.Module | None = None  # the file's rotary class built from that config (``rotary:<class>``)
         self.sent: dict[str, list[int]] = {}  # parameter -> shape, of every parameter loaded with sent values
+        # id(parameter) -> (it, the values sent into it): held, so that no other parameter takes its id
+        self.given: dict[int, tuple[nn.Parameter, torch.Tensor]] = {}
 
     def construct(self, candidate: dict, rate: float, overrides: dict[str, Any] | None = None) -> nn.Module:
         """Build with the seed; ``overrides`` set constructor arguments and config fields of those names."""
@@ -137,6 +139,19 @@ class _Target:
                 drawn = sent_weights.values(self.seed, key, shape)
                 parameter.copy_(torch.from_numpy(drawn).to(parameter.device, parameter.dtype))
                 self.sent[key] = shape
+                self.given[id(parameter)] = (parameter, parameter.detach().clone())
+
+    def parameters_before(self, instance: Any) -> dict[str, torch.Tensor]:
+        """What every parameter must still hold after a call: the values sent into it, else a copy
+        taken now (a change between two calls is caught as well as one during a call)."""
+        expected = _parameters(instance)
+        if isinstance(instance, nn.Module):
+            for name, parameter in instance.named_parameters():
+                given = self.given.get(id(parameter), (None, None))[1]
+                same_kind = given is not None and (given.dtype, given.shape) == (parameter.dtype, parameter.shape)
+                if same_kind and name in expected:  # not after a cast to a low precision
+                    expected[name] = given
+        return expected
 
     def rebuilt(self, overrides: dict[str, Any]) -> nn.Module:
         """Another exact instance (same seed, same weights) with ``overrides`` set (``variant_runs``)."""
@@ -466,7 +481,7 @@ def _run_experiment(target: _Target, experiment: Experiment, facts: dict, out: T
                 cache = target.kv_cache(instance, experiment)
                 extra[experiment.kv_cache["param"]] = cache
                 out[f"{name}/cache_k"], out[f"{name}/cache_v"] = (t.to("cpu", torch.float64).clone() for t in cache)
-            before = _parameters(instance)
+            before = target.parameters_before(instance)
             result = target.call(instance, experiment, extra)
             _check_unchanged(instance, before)
             output, weights = _split_output(result, target, experiment)

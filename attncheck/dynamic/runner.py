@@ -24,7 +24,7 @@ from attncheck.dynamic import codes
 from attncheck.dynamic.binding.bind import Binding, bind
 from attncheck.dynamic.diagnosis import crashes as crashes_module
 from attncheck.dynamic.diagnosis import fault
-from attncheck.dynamic.harness import protocol, sent_weights
+from attncheck.dynamic.harness import protocol, reply_plan, sent_weights
 from attncheck.dynamic.loading import failures
 from attncheck.dynamic.loading import request as loading_request
 from attncheck.dynamic.probes import evidence
@@ -102,7 +102,7 @@ def run_dynamic(
                 TargetResult(t, "error", f"the sandbox is not available: {exc}") for r in runnable for t in r.targets
             ]
     with _one_intra_op_thread(), ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
-        per_file = list(pool.map(lambda r: check_file(r, options, child, seed, sizes), runnable))
+        per_file = list(pool.map(lambda r: _file_confined(r, options, child, seed, sizes), runnable))
     findings = [f for file_findings, _ in per_file for f in file_findings]
     target_results = [t for _, file_results in per_file for t in file_results]
     return findings, target_results
@@ -119,6 +119,20 @@ def _one_intra_op_thread() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(threads)
+
+
+def _file_confined(
+    result: FileResult, options: DynamicOptions, child: Child, seed: int, sizes: Sizes
+) -> tuple[list[Finding], list[TargetResult]]:
+    """``check_file``, whose every failure ends this file's targets in an error: one hostile file
+    never ends the run of the others (a forged reply that slipped past every check included)."""
+    try:
+        return check_file(result, options, child, seed, sizes)
+    except Exception as error:
+        if os.environ.get("ATTNCHECK_DEBUG") == "1":
+            raise
+        reason = f"attncheck could not check this file: {type(error).__name__}: {str(error)[:200]} (please report this)"
+        return [], [TargetResult(target, "error", reason) for target in result.targets]
 
 
 def check_file(
@@ -151,6 +165,10 @@ def check_file(
         outcome = child(path, request, tensors)
         where = {"device": _device(request["device"]), "isolation": getattr(outcome, "isolation", None)}
         replies = {str(r.facts.get("unit")): r for r in outcome.replies}
+        refused = _file_units_refused(replies)
+        if refused is not None:
+            outcomes.update({i: TargetResult(p.binding.target, "error", refused, **where) for i, p in pending})
+            break
         if "import" in replies:
             status, reason = failures.import_outcome(replies["import"].facts, load)
             outcomes.update({i: TargetResult(p.binding.target, status, reason, **where) for i, p in pending})
@@ -174,6 +192,18 @@ def check_file(
     return ([f for i in ordered for f in findings.get(i, [])], [outcomes[i] for i in ordered])
 
 
+def _file_units_refused(replies: Mapping[str, Any]) -> str | None:
+    """Why the file's own replies (its import's failure, how it was loaded) are malformed; None when
+    they are not. They are read before any target's, and checked like them."""
+    for unit in ("import", "load"):
+        if unit in replies:
+            try:
+                protocol.reply_facts(replies[unit].facts)
+            except protocol.ReplyError as error:
+                return f"the child's reply is malformed: {error}"
+    return None
+
+
 def _device(wanted: str) -> str:
     """The device a child asked for ``wanted`` uses (the child decides the same way)."""
     if wanted == "cpu":
@@ -184,16 +214,17 @@ def _device(wanted: str) -> str:
 def _judged(
     target_plan: Plan, facts: dict[str, Any], tensors: dict[str, torch.Tensor], result: FileResult, seed: int
 ) -> tuple[TargetResult, list[Finding]]:
-    """``judge`` of the facts checked against ``protocol.ReplyFacts``; a malformed reply, a reply whose
-    projections are not the weights ``seed`` sent (``sent_weights``), or a fault of attncheck's own
-    judging, ends this target in an error, not the whole dynamic stage (every target of every file)
-    as it would by raising."""
+    """``judge`` of the facts checked against ``protocol.ReplyFacts``; a malformed reply, one that does not
+    fit the plan (``reply_plan``) or whose projections are not the weights ``seed`` sent
+    (``sent_weights``), or a fault of attncheck's own judging, ends this target in an error, not the
+    whole dynamic stage (every target of every file) as it would by raising."""
     try:
         checked = protocol.reply_facts(facts)
     except protocol.ReplyError as error:
         reason = f"the child's reply is malformed: {error}"
         return TargetResult(target_plan.binding.target, "error", reason), []
-    refused = sent_weights.foreign(checked, tensors, seed)
+    planned = [experiment["name"] for experiment in target_plan.unit.get("experiments", [])]
+    refused = reply_plan.unplanned(checked, tensors, planned) or sent_weights.foreign(checked, tensors, seed)
     if refused is not None:
         return TargetResult(target_plan.binding.target, "error", refused, device=facts.get("device")), []
     try:

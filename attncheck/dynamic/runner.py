@@ -138,6 +138,48 @@ def _file_confined(
 def check_file(
     result: FileResult, options: DynamicOptions, child: Child, seed: int = SEED, sizes: Sizes = DEFAULT
 ) -> tuple[list[Finding], list[TargetResult]]:
+    """All targets of one file, on the device the options ask for; see ``_gpu_only_crashes``."""
+    found, results = _check_on_device(result, options, child, seed, sizes)
+    if any(r.device == "cuda" for r in results):
+        return _gpu_only_crashes(result, options, child, seed, sizes, found, results)
+    return found, results
+
+
+def _gpu_only_crashes(
+    result: FileResult,
+    options: DynamicOptions,
+    child: Child,
+    seed: int,
+    sizes: Sizes,
+    found: list[Finding],
+    results: list[TargetResult],
+) -> tuple[list[Finding], list[TargetResult]]:
+    """Targets that crashed on the GPU, run again on the CPU: a crash the CPU run does not share is
+    about the device, not the attention (a tensor made without ``device=``, a device-side assert),
+    so the CPU run's verdict stands, with a ``device`` check saying what failed on cuda."""
+    per_target = [[f for f in found if f.target == r.target.name] for r in results]
+    crashed = [i for i, r in enumerate(results) if r.device == "cuda" and _crashed(r, per_target[i])]
+    if not crashed:
+        return found, results
+    on_cpu = replace(result, targets=[result.targets[i] for i in crashed])
+    cpu_found, cpu_results = _check_on_device(on_cpu, replace(options, device="cpu"), child, seed, sizes)
+    for index, cpu_result in zip(crashed, cpu_results, strict=True):
+        own = [f for f in cpu_found if f.target == cpu_result.target.name]
+        if _crashed(cpu_result, own):
+            continue  # it crashes on the CPU too: the GPU run's verdict stands
+        crash = next((f.message for f in per_target[index] if f.code == codes.FORWARD_CRASH), results[index].reason)
+        cpu_result.checks.append(Check("device", "failed", f"on cuda: {crash}; the verdict is the CPU run's"))
+        results[index], per_target[index] = cpu_result, own
+    return [f for own in per_target for f in own], results
+
+
+def _crashed(result: TargetResult, found: list[Finding]) -> bool:
+    return result.status == "error" or any(f.code == codes.FORWARD_CRASH for f in found)
+
+
+def _check_on_device(
+    result: FileResult, options: DynamicOptions, child: Child, seed: int, sizes: Sizes
+) -> tuple[list[Finding], list[TargetResult]]:
     """All targets of one file through as few children as the file's crashes allow."""
     declarations = getattr(options, "targets", {}) or {}
     outcomes: dict[int, TargetResult] = {}

@@ -8,6 +8,10 @@ Never ``/etc``, ``/root``, ``/home``, the attncheck cache or a sibling submissio
 is mounted, writable, at a neutral ``/home/user``: nothing in the child's paths names attncheck,
 so user code cannot tell the checker from its author's own test by its working directory or HOME.
 
+With a GPU wanted (``--device cuda|auto`` on a machine that has one), the host's NVIDIA device
+nodes are bound into the child's /dev, so that CUDA works inside the jail as outside; the GPU
+itself is shared, not isolated (see the README's threat model).
+
 Who it runs as: started by root, bubblewrap keeps the host's user namespace and the child
 drops at once to a uid of its own (``sandbox_uid``), unprivileged on the host, so that
 RLIMIT_NPROC counts its tasks alone. An exposed path that uid could not read (a submission in
@@ -18,6 +22,7 @@ that user outside.
 
 from __future__ import annotations
 
+import glob
 import os
 import resource
 import secrets
@@ -40,6 +45,7 @@ MAX_TASKS = 128  # threads and processes of one child (RLIMIT_NPROC under its ow
 MAX_OPEN_FILES = 1024  # RLIMIT_NOFILE
 SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 SYSTEM_FILES = ("/etc/ld.so.cache",)  # where the dynamic loader looks libraries up; no secrets
+GPU_NODES = "/dev/nvidia*"  # NVIDIA's control, unified-memory and per-GPU device nodes
 
 
 def started_by_root() -> bool:
@@ -49,6 +55,11 @@ def started_by_root() -> bool:
 def sandbox_uid() -> int:
     """A fresh unprivileged uid for one child started by root: its tasks are counted apart."""
     return UID_BASE + secrets.randbelow(UID_SPAN)
+
+
+def gpu_nodes() -> list[str]:
+    """The host's NVIDIA device nodes, which CUDA opens (none on a machine without a GPU)."""
+    return sorted(glob.glob(GPU_NODES))
 
 
 def python_paths() -> list[str]:
@@ -108,23 +119,28 @@ class Mount:
 
     ``dir`` a folder (0755); ``symlink`` a link to ``source``; ``ro-bind``/``bind`` the host's
     ``source`` read-only/writable; ``tmpfs`` a private memory file system of ``size`` bytes;
-    ``proc`` the child's own /proc; ``dev`` a minimal /dev (null, zero, random, ...).
+    ``proc`` the child's own /proc; ``dev`` a minimal /dev (null, zero, random, ...);
+    ``dev-bind`` the host's device node ``source`` (a GPU's), usable.
     """
 
-    kind: Literal["dir", "symlink", "ro-bind", "bind", "tmpfs", "proc", "dev"]
+    kind: Literal["dir", "symlink", "ro-bind", "bind", "tmpfs", "proc", "dev", "dev-bind"]
     target: str
     source: str = ""
     size: int = 0
 
 
-def view(workdir: Path, readable: Sequence[Path], copies: dict[Path, Path] | None = None) -> list[Mount]:
+def view(
+    workdir: Path, readable: Sequence[Path], copies: dict[Path, Path] | None = None, gpu: bool = False
+) -> list[Mount]:
     """The child's whole file system, in mount order: the one definition both jails build.
 
     ``readable`` are mounted read-only at their own paths (from ``copies[path]`` where it names
-    a copy); ``workdir`` writable at ``JAIL_HOME``; a private /tmp of ``PRIVATE_TMP_BYTES``.
+    a copy); ``workdir`` writable at ``JAIL_HOME``; a private /tmp of ``PRIVATE_TMP_BYTES``;
+    with ``gpu``, the GPU's device nodes (``gpu_nodes``).
     """
     copies = copies or {}
-    mounts = [Mount("dev", "/dev"), Mount("proc", "/proc"), Mount("tmpfs", "/tmp", size=PRIVATE_TMP_BYTES)]
+    mounts = [Mount("dev", "/dev")] + [Mount("dev-bind", node, node) for node in (gpu_nodes() if gpu else [])]
+    mounts += [Mount("proc", "/proc"), Mount("tmpfs", "/tmp", size=PRIVATE_TMP_BYTES)]
     mounts += _system_mounts()
     roots = _outermost([path for path in readable if path.exists()])
     for folder in sorted({parent for root in roots for parent in root.parents} - {Path("/")}, key=_depth):
@@ -134,11 +150,11 @@ def view(workdir: Path, readable: Sequence[Path], copies: dict[Path, Path] | Non
 
 
 def bwrap_command(
-    binary: str, workdir: Path, readable: Sequence[Path], copies: dict[Path, Path] | None = None
+    binary: str, workdir: Path, readable: Sequence[Path], copies: dict[Path, Path] | None = None, gpu: bool = False
 ) -> list[str]:
     """The bwrap command line up to the program: ``view`` as bubblewrap's options."""
     command = [binary, "--tmpfs", "/"]
-    for mount in view(workdir, readable, copies):
+    for mount in view(workdir, readable, copies, gpu):
         command += _BWRAP_OPTIONS[mount.kind](mount)
     if started_by_root():  # the child drops to its own uid itself (``drop_privileges``)
         command += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
@@ -159,6 +175,7 @@ _BWRAP_OPTIONS: dict[str, Callable[[Mount], list[str]]] = {
     "tmpfs": lambda mount: ["--perms", "01777", "--size", str(mount.size), "--tmpfs", mount.target],
     "proc": lambda mount: ["--proc", mount.target],
     "dev": lambda mount: ["--dev", mount.target],
+    "dev-bind": lambda mount: ["--dev-bind", mount.source, mount.target],
 }
 
 

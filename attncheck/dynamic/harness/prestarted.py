@@ -21,10 +21,13 @@ _lock = threading.Lock()
 
 
 def limits_for(options: Any, targets: int) -> Limits:
-    """--timeout is per target; a child runs all of a file's targets, so its limit is their sum."""
+    """--timeout is per target; a child runs all of a file's targets, so its limit is their sum.
+    The GPU is the child's when ``--device`` allows it and the machine has one."""
+    from attncheck.dynamic.harness import jail
     from attncheck.dynamic.harness.sandbox import Limits
 
-    return Limits(timeout_s=options.timeout * max(1, targets))
+    gpu = options.device != "cpu" and bool(jail.gpu_nodes())
+    return Limits(timeout_s=options.timeout * max(1, targets), gpu=gpu)
 
 
 def key(path: str | Path) -> str:

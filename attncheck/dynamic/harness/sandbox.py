@@ -79,6 +79,7 @@ class Limits:
     output_bytes: int = 64_000
     file_mb: int = 256  # RLIMIT_FSIZE: the largest file the child may write
     workdir_mb: int = 512  # the work dir's total size; past it the child is killed
+    gpu: bool = False  # the GPU's device nodes in its /dev; memory capped by RLIMIT_DATA, not RLIMIT_AS
 
     @property
     def cpu_seconds(self) -> int:
@@ -180,12 +181,12 @@ class StartedChild:
         with open(out_path, "wb") as stdout, open(err_path, "wb") as stderr:
             try:
                 self.process = subprocess.Popen(
-                    _command(self.workdir, home, expose, isolation, uid, copies),
+                    _command(self.workdir, home, expose, isolation, uid, copies, limits.gpu),
                     stdin=subprocess.DEVNULL,
                     stdout=stdout,
                     stderr=stderr,
                     cwd=self.workdir,
-                    env=environment(home),
+                    env=environment(home, limits.gpu),
                     start_new_session=True,
                     preexec_fn=preexec(limits, None if jailed else nproc_limit()),
                 )
@@ -261,11 +262,24 @@ def _bwrap_binary() -> str | None:
         return shutil.which("bwrap")
 
 
-def environment(home: str | Path) -> dict[str, str]:
-    """Only what Python and torch need: nothing else from the parent's environment."""
+CUDA_VARIABLES = ("LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES")  # where the driver is, which GPUs to use
+JAIL_USER = "user"  # the child's login name: ``getpass.getuser()`` (torch.compile's cache) needs one
+
+
+def environment(home: str | Path, gpu: bool = False) -> dict[str, str]:
+    """Only what Python and torch need (with ``gpu``, CUDA too): nothing else from the parent's environment.
+
+    The jail's uid has no entry in a password file, so the login name comes from ``USER`` and
+    ``LOGNAME``, as ``getpass.getuser()`` reads them first: without them, code that names its
+    cache folder after the user (torch.compile, flex_attention, triton) raises ``KeyError``.
+    """
+    cuda = {name: os.environ[name] for name in CUDA_VARIABLES if gpu and name in os.environ}
     return {
+        **cuda,
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(home),
+        "USER": JAIL_USER,
+        "LOGNAME": JAIL_USER,
         "LANG": os.environ.get("LANG", "C.UTF-8"),
         "PYTHONPATH": os.pathsep.join(jail.python_paths()),
         "PYTHONDONTWRITEBYTECODE": "1",
@@ -278,7 +292,13 @@ def environment(home: str | Path) -> dict[str, str]:
 
 
 def _command(
-    workdir: Path, home: str, expose: Sequence[Path], isolation: str, uid: int | None, copies: dict[Path, Path]
+    workdir: Path,
+    home: str,
+    expose: Sequence[Path],
+    isolation: str,
+    uid: int | None,
+    copies: dict[Path, Path],
+    gpu: bool,
 ) -> list[str]:
     """The child's command line; in the jail, with the uid it drops to and its task limit."""
     python = [*neutral_frames.command("attncheck.dynamic.inside.child"), home]
@@ -288,7 +308,7 @@ def _command(
         return python
     binary = _bwrap_binary()
     assert binary is not None, "isolation_available() found bwrap"
-    return [*jail.bwrap_command(binary, workdir, jail.readable_paths(expose), copies), *python]
+    return [*jail.bwrap_command(binary, workdir, jail.readable_paths(expose), copies, gpu), *python]
 
 
 def nproc_limit() -> int | None:
@@ -317,8 +337,12 @@ def preexec(limits: Limits, nproc: int | None):
     libc = ctypes.CDLL(None, use_errno=True)
     pr_set_pdeathsig = 1
 
+    # CUDA reserves tens of GB of address space it never touches: RLIMIT_AS would stop it starting,
+    # RLIMIT_DATA counts only the private writable memory the child really uses.
+    memory_limit = resource.RLIMIT_DATA if limits.gpu else resource.RLIMIT_AS
+
     def apply() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        resource.setrlimit(memory_limit, (memory, memory))
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 2))
         resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))

@@ -178,7 +178,7 @@ def _dev(mount: Mount, where: str) -> None:
 
 
 _BUILDERS = {"dir": _folder, "symlink": _symlink, "ro-bind": _bind, "bind": _bind, "tmpfs": _tmpfs,
-             "proc": _proc, "dev": _dev}
+             "proc": _proc, "dev": _dev, "dev-bind": _bind}
 
 
 def _set_read_only(path: str, read_only: bool, recursive: int) -> None:

@@ -50,8 +50,11 @@ def run(module: types.ModuleType, request: dict, tensors: Tensors) -> Iterator[t
     inputs = {name: t.to(device) for name, t in tensors.items()}
     for unit in request["targets"]:
         wall, cpu = time.perf_counter(), time.process_time()
+        # Variants free to fail (``independent``) run on the CPU: on a GPU, a variant's out-of-range
+        # index is a device-side assert that leaves CUDA unusable for every later call of the process.
+        unit_device, unit_inputs = (torch.device("cpu"), tensors) if unit.get("independent") else (device, inputs)
         with _default_dtype(torch.float64):
-            facts, out = _run_target(module, unit, inputs, device, int(request.get("seed", 0)))
+            facts, out = _run_target(module, unit, unit_inputs, unit_device, int(request.get("seed", 0)))
         # For bench/dynamic.py: where a check's time goes. process_cpu_s includes the child's start-up.
         facts["timing"] = {
             "experiments_s": time.perf_counter() - wall,

@@ -225,5 +225,5 @@ def test_a_forward_that_rescales_its_own_weights_does_not_pass():
     from tests.dynamic_support import Options, file_result, in_process_child
 
     _, (result,) = check_file(file_result(HOSTILE / "rescale_weights.py"), Options(device="cpu"), in_process_child)
-    assert result.status != "passed"
-    assert "changed its own parameters" in result.reason + " ".join(c.detail for c in result.checks), result
+    assert result.status == "error", result  # not skipped as a binding that did not fit: CI would let it by
+    assert result.reason.startswith("forward raises ParametersChangedError: forward changed its own parameters")

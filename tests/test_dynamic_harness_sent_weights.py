@@ -96,6 +96,10 @@ def test_the_child_loads_projections_and_random_matrices_but_keeps_constant_ones
     assert sorted(sent) == ["qkv.bias", "qkv.weight", "table"]
 
 
+def test_the_parent_knows_the_childs_error_for_changed_parameters_by_its_name():
+    assert executor.ParametersChangedError.__name__ == sent_weights.PARAMETERS_CHANGED
+
+
 def _dynamic(name: str):
     options = Options(unsafe_no_sandbox=sandbox.isolation_available() != sandbox.BUBBLEWRAP)
     _, (result,) = check_file(file_result(HOSTILE / f"{name}.py"), options, sandbox_child(options))

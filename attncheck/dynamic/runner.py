@@ -324,6 +324,10 @@ def _unbound(
     (``cross_lengths``: the query and key lengths a bare function or cross module was given)."""
     target = binding.target
     attempts = facts.get("attempts", [])
+    changed = [a for a in attempts if a["error"].get("type") == sent_weights.PARAMETERS_CHANGED]
+    if changed:  # it forwarded, writing into its weights: no binding is at fault, and no verdict can stand
+        reason = f"forward raises {changed[0]['error']['type']}: {changed[0]['error']['message']}"
+        return TargetResult(target, "error", reason, [Check("forward", "failed", reason)], device), []
     crashes = [a for a in attempts if a["stage"] == "forward" and a["error"].get("line")]
     if crashes:
         error = crashes[0]["error"]

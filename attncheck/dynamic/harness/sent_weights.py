@@ -30,6 +30,9 @@ if TYPE_CHECKING:
     import numpy
 
 SENT = "sent"  # the reply's key: {parameter name: shape} of every parameter loaded with sent values
+# The type of the error the child reports when a call left a parameter other than it was sent
+# (``inside.executor.ParametersChangedError``): the module cannot be judged, whichever binding ran.
+PARAMETERS_CHANGED = "ParametersChangedError"
 MAX_SENT_ELEMENTS = 1 << 22  # in all parameters of one reply: the parent draws them again
 MAX_SENT_DIMS = 8
 _SEED_MASK = (1 << 63) - 1

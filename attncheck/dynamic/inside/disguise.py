@@ -8,19 +8,18 @@ under the checker and its own elsewhere). So, once the child's own code is loade
   module rather than the child's or the zygote's;
 - the frames below user code name no file of the checker: its code was loaded under ``<stem>``
   names (``harness.neutral_frames``), and here its modules' globals (what ``frame.f_globals``
-  shows: ``__name__``, ``__file__``, ``__spec__``...) and the ``__module__`` of their classes and
-  functions (``type(self).__module__`` of a frame's ``self``) take the same neutral stem;
+  shows: ``__file__``, ``__spec__``, ``__loader__``) take the same neutral name;
 - ``sys.argv`` and ``sys.orig_argv`` are ``python FILE``, and so is ``/proc/self/cmdline``: the
   command line in the process's own memory is overwritten in place (as ``setproctitle`` does);
   pid 1 of its namespace, the waiter above it, is plain ``python`` (``unshared.split_init``).
 
-Not hidden here: the names of the functions below the user's (``call``, ``run``), and the
+Not hidden here: the module names in those globals and in their classes' ``__module__`` (see
+``_neutralise``), the names of the functions below the user's (``call``, ``run``), and the
 inputs' dtype (issue 16 makes them the module's own).
 """
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import types
 from pathlib import Path
@@ -44,15 +43,12 @@ def disguise(user_file: Path) -> None:
 
 
 def _neutralise(module: types.ModuleType) -> None:
-    """The module's globals, and the classes and functions it defines, under its neutral stem."""
-    name = module.__name__
-    stem = neutral_name(getattr(module.__spec__, "name", None) or name).strip("<>")  # not "__main__"'s
-    for value in list(vars(module).values()):
-        if isinstance(value, (type, types.FunctionType)) and getattr(value, "__module__", None) == name:
-            with contextlib.suppress(AttributeError, TypeError):  # a C-level type keeps its own
-                value.__module__ = stem
-    module.__dict__.update(
-        __name__=stem, __file__=f"<{stem}>", __cached__=None, __spec__=None, __loader__=None, __package__=""
-    )
+    """The module's globals (``frame.f_globals`` of its frames) name no file of the checker.
+
+    Its ``__name__``, and its classes' ``__module__``, stay: torch.compile imports a function mode's
+    class again by its module's name (the recorder's, under ``flex_attention``), and a stem in
+    ``sys.modules`` could shadow a user's module of that name."""
+    stem = neutral_name(getattr(module.__spec__, "name", None) or module.__name__)
+    module.__dict__.update(__file__=stem, __cached__=None, __spec__=None, __loader__=None)
     if hasattr(module, "__path__"):
         module.__path__ = []

@@ -115,5 +115,6 @@ def _refusal(part: str, layer: Mapping[str, Any]) -> str:
     name = str(layer.get("name", "?"))[:60]
     return (
         f"the {part} it reports for {name!r} is not the one it was given: a forward that changes its "
-        "weights, or code that alters what the checker records, cannot be judged"
+        "weights, code that alters what the checker records, or a weight computed from other parameters "
+        "(weight_norm) cannot be judged"
     )

@@ -17,7 +17,7 @@ def test_a_cap_of_50_is_engaged_and_passes():
     check = checks["softcap-engaged"]
     assert check.status == "passed"
     assert check.detail.startswith("softcap = 5; errors of the inputs scaled x3: 0 capped")  # the binding's cap
-    assert "x27: 0 capped / 19 uncapped" in check.detail  # the cap changes the output there
+    assert "x27: 0 capped / 17.3 uncapped" in check.detail  # the cap changes the output there (seed 0 weights)
 
 
 def test_a_missing_cap_is_att201():

@@ -50,7 +50,8 @@ def main(names: list[str]) -> None:
     names = [name for name in names if name != "--grade"]
     paths = [HOSTILE / f"{name.removesuffix('.py')}.py" for name in names] or sorted(HOSTILE.glob("*.py"))
     print(f"isolation: {forked.FORKED_JAIL if graded and forked.jail_available() else sandbox.isolation_available()}")
-    print(f"{'file':22s} {'seconds':>7s}  attack -> outcome")
+    width = max(len(path.stem) for path in paths)
+    print(f"{'file':{width}s} {'seconds':>7s}  attack -> outcome")
     for path in paths:
         start = time.monotonic()
         if graded:
@@ -58,7 +59,7 @@ def main(names: list[str]) -> None:
         else:
             outcome = sandbox.run_child(path, REQUEST, TENSORS, LIMITS)
         seconds = time.monotonic() - start
-        print(f"{path.stem:22s} {seconds:7.1f}  {attack(path)} -> {outcome_line(outcome)[:400]}")
+        print(f"{path.stem:{width}s} {seconds:7.1f}  {attack(path)} -> {outcome_line(outcome)[:400]}")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from attncheck.dynamic import codes
 from attncheck.dynamic.binding.bind import Binding, bind
 from attncheck.dynamic.diagnosis import crashes as crashes_module
 from attncheck.dynamic.diagnosis import fault
-from attncheck.dynamic.harness import protocol
+from attncheck.dynamic.harness import protocol, reply_plan, sent_weights
 from attncheck.dynamic.loading import failures
 from attncheck.dynamic.loading import request as loading_request
 from attncheck.dynamic.probes import evidence, precision
@@ -106,7 +106,7 @@ def run_dynamic(
     # constructor recursion depth mismatch" (gh-106905). Only the children and the judging run in the pool.
     prepared = [prepare(result, options, seed, sizes) for result in runnable]
     with _one_intra_op_thread(), ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
-        per_file = list(pool.map(lambda p: checked(p, options, child), prepared))
+        per_file = list(pool.map(lambda p: _file_confined(p, options, child), prepared))
     findings = [f for file_findings, _ in per_file for f in file_findings]
     target_results = [t for _, file_results in per_file for t in file_results]
     return findings, target_results
@@ -123,6 +123,20 @@ def _one_intra_op_thread() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(threads)
+
+
+def _file_confined(
+    prepared: Prepared, options: DynamicOptions, child: Child
+) -> tuple[list[Finding], list[TargetResult]]:
+    """``checked``, whose every failure ends this file's targets in an error: one hostile file
+    never ends the run of the others (a forged reply that slipped past every check included)."""
+    try:
+        return checked(prepared, options, child)
+    except Exception as error:
+        if os.environ.get("ATTNCHECK_DEBUG") == "1":
+            raise
+        reason = f"attncheck could not check this file: {type(error).__name__}: {str(error)[:200]} (please report this)"
+        return [], [TargetResult(target, "error", reason) for target in prepared.result.targets]
 
 
 def check_file(
@@ -233,7 +247,7 @@ def run_prepared(
             reply = replies.get(str(index))
             if reply is not None:
                 tensors_back = {k: torch.from_numpy(np.asarray(v)) for k, v in reply.tensors.items()}
-                outcomes[index], findings[index] = _judged(target_plan, reply.facts, tensors_back, result)
+                outcomes[index], findings[index] = _judged(target_plan, reply.facts, tensors_back, result, seed)
                 outcomes[index].isolation = where["isolation"]
                 outcomes[index].reason = "; ".join(filter(None, [outcomes[index].reason, how]))
         remaining = [(i, p) for i, p in pending if str(i) not in replies]
@@ -267,16 +281,21 @@ def _device(wanted: str) -> str:
 
 
 def _judged(
-    target_plan: Plan, facts: dict[str, Any], tensors: dict[str, torch.Tensor], result: FileResult
+    target_plan: Plan, facts: dict[str, Any], tensors: dict[str, torch.Tensor], result: FileResult, seed: int
 ) -> tuple[TargetResult, list[Finding]]:
-    """``judge`` of the facts checked against ``protocol.ReplyFacts``; a malformed reply, or a fault of
-    attncheck's own judging, ends this target in an error, not the whole dynamic stage (every target
-    of every file) as it would by raising."""
+    """``judge`` of the facts checked against ``protocol.ReplyFacts``; a malformed reply, one that does not
+    fit the plan (``reply_plan``) or whose projections are not the weights ``seed`` sent
+    (``sent_weights``), or a fault of attncheck's own judging, ends this target in an error, not the
+    whole dynamic stage (every target of every file) as it would by raising."""
     try:
         checked = protocol.reply_facts(facts)
     except protocol.ReplyError as error:
         reason = f"the child's reply is malformed: {error}"
         return TargetResult(target_plan.binding.target, "error", reason), []
+    planned = [experiment["name"] for experiment in target_plan.unit.get("experiments", [])]
+    refused = reply_plan.unplanned(checked, tensors, planned) or sent_weights.foreign(checked, tensors, seed)
+    if refused is not None:
+        return TargetResult(target_plan.binding.target, "error", refused, device=facts.get("device")), []
     try:
         return judge(target_plan, checked, tensors, result)
     except Exception as error:
@@ -332,6 +351,10 @@ def _unbound(
     (``cross_lengths``: the query and key lengths a bare function or cross module was given)."""
     target = binding.target
     attempts = facts.get("attempts", [])
+    changed = [a for a in attempts if a["error"].get("type") == sent_weights.PARAMETERS_CHANGED]
+    if changed:  # it forwarded, writing into its weights: no binding is at fault, and no verdict can stand
+        reason = f"forward raises {changed[0]['error']['type']}: {changed[0]['error']['message']}"
+        return TargetResult(target, "error", reason, [Check("forward", "failed", reason)], device), []
     crashes = [a for a in attempts if a["stage"] == "forward" and a["error"].get("line")]
     if crashes:
         error = crashes[0]["error"]

@@ -114,8 +114,11 @@ def read_replies(workdir: Path) -> tuple[list[Reply], str | None]:
 
 
 def finished(workdir: Path) -> bool:
-    """Whether the child reported that its entry ran to the end."""
-    return (workdir / DONE).is_file()
+    """Whether the child reported that its entry ran to the end (a regular file, not a link to one)."""
+    try:
+        return stat.S_ISREG(os.lstat(workdir / DONE).st_mode)
+    except OSError:
+        return False
 
 
 def _read_reply(json_path: Path, tensor_path: Path, budget: int) -> tuple[Reply, int] | None:

@@ -132,6 +132,7 @@ class ReplyFacts(TypedDict, total=False):
     flags: dict[str, bool]
     declared: dict[str, Any]  # inside.variant_facts.declarations
     dropout: DropoutFacts
+    sent: dict[str, list[int]]  # parameter -> shape, loaded with the parent's weights (``sent_weights``)
     timing: dict[str, float]
     error: ErrorFacts  # the import, load or entry unit failed
     how: str  # how the load unit imported the file

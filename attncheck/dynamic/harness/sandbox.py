@@ -26,7 +26,6 @@ import resource
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -34,7 +33,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from attncheck.dynamic.harness import channel, jail, rundir
+from attncheck.dynamic.harness import channel, jail, neutral_frames, rundir
 from attncheck.dynamic.harness.channel import Reply
 from attncheck.dynamic.loading import project
 
@@ -302,7 +301,7 @@ def _command(
     gpu: bool,
 ) -> list[str]:
     """The child's command line; in the jail, with the uid it drops to and its task limit."""
-    python = [sys.executable, "-m", "attncheck.dynamic.inside.child", home]
+    python = [*neutral_frames.command("attncheck.dynamic.inside.child"), home]
     if uid is not None:
         python += [str(uid), str(jail.MAX_TASKS)]
     if isolation != BUBBLEWRAP:

@@ -12,11 +12,10 @@ import json
 import multiprocessing.util
 import os
 import subprocess
-import sys
 import threading
 from typing import Any
 
-from attncheck.dynamic.harness import jail
+from attncheck.dynamic.harness import jail, neutral_frames
 
 ZYGOTE_MODULE = "attncheck.dynamic.harness.zygote"
 
@@ -33,7 +32,7 @@ class Zygote:
         answers_read, answers_write = os.pipe()
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(jail.python_paths())}
         self.process = subprocess.Popen(
-            [sys.executable, "-m", ZYGOTE_MODULE, str(orders_read), str(answers_write)],
+            [*neutral_frames.command(ZYGOTE_MODULE), str(orders_read), str(answers_write)],
             pass_fds=(orders_read, answers_write), stdin=subprocess.DEVNULL, env=env,
         )
         os.close(orders_read)

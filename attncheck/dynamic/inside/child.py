@@ -139,7 +139,7 @@ def main(workdir: Path) -> None:
     entry = load_entry(request.get("entry", DEFAULT_ENTRY))
     writer = ReplyWriter(workdir)
     confinement = install_filter()
-    print(f"attncheck child: {confinement}", file=sys.stderr, flush=True)
+    print(f"confined: {confinement}", file=sys.stderr, flush=True)  # no name of the checker: user code may read it
     writer.ready()
     disguise(user_file)  # as if its author ran it: no sign of the checker in argv or sys.modules
     try:

@@ -6,12 +6,16 @@ under the checker and its own elsewhere). So, once the child's own code is loade
 - no module of the checker is left in ``sys.modules`` (the child's code keeps running from the
   objects it already holds; it imports nothing of attncheck later), and ``__main__`` is a fresh
   module rather than the child's or the zygote's;
+- the frames below user code name no file of the checker: its code was loaded under ``<stem>``
+  names (``harness.neutral_frames``), and here its modules' globals (what ``frame.f_globals``
+  shows: ``__file__``, ``__spec__``, ``__loader__``) take the same neutral name;
 - ``sys.argv`` and ``sys.orig_argv`` are ``python FILE``, and so is ``/proc/self/cmdline``: the
   command line in the process's own memory is overwritten in place (as ``setproctitle`` does);
   pid 1 of its namespace, the waiter above it, is plain ``python`` (``unshared.split_init``).
 
-Not hidden: the code objects of the frames below the user's (``sys._getframe``, a traceback of
-its own) still carry the checker's file names. (The inputs are float32, as in a user's own test.)
+Not hidden here: the module names in those globals and in their classes' ``__module__`` (see
+``_neutralise``) and the names of the functions below the user's (``call``, ``run``). The inputs,
+weights and default dtype are float32, as in a user's own test (``probes.precision``).
 """
 
 from __future__ import annotations
@@ -20,17 +24,31 @@ import sys
 import types
 from pathlib import Path
 
+from attncheck.dynamic.harness.neutral_frames import is_checker_module, neutral_name
 from attncheck.dynamic.harness.unshared import overwrite_command_line
-
-PACKAGE = "attncheck"
 
 
 def disguise(user_file: Path) -> None:
     """Every sign above removed; ``user_file`` is what the command line names."""
-    for name in [name for name in sys.modules if name == PACKAGE or name.startswith(PACKAGE + ".")]:
-        del sys.modules[name]
+    for name in [name for name in sys.modules if is_checker_module(name)]:
+        _neutralise(sys.modules.pop(name))
+    running = sys.modules.get("__main__")  # the child's or the zygote's, whose frame is below the user's
+    if running is not None and is_checker_module(getattr(running.__spec__, "name", "") or ""):
+        _neutralise(running)
     sys.modules["__main__"] = types.ModuleType("__main__")
     command = [Path(sys.executable).name, str(user_file)]
     sys.argv[:] = command[1:]
     sys.orig_argv[:] = command
     overwrite_command_line("\0".join(command).encode() + b"\0")
+
+
+def _neutralise(module: types.ModuleType) -> None:
+    """The module's globals (``frame.f_globals`` of its frames) name no file of the checker.
+
+    Its ``__name__``, and its classes' ``__module__``, stay: torch.compile imports a function mode's
+    class again by its module's name (the recorder's, under ``flex_attention``), and a stem in
+    ``sys.modules`` could shadow a user's module of that name."""
+    stem = neutral_name(getattr(module.__spec__, "name", None) or module.__name__)
+    module.__dict__.update(__file__=stem, __cached__=None, __spec__=None, __loader__=None)
+    if hasattr(module, "__path__"):
+        module.__path__ = []

@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from attncheck.dynamic.binding.bind import PACKAGE_CONFIG, all_sizes, config_value
-from attncheck.dynamic.harness import unshared
+from attncheck.dynamic.harness import sent_weights, unshared
 from attncheck.dynamic.harness.protocol import Experiment
 from attncheck.dynamic.inside import kv_cache, kv_perturb, model_mask, variant_facts, variant_runs
 from attncheck.dynamic.inside.recorder import Recorder, is_projection
@@ -131,6 +131,9 @@ class _Target:
         self.config: Any = None  # the config object the module was built from, for its rotary class
         self.rotary: nn.Module | None = None  # the file's rotary class built from that config (``rotary:<class>``)
         self.fitted: dict[str, Any] = {}  # arguments every instance gets (``variant_runs.window_for_length``)
+        self.sent: dict[str, list[int]] = {}  # parameter -> shape, of every parameter loaded with sent values
+        # id(parameter) -> (it, the values sent into it): held, so that no other parameter takes its id
+        self.given: dict[int, tuple[nn.Parameter, torch.Tensor]] = {}
 
     def construct(self, candidate: dict, rate: float, overrides: dict[str, Any] | None = None) -> nn.Module:
         """Build with the seed; ``overrides`` set constructor arguments and config fields of those names."""
@@ -151,7 +154,33 @@ class _Target:
             raise TypeError(f"{self.unit['name']}(...) is not a torch.nn.Module")
         if self.config is not None:
             _model_init(self.module, self.config, instance)
-        return instance.to(self.device).eval()  # float32, as built: the parent reads its weights back
+        built = instance.to(self.device).eval()  # float32, as built (``probes.precision``)
+        self._load_sent(built)
+        return built
+
+    def _load_sent(self, instance: nn.Module) -> None:
+        """The parent's weights (``harness.sent_weights``) into every projection and every randomly
+        initialised matrix, before any forward; parameters set to one value keep it."""
+        with torch.no_grad():
+            for name, parameter in _sent_parameters(instance):
+                shape = list(parameter.shape)
+                key = name if self.sent.get(name, shape) == shape else f"{name}@{'x'.join(map(str, shape))}"
+                drawn = sent_weights.values(self.seed, key, shape)
+                parameter.copy_(torch.from_numpy(drawn).to(parameter.device, parameter.dtype))
+                self.sent[key] = shape
+                self.given[id(parameter)] = (parameter, parameter.detach().clone())
+
+    def parameters_before(self, instance: Any) -> dict[str, torch.Tensor]:
+        """What every parameter must still hold after a call: the values sent into it, else a copy
+        taken now (a change between two calls is caught as well as one during a call)."""
+        expected = _parameters(instance)
+        if isinstance(instance, nn.Module):
+            for name, parameter in instance.named_parameters():
+                given = self.given.get(id(parameter), (None, None))[1]
+                same_kind = given is not None and (given.dtype, given.shape) == (parameter.dtype, parameter.shape)
+                if same_kind and name in expected:  # not after a cast to a low precision
+                    expected[name] = given
+        return expected
 
     def rebuilt(self, overrides: dict[str, Any]) -> nn.Module:
         """Another exact instance (same seed, same weights) with ``overrides`` set (``variant_runs``)."""
@@ -265,6 +294,23 @@ class _Target:
         with kv_cache.capture(instance, prefix, is_projection) as seen:
             self.call(instance, Experiment(f"{experiment.name}/prefix", {"x": spec["prefix"]}))
         return kv_cache.cut(seen, spec["d_model"], spec["head_dim"])
+
+
+def _sent_parameters(instance: nn.Module) -> Iterator[tuple[str, nn.Parameter]]:
+    """The parameters that get the parent's weights: those of projection layers and of
+    ``nn.MultiheadAttention`` itself, and any other matrix not set to one value."""
+    projections = {
+        f"{layer_name}.{name}" if layer_name else name
+        for layer_name, layer in instance.named_modules()
+        if is_projection(layer) or isinstance(layer, nn.MultiheadAttention)
+        for name, _ in layer.named_parameters(recurse=False)
+    }
+    for name, parameter in instance.named_parameters():
+        if not parameter.is_floating_point() or nn.parameter.is_lazy(parameter) or parameter.numel() == 0:
+            continue
+        flat = parameter.detach().reshape(-1)
+        if name in projections or (parameter.ndim >= 2 and not bool((flat == flat[0]).all())):
+            yield name, parameter
 
 
 class _CallerModule(nn.Module):
@@ -399,6 +445,7 @@ def _run_target(
             "modules": sum(isinstance(m, nn.modules.dropout._DropoutNd) for m in instance.modules()),
             "calls": target.dropout_calls,
         }
+        facts[sent_weights.SENT] = target.sent
     return facts, out
 
 
@@ -473,7 +520,7 @@ def _run_experiment(target: _Target, experiment: Experiment, facts: dict, out: T
                 cache = target.kv_cache(instance, experiment)
                 extra[experiment.kv_cache["param"]] = cache
                 out[f"{name}/cache_k"], out[f"{name}/cache_v"] = (t.to("cpu", torch.float64).clone() for t in cache)
-            before = _parameters(instance)
+            before = target.parameters_before(instance)
             result = target.call(instance, experiment, extra)
             _check_unchanged(instance, before)
             output, weights = _split_output(result, target, experiment)

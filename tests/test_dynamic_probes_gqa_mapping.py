@@ -79,3 +79,18 @@ def test_one_kv_head_is_ambiguous_but_grouped():
 def test_bad_matrix_is_a_clear_error():
     with pytest.raises(ValueError, match="Hkv dividing Hq"):
         name_mapping(torch.ones(3, 4, dtype=torch.bool))
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.integers(0, 1000), st.floats(1e-6, 1e-4))
+def test_rounding_above_the_float32_tolerance_is_not_a_move(seed, rounding):
+    """float32 rounding, amplified by the inverted output projection, reaches 1e-5 and more on the
+    heads a KV head does not feed: a move is judged against the experiment's largest one too."""
+    gen = torch.Generator().manual_seed(seed)
+    base = torch.randn(2, 4, 5, 8, generator=gen, dtype=torch.float64)
+    perturbed = []
+    for kv in range(2):
+        noise = rounding * torch.randn(base.shape, generator=gen, dtype=torch.float64)
+        noise[:, 2 * kv: 2 * kv + 2] += torch.randn(2, 2, 5, 8, generator=gen, dtype=torch.float64)  # grouped
+        perturbed.append(base + noise)
+    assert torch.equal(dependency_matrix(base, perturbed, tol=1e-5), grouped_mapping(4, 2))

@@ -16,6 +16,10 @@ from typing import Literal
 import torch
 
 Mapping = Literal["grouped", "tiled", "other"]
+# A query head "moved" by more than this share of the experiment's largest move: a dependent head moves
+# by about the noise added to its KV head (order 1), an independent one by the module's float32
+# rounding, amplified by the inverted output projection that reads heads apart (up to ~1e-4).
+MOVED_SHARE = 1e-3
 
 
 def grouped_mapping(num_heads: int, num_kv_heads: int) -> torch.Tensor:
@@ -33,10 +37,11 @@ def dependency_matrix(base: torch.Tensor, perturbed: Sequence[torch.Tensor], tol
     """(Hkv, Hq) bool: which query heads moved when each KV head was perturbed.
 
     ``base`` holds the outputs per query head with query heads on axis 1
-    (e.g. (b, Hq, q, dh)); ``perturbed[j]`` the same after perturbing KV head j.
+    (e.g. (b, Hq, q, dh)); ``perturbed[j]`` the same after perturbing KV head j. A head moved
+    when its change exceeds ``tol`` and ``MOVED_SHARE`` of the largest change of that experiment.
     """
-    moved = [(p - base).abs().transpose(0, 1).flatten(1).amax(dim=1) > tol for p in perturbed]
-    return torch.stack(moved)
+    changes = [(p - base).abs().transpose(0, 1).flatten(1).amax(dim=1) for p in perturbed]
+    return torch.stack([change > max(tol, MOVED_SHARE * float(change.max())) for change in changes])
 
 
 @dataclass(frozen=True)

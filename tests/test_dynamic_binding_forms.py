@@ -207,3 +207,12 @@ def test_a_float_01_mask_is_read_from_the_documentation():
     assert documented_float("attn_mask: (batch, seq_len) float, 1 = attend, 0 = padding.", "attn_mask")
     assert not documented_float("attn_mask: (batch, seq_len) bool, True = attend.", "attn_mask")
     assert not documented_float("mask: bool.\nscores are float", "mask")
+
+
+def test_an_argument_only_stored_and_never_read_gets_none_and_claims_no_window():
+    path = FIXTURES / "correct" / "bind_unread_window_argument.py"
+    binding = bind(_target(path, "WindowAttention"), None, path.read_text())
+    assert dict(binding.candidates[0].kwargs) == {"dim": 32, "window_size": None, "num_heads": 4}
+    assert binding.candidates[0].by_use == ("window_size",)
+    read = path.read_text().replace("b, n, c = x.shape", "b, n, c = x.shape\n        n = n + 0 * self.window_size[0]")
+    assert "window_size" in bind(_target(path, "WindowAttention"), None, read).reason

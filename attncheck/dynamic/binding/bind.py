@@ -658,7 +658,12 @@ def _infer_candidates(target: Target, code: source_facts.CodeFacts) -> tuple[Ini
     for param in params:
         value = size_for(param.name)
         if value is None and param.default is None and not _is_config(param, target):
-            value = _BY_USE.get(code.init_uses.get(param.name, ""))
+            use = code.init_uses.get(param.name, "")
+            if use == "unread":  # stored and never read: None builds the same module and claims no size
+                kwargs[param.name] = None
+                by_use.append(param.name)
+                continue
+            value = _BY_USE.get(use)
             if value is None and code.choices.get(param.name):  # ``if attention_type == "local"``
                 value = code.choices[param.name][0]
             by_use += [param.name] if value is not None else []

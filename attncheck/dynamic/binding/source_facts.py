@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-Use = Literal["width", "heads", "dropout", "positions", "flag"]
+Use = Literal["width", "heads", "dropout", "positions", "flag", "unread"]
 
 _WIDTH_LAYERS = frozenset({"Linear", "Conv1d", "Conv2d", "LayerNorm", "RMSNorm", "Conv1D", "GroupNorm"})
 _DROPOUT_LAYERS = frozenset({"Dropout", "Dropout1d", "Dropout2d"})
@@ -64,6 +64,8 @@ def read(source: str, name: str, line: int) -> CodeFacts:
     else:
         init, forward = None, node
     uses, stored = _init_uses(init) if init is not None else ({}, frozenset())
+    if init is not None:
+        uses = {**dict.fromkeys(_unread(node, init), "unread"), **uses}
     return CodeFacts(
         found=True,
         init_uses=uses,
@@ -130,6 +132,22 @@ def _init_uses(init: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[dict[str, 
         elif isinstance(node, (ast.If, ast.IfExp)) and isinstance(node.test, ast.Name):
             mark({node.test.id}, "flag")
     return uses, frozenset(stored)
+
+
+def _unread(node: ast.AST, init: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    """Constructor arguments whose only use is ``self.window_size = window_size`` with that attribute
+    read nowhere in the class (DaViT's ``WindowAttention``: the block does the windowing): any value
+    builds the same module."""
+    loaded = {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)}
+    kept: set[int] = set()
+    for statement in ast.walk(init):
+        if isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Name):
+            attrs = [t for t in statement.targets if isinstance(t, ast.Attribute)]
+            if attrs and len(attrs) == len(statement.targets) and not any(t.attr in loaded for t in attrs):
+                kept.add(id(statement.value))
+    reads = [n for n in ast.walk(init) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
+    stored_only = {n.id for n in reads if id(n) in kept} & set(_arguments(init))
+    return stored_only - {n.id for n in reads if id(n) not in kept}
 
 
 def _shape_of(value: ast.AST) -> str | None:

@@ -196,6 +196,36 @@ def test_a_block_around_an_attention_child_is_not_a_target_but_a_wrapper_of_torc
     assert [t.name for t in wrapper.targets] == ["Block"]
 
 
+def test_blocks_read_through_their_constructor_defaults_and_stacks_of_layers_are_not_targets(tmp_path):
+    stacks = file_result(FIXTURES / "correct" / "bind_blocks_and_stacks.py")
+    assert [t.name for t in stacks.targets] == ["ClassAttn"]
+    heads = write_module(
+        tmp_path,
+        """
+        import torch
+        from torch import nn
+
+        class Head(nn.Module):
+            def __init__(self, n_embd, head_size):
+                super().__init__()
+                self.key = nn.Linear(n_embd, head_size)
+                self.query = nn.Linear(n_embd, head_size)
+
+            def forward(self, x):
+                return (self.query(x) @ self.key(x).transpose(-2, -1)).softmax(dim=-1) @ x
+
+        class MultiHeadAttention(nn.Module):
+            def __init__(self, n_embd, num_heads, head_size):
+                super().__init__()
+                self.heads = nn.ModuleList([Head(n_embd, head_size) for _ in range(num_heads)])
+
+            def forward(self, x):
+                return torch.cat([h(x) for h in self.heads], dim=-1)
+        """,
+    )
+    assert [t.name for t in file_result(heads).targets] == ["Head", "MultiHeadAttention"]  # heads joined: one MHA
+
+
 def test_the_forward_check_says_which_all_keep_mask_a_required_mask_got():
     path = FIXTURES / "correct" / "bind_required_mask_qkv.py"
     _, results = check_file(file_result(path), Options(), in_process_child)

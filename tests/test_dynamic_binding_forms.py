@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from attncheck.dynamic.binding import source_facts
-from attncheck.dynamic.binding.bind import bind
+from attncheck.dynamic.binding.bind import bind, image_layout
 from attncheck.dynamic.binding.mask_docs import documented_float, documented_shape
 from attncheck.dynamic.inside.recorder import _einsum_weight
 from attncheck.dynamic.runner import check_file
@@ -246,3 +246,25 @@ def test_an_argument_only_stored_and_never_read_gets_none_and_claims_no_window()
     assert binding.candidates[0].by_use == ("window_size",)
     read = path.read_text().replace("b, n, c = x.shape", "b, n, c = x.shape\n        n = n + 0 * self.window_size[0]")
     assert "window_size" in bind(_target(path, "WindowAttention"), None, read).reason
+
+
+@pytest.mark.parametrize(
+    ("names", "layout"),
+    [
+        (("B", "C", "H", "W"), "bchw"),
+        (("b", "c", "h", "w"), "bchw"),
+        (("B", "H", "W", "C"), "bhwc"),
+        (("B", "N", "C"), None),
+        (("b", "h", "s", "d"), None),  # heads first: no feature map
+        (("B", "T", "H", "W"), None),
+    ],
+)
+def test_a_feature_map_layout_is_read_from_the_names_the_forward_unpacks(names, layout):
+    assert image_layout(names) == layout
+
+
+def test_a_class_on_feature_maps_binds_with_its_layout_and_heads_of_its_head_width():
+    path = FIXTURES / "correct" / "bind_feature_map_attention.py"
+    fastvit = bind(_target(path, "Attention"), None, path.read_text())
+    assert fastvit.forward.image == "bchw" and fastvit.dims.heads == 4  # num_heads = dim // head_dim
+    assert bind(_target(path, "ChannelsLastAttention"), None, path.read_text()).forward.image == "bhwc"

@@ -198,6 +198,7 @@ DECLARATION_KEYS = ("init", "forward", "mask", "causal", "d_model", "heads", "kv
 RopeConvention = Literal["half", "interleaved"]  # rotate_half (HF LLaMA) | pairs (Meta, GPT-J)
 
 Role = Literal["x", "query", "key", "value", "kv", "mask"]
+ImageLayout = Literal["bchw", "bhwc"]
 Style = Literal["self", "cross", "function"]
 
 _ROLE_ALIASES: dict[str, Role] = {
@@ -341,6 +342,9 @@ class ForwardPlan:
     position_name: str | None = None  # an optional forward parameter that sets token positions
     position_kind: PositionKind | None = None  # "ids": a tensor of positions; "offset": an int added to them
     rank: int = 0  # 3: a function on (batch, seq, dim), called with the one head of (batch, 1, seq, dim) inputs
+    # A class on feature maps: "bchw" (channels first) or "bhwc" (channels last); the child lays each
+    # (batch, seq, dim) input out as a 1 x seq map and reads the output map back as a sequence.
+    image: ImageLayout | None = None
     # A required mask: the all-keep masks to try, (shape, convention) in order, for calls that test no mask.
     neutral: tuple[tuple[MaskShape, MaskConvention | Literal["keep-float"]], ...] = ()
     mask_shape: MaskShape | None = None  # the mask's shape its documentation gives
@@ -366,6 +370,7 @@ class ForwardPlan:
             "extra": dict(self.extra),
             "neutral": [list(spec) for spec in self.neutral],
             "rank": self.rank,
+            "image": self.image,
             "generated": [list(pair) for pair in self.generated],
             "mask_float": self.mask_float,
             "caller_mask": self.caller_mask,
@@ -485,7 +490,7 @@ def bind(target: Target, declaration: Mapping[str, Any] | None = None, source: s
         dims = _declared_dims(init, declaration)
     else:
         candidates = _infer_candidates(target, code)
-        dims = _single_head_dims(target) or _one_head_by_structure(target, code) or Dims()
+        dims = _single_head_dims(target, code) or _one_head_by_structure(target, code) or Dims()
     if isinstance(candidates, str):
         return _skip(target, candidates)
     variant = DeclaredVariant.of(declaration)
@@ -533,15 +538,34 @@ POST_NORM_RESIDUAL = (
 )
 
 
+_CHANNEL_AXIS = re.compile(r"^(c|ch|chs|channels?|dim|d|n_?embd|embed_dim|hidden_dim|in_channels)$", re.IGNORECASE)
+_SPATIAL_AXIS = re.compile(r"^(h|w|hh|ww|height|width|img_h|img_w|h_\w+|w_\w+)$", re.IGNORECASE)
+
+
+def image_layout(names: tuple[str, ...]) -> ImageLayout | None:
+    """The feature-map layout an unpacking names: ``B, C, H, W = x.shape`` or ``B, H, W, C = x.shape``."""
+    if len(names) != 4:
+        return None
+    if _CHANNEL_AXIS.match(names[1]) and all(_SPATIAL_AXIS.match(n) for n in names[2:]):
+        return "bchw"
+    if _CHANNEL_AXIS.match(names[3]) and all(_SPATIAL_AXIS.match(n) for n in names[1:3]):
+        return "bhwc"
+    return None
+
+
 def _with_rank(target: Target, forward: ForwardPlan, code: source_facts.CodeFacts) -> ForwardPlan | str:
-    """Inputs of the rank the code unpacks: a function on 3-D tensors gets 3-D ones; a class whose
-    input is unpacked into 2 or 4+ names (an image) is not sequence attention the reference models."""
+    """Inputs of the rank the code unpacks: a function on 3-D tensors gets 3-D ones; a class on a
+    feature map (``B, C, H, W = x.shape``) gets its sequence as a 1 x seq map; a class whose input is
+    unpacked into 2 or 4+ other names is not sequence attention the reference models."""
     first = forward.roles[0][0]
     rank = code.ranks.get(first)
     if rank is None:
         return forward
     if not target.is_class or forward.per_head:
         return replace(forward, rank=3) if rank == 3 else forward
+    layout = image_layout(code.unpacked[first]) if [role for _, role in forward.roles] == ["x"] else None
+    if layout is not None:
+        return replace(forward, image=layout)
     if rank != 3:
         return (
             f"forward unpacks {first}.shape into {rank} names: a {rank}-D input, and the reference models "
@@ -583,13 +607,16 @@ def position_limit(binding: Binding) -> int | None:
     return min(limits) if limits else None
 
 
-def _single_head_dims(target: Target) -> Dims | None:
+def _single_head_dims(target: Target, code: source_facts.CodeFacts) -> Dims | None:
     """One head of ``head_size`` and no head count (the lecture's ``Head(n_embd, head_size)``).
 
-    Its q, k, v and output are head_size wide, not d_model.
+    Its q, k, v and output are head_size wide, not d_model. A head width that divides the model
+    width (FastViT's ``num_heads = dim // head_dim``) makes heads of that width instead.
     """
     names = {p.name.lower() for p in target.init_params}
     if names & HEAD_NAMES or names & CONFIG_NAMES or not names & HEAD_DIM_NAMES:
+        return None
+    if any(code.init_uses.get(p.name) == "heads" for p in target.init_params if p.name.lower() in HEAD_DIM_NAMES):
         return None
     return Dims(D_MODEL, 1, inner=D_MODEL // HEADS)
 
@@ -678,7 +705,7 @@ def _infer_candidates(target: Target, code: source_facts.CodeFacts) -> tuple[Ini
     if unknown:
         hint_names = ", ".join(unknown)
         return f"cannot tell what to pass for constructor argument(s) {hint_names}"
-    heads = 1 if _single_head_dims(target) or _one_head_by_structure(target, code) else HEADS
+    heads = 1 if _single_head_dims(target, code) or _one_head_by_structure(target, code) else HEADS
     candidates = [_candidate(kwargs, config, tuple(dropout), heads)]
     if config is not None and config["class"] is not None:
         candidates.append(_candidate(kwargs, {"param": config["param"], "class": None}, tuple(dropout), HEADS))

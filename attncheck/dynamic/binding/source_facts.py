@@ -32,6 +32,7 @@ class CodeFacts:
     init_uses: Mapping[str, Use] = field(default_factory=dict)
     stored: frozenset[str] = frozenset()  # attributes __init__ assigns (``self.num_heads = 8``)
     ranks: Mapping[str, int] = field(default_factory=dict)  # forward argument -> rank its shape unpacks to
+    unpacked: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # forward argument -> the names, in order
     none_checked: frozenset[str] = frozenset()  # forward arguments the code compares with None
     causal_off: bool = False  # every ``causal`` the code spells is False
     forward_doc: str = ""
@@ -66,11 +67,13 @@ def read(source: str, name: str, line: int) -> CodeFacts:
     uses, stored = _init_uses(init) if init is not None else ({}, frozenset())
     if init is not None:
         uses = {**dict.fromkeys(_unread(node, init), "unread"), **uses}
+    unpacked = _unpacked(forward) if forward is not None else {}
     return CodeFacts(
         found=True,
         init_uses=uses,
         stored=stored,
-        ranks=_ranks(forward) if forward is not None else {},
+        ranks={name: len(names) for name, names in unpacked.items()},
+        unpacked=unpacked,
         none_checked=_none_checked(forward) if forward is not None else frozenset(),
         causal_off=_causal_off(node, init),
         causal_by_caller=_causal_by_caller(node, stored),
@@ -160,10 +163,10 @@ def _shape_of(value: ast.AST) -> str | None:
     return None
 
 
-def _ranks(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, int]:
-    """``b, s, d = x.shape`` before ``x`` is rebound: x is 3-D."""
+def _unpacked(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, tuple[str, ...]]:
+    """``b, s, d = x.shape`` before ``x`` is rebound: x is 3-D, its axes named b, s, d."""
     params = set(_arguments(forward))
-    ranks: dict[str, int] = {}
+    ranks: dict[str, tuple[str, ...]] = {}
     rebound: set[str] = set()
     for statement in forward.body:
         if not isinstance(statement, ast.Assign):
@@ -172,7 +175,8 @@ def _ranks(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, int]:
             source = _shape_of(statement.value)
             unpacked = isinstance(target, ast.Tuple) and not any(isinstance(e, ast.Starred) for e in target.elts)
             if unpacked and source in params and source not in rebound:
-                ranks.setdefault(source, len(target.elts))
+                names = tuple(e.id if isinstance(e, ast.Name) else "_" for e in target.elts)  # type: ignore[union-attr]
+                ranks.setdefault(source, names)
             rebound |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
     return ranks
 

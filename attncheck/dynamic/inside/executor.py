@@ -155,6 +155,8 @@ class _Target:
         args = [_lowered(self.tensors[experiment.inputs[role]], dtype) for _, role in plan["roles"]]
         if plan.get("rank") == 3:  # a function on (batch, seq, dim): the one head of (batch, 1, seq, dim)
             args = [arg.squeeze(1) for arg in args]
+        if plan.get("image"):
+            args = [_as_map(arg, plan["image"]) for arg in args]
         kwargs = dict(plan["extra"])
         kwargs.update({k: _lowered(self.tensors[v], dtype) for k, v in experiment.keywords.items()})
         kwargs.update(experiment.constants)  # plain JSON values: an integer position offset
@@ -483,6 +485,8 @@ def _split_output(result: Any, target: _Target, experiment: Experiment) -> tuple
         raise TypeError(f"forward returned {type(result).__name__}, not a tensor or a tuple starting with one")
     if target.unit["forward"].get("rank") == 3:  # back to the (batch, 1, seq, dim) the parent planned
         items = [t.unsqueeze(1) if isinstance(t, torch.Tensor) and t.ndim == 3 else t for t in items]
+    if target.unit["forward"].get("image") and items[0].ndim == 4:
+        items[0] = _as_sequence(items[0], target.unit["forward"]["image"])
     roles = dict(experiment.inputs)
     query = target.tensors[roles.get("query", roles.get("x"))]
     key = target.tensors[roles.get("key", roles.get("kv", roles.get("x")))]
@@ -498,6 +502,16 @@ def _split_output(result: Any, target: _Target, experiment: Experiment) -> tuple
         None,
     )
     return items[0], weights
+
+
+def _as_map(sequence: torch.Tensor, layout: str) -> torch.Tensor:
+    """A (batch, seq, dim) input as the 1 x seq feature map a class on images takes."""
+    return sequence.transpose(1, 2).unsqueeze(2) if layout == "bchw" else sequence.unsqueeze(1)
+
+
+def _as_sequence(feature_map: torch.Tensor, layout: str) -> torch.Tensor:
+    """The output map read back as the (batch, seq, dim) sequence of its positions, row by row."""
+    return feature_map.flatten(2).transpose(1, 2) if layout == "bchw" else feature_map.flatten(1, 2)
 
 
 def _heads_first(output: torch.Tensor, query: torch.Tensor) -> torch.Tensor:

@@ -391,6 +391,7 @@ class Binding:
     hint: str = ""
     code_not_causal: bool = False  # every causal switch in the code is off (is_causal=False, causal=False)
     declared_variant: DeclaredVariant | None = None  # the declaration's kv_heads, rope, rope_base
+    names_dropout: bool = True  # the code spells a dropout: a config's rates may be its own
 
     @property
     def filled_hint(self) -> str:
@@ -497,7 +498,7 @@ def bind(target: Target, declaration: Mapping[str, Any] | None = None, source: s
     if variant is not None and variant.kv_heads is not None:
         candidates = tuple(_with_kv_heads(c, variant.kv_heads) for c in candidates)
     return Binding(target, candidates, forward, dims, mask, causal, code_not_causal=not_causal,
-                   declared_variant=variant)
+                   declared_variant=variant, names_dropout=code.names_dropout)
 
 
 def _with_kv_heads(candidate: InitCandidate, kv_heads: int) -> InitCandidate:
@@ -538,7 +539,7 @@ POST_NORM_RESIDUAL = (
 )
 
 
-_CHANNEL_AXIS = re.compile(r"^(c|ch|chs|channels?|dim|d|n_?embd|embed_dim|hidden_dim|in_channels)$", re.IGNORECASE)
+_CHANNEL_AXIS = re.compile(r"^(_|c|ch|chs|channels?|dim|d|n_?embd|embed_dim|hidden_dim|in_channels)$", re.IGNORECASE)
 _SPATIAL_AXIS = re.compile(r"^(h|w|hh|ww|height|width|img_h|img_w|h_\w+|w_\w+)$", re.IGNORECASE)
 
 

@@ -41,6 +41,7 @@ class CodeFacts:
     post_norm_residual: bool = False  # forward ends in ``self.norm(out + hidden_states)``: a block's output
     choices: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # init argument -> strings compared with
     causal_by_caller: bool = False  # stores ``self.is_causal`` for its caller, and applies no causality itself
+    names_dropout: bool = True  # some name, attribute or keyword of the code says "drop" (unread source: assume so)
 
 
 def read(source: str, name: str, line: int) -> CodeFacts:
@@ -82,6 +83,7 @@ def read(source: str, name: str, line: int) -> CodeFacts:
         functions=frozenset(n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))),
         config_classes=frozenset(n.name for n in tree.body if isinstance(n, ast.ClassDef) and _built_from_config(n)),
         post_norm_residual=forward is not None and _post_norm_residual(forward),
+        names_dropout=_names_dropout(node),
     )
 
 
@@ -151,6 +153,19 @@ def _unread(node: ast.AST, init: ast.FunctionDef | ast.AsyncFunctionDef) -> set[
     reads = [n for n in ast.walk(init) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
     stored_only = {n.id for n in reads if id(n) in kept} & set(_arguments(init))
     return stored_only - {n.id for n in reads if id(n) not in kept}
+
+
+def _names_dropout(node: ast.AST) -> bool:
+    """Whether the code spells a dropout anywhere (``self.attn_drop``, ``config.attention_dropout``,
+    ``dropout=``): a class built from a config whose code never does reads none of its rates."""
+    for child in ast.walk(node):
+        name = (
+            child.id if isinstance(child, ast.Name) else child.attr if isinstance(child, ast.Attribute)
+            else child.arg if isinstance(child, (ast.keyword, ast.arg)) else None
+        )
+        if name and "drop" in name.lower():
+            return True
+    return False
 
 
 def _shape_of(value: ast.AST) -> str | None:

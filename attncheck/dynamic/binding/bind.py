@@ -640,12 +640,13 @@ def _is_per_head_class(target: Target, forward: ForwardPlan) -> bool:
     """A class with no size to build projections from, called on q, k, v: a scaled-dot-product core.
 
     Such a class (``ScaledDotProductAttention(dropout)``) is the bare function in a
-    module, so it gets per-head (batch, heads, seq, head_dim) inputs.
+    module, so it gets per-head (batch, heads, seq, head_dim) inputs. A size that defaults to None
+    (x-transformers' ``Attend(heads=None)``, for optional talking heads) builds no projection.
     """
     if not target.is_class or [role for _, role in forward.roles] != ["query", "key", "value"]:
         return False
     sized = MODEL_DIM_NAMES | HEAD_NAMES | HEAD_DIM_NAMES | CONFIG_NAMES
-    return not any(param.name.lower() in sized for param in target.init_params)
+    return not any(param.name.lower() in sized and param.default != "None" for param in target.init_params)
 
 
 DECLARED = "declared in pyproject.toml"

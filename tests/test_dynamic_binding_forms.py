@@ -268,3 +268,10 @@ def test_a_class_on_feature_maps_binds_with_its_layout_and_heads_of_its_head_wid
     fastvit = bind(_target(path, "Attention"), None, path.read_text())
     assert fastvit.forward.image == "bchw" and fastvit.dims.heads == 4  # num_heads = dim // head_dim
     assert bind(_target(path, "ChannelsLastAttention"), None, path.read_text()).forward.image == "bhwc"
+
+
+def test_a_causal_switch_the_forward_defaults_to_false_is_off():
+    path = FIXTURES / "correct" / "bind_vision_transformer_forms.py"
+    assert source_facts.read(path.read_text(), "Attention", 16).causal_off  # forward(..., is_causal=False)
+    on = path.read_text().replace("is_causal: bool = False", "is_causal: bool = True")
+    assert not source_facts.read(on, "Attention", 16).causal_off

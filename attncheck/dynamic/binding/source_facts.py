@@ -76,7 +76,7 @@ def read(source: str, name: str, line: int) -> CodeFacts:
         ranks={name: len(names) for name, names in unpacked.items()},
         unpacked=unpacked,
         none_checked=_none_checked(forward) if forward is not None else frozenset(),
-        causal_off=_causal_off(node, init),
+        causal_off=_causal_off(node, [fn for fn in (init, forward) if fn is not None]),
         causal_by_caller=_causal_by_caller(node, stored),
         choices=_choices(init) if init is not None else {},
         forward_doc=(ast.get_docstring(forward) or "") if forward is not None else "",
@@ -270,10 +270,11 @@ def _causal_by_caller(node: ast.AST, stored: frozenset[str]) -> bool:
     return dispatches or not uses_flag
 
 
-def _causal_off(node: ast.AST, init: ast.FunctionDef | ast.AsyncFunctionDef | None) -> bool:
+def _causal_off(node: ast.AST, functions: list[ast.FunctionDef | ast.AsyncFunctionDef]) -> bool:
     """Every ``causal`` spelling is off: ``is_causal=False``, or an attribute or argument that
-    only ever holds a ``causal=False`` default; and no triangle (tril/triu) anywhere."""
-    off_defaults = _false_defaults(init) if init is not None else set()
+    only ever holds a ``causal=False`` default of the constructor or of the forward (timm's
+    ``forward(x, attn_mask=None, is_causal=False)``: the caller opts in); and no triangle (tril/triu)."""
+    off_defaults = set().union(*(_false_defaults(fn) for fn in functions))
     spelled = False
     for child in ast.walk(node):
         if isinstance(child, ast.Call) and _callee(child) in ("tril", "triu"):
@@ -289,7 +290,7 @@ def _causal_off(node: ast.AST, init: ast.FunctionDef | ast.AsyncFunctionDef | No
 
 
 def _false_defaults(init: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
-    """Constructor arguments defaulting to False whose name says causal, and the attributes holding them."""
+    """Arguments defaulting to False whose name says causal, and the attributes holding them."""
     args = init.args
     positional = [*args.posonlyargs, *args.args]
     defaults = dict(zip([a.arg for a in positional[len(positional) - len(args.defaults):]], args.defaults, strict=True))

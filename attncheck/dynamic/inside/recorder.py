@@ -109,6 +109,11 @@ class Recorder(TorchFunctionMode):
             dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
             if isinstance(dim, int) and len(self.softmax) < 32:
                 self.softmax.append({"shape": list(args[0].shape), "dim": dim % max(args[0].ndim, 1)})
+        if func is F.scaled_dot_product_attention and len(args) >= 2 and len(self.softmax) < 32:
+            query, key = args[0], args[1]  # its softmax runs over (..., query, key) scores, on the last axis
+            if isinstance(query, torch.Tensor) and isinstance(key, torch.Tensor) and query.ndim >= 2:
+                shape = [*query.shape[:-1], key.shape[-2]]
+                self.softmax.append({"shape": shape, "dim": len(shape) - 1})
         if func is F.multi_head_attention_forward:
             self._multi_head(args, kwargs)
         result = func(*args, **kwargs)

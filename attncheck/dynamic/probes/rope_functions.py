@@ -44,9 +44,12 @@ TABLES = {
     "narrow": "cos/sin of width head_dim/2 (the function expands them)",
     "complex": "freqs_cis as complex64 (seq, head_dim/2) from torch.polar (Meta)",
     "angles": "freqs as real (seq, head_dim/2) angles",
+    "angles-half": "freqs as real (seq, head_dim) angles, cat(freqs, freqs) (half-split)",
+    "angles-interleaved": "freqs as real (seq, head_dim) angles, repeat_interleave(freqs, 2) (interleaved)",
 }
 COS_SIN_TABLES = ("half", "interleaved", "narrow")
-FREQS_TABLES = ("complex", "angles")
+FREQS_TABLES = ("complex", "angles", "angles-half", "angles-interleaved")
+FULL_ANGLES = ("angles-half", "angles-interleaved")  # also given batched: (1, seq, head_dim), as x-transformers' are
 
 
 @dataclass
@@ -93,6 +96,10 @@ def _freqs_table(table: str) -> torch.Tensor:
     angles = _angles()
     if table == "angles":
         return angles
+    if table == "angles-half":
+        return torch.cat([angles, angles], dim=-1)
+    if table == "angles-interleaved":
+        return angles.repeat_interleave(2, dim=-1)
     return torch.polar(torch.ones_like(angles), angles).to(torch.complex64)
 
 
@@ -111,7 +118,8 @@ def _table_inputs(table: str, batched: bool, prefix: str) -> dict[str, tuple[str
     """The tables of one variant, by kind (``cos``, ``sin`` or ``freqs``): (tensor name, value)."""
     key = f"{table}/{'b' if batched else '2d'}"
     if table in FREQS_TABLES:
-        return {"freqs": (f"{prefix}/freqs/{key}", _freqs_table(table).numpy())}
+        freqs = _freqs_table(table)
+        return {"freqs": (f"{prefix}/freqs/{key}", (freqs[None] if batched else freqs).numpy())}
     cos, sin = _tables(table, batched)
     return {"cos": (f"{prefix}/cos/{key}", cos.numpy()), "sin": (f"{prefix}/sin/{key}", sin.numpy())}
 
@@ -139,7 +147,7 @@ def plan(target: Target, index: int) -> RopePlan:
     tables = FREQS_TABLES if _takes_freqs(names) else COS_SIN_TABLES
     experiments, variants = [], {}
     for table in tables:
-        for batched in (False, True) if table in COS_SIN_TABLES else (False,):
+        for batched in (False, True) if table in (*COS_SIN_TABLES, *FULL_ANGLES) else (False,):
             by_kind = _table_inputs(table, batched, prefix)
             tensors.update(dict(by_kind.values()))
             key = f"{table}/{'b' if batched else '2d'}"

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from attncheck.dynamic.binding import source_facts
-from attncheck.dynamic.binding.bind import bind, image_layout
+from attncheck.dynamic.binding.bind import bind, config_value, image_layout
 from attncheck.dynamic.binding.mask_docs import documented_float, documented_shape
 from attncheck.dynamic.inside.recorder import _einsum_weight
 from attncheck.dynamic.runner import check_file
@@ -275,3 +275,36 @@ def test_a_causal_switch_the_forward_defaults_to_false_is_off():
     assert source_facts.read(path.read_text(), "Attention", 16).causal_off  # forward(..., is_causal=False)
     on = path.read_text().replace("is_causal: bool = False", "is_causal: bool = True")
     assert not source_facts.read(on, "Attention", 16).causal_off
+
+
+def test_a_second_streams_config_sizes_and_a_union_annotated_config_class(tmp_path):
+    assert [config_value(n) for n in ("cross_hidden_size", "cross_num_attention_heads", "cross_head_dim")] == [32, 4, 8]
+    assert config_value("intermediate_size") is None
+    path = write_module(
+        tmp_path,
+        """
+        import torch
+        from torch import nn
+
+        class EncoderConfig:
+            hidden_size = 32
+
+        class DecoderConfig(EncoderConfig):
+            pass
+
+        class SelfAttention(nn.Module):
+            def __init__(self, config: EncoderConfig | DecoderConfig, layer_idx: int):
+                super().__init__()
+                self.attention_dropout = 0.0
+                self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size)
+
+            def forward(self, hidden_states):
+                q, k, v = self.qkv(hidden_states).chunk(3, dim=-1)
+                return torch.softmax(q @ k.transpose(-2, -1), dim=-1) @ v
+        """,
+    )
+    binding = bind(_target(path, "SelfAttention"), None, path.read_text())
+    assert binding.candidates[0].config["class"] == "EncoderConfig"
+    assert not binding.names_dropout  # a constant 0.0: the config's rates are not its
+    assert source_facts.read("class A:\n    def __init__(self, config):\n        self.p = config.attn_pdrop\n",
+                             "A", 1).names_dropout

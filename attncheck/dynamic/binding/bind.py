@@ -261,7 +261,20 @@ def config_value(name: str, dropout: float = 0.0) -> Any:
     enough to show at the probes' lengths (only a config's window: a constructor's ``window_size``
     is as often a 2-D patch window, bound by its use), or a soft-cap the probes' scores reach."""
     lowered = name.lower()
-    return WINDOW if lowered in WINDOW_NAMES else SOFTCAP if lowered in SOFTCAP_NAMES else size_for(name, dropout)
+    if lowered in WINDOW_NAMES or lowered in SOFTCAP_NAMES:
+        return WINDOW if lowered in WINDOW_NAMES else SOFTCAP
+    found = size_for(name, dropout)
+    if found is None and "_" in lowered:  # a second stream's sizes: Dia's cross_hidden_size, cross_head_dim
+        found = next((value for suffix, value in _STREAM_SIZES if lowered.endswith(suffix)), None)
+    return found
+
+
+# The sizes of another stream a config may carry (an encoder's width for cross-attention), by suffix: the
+# same small test sizes, so both streams are as wide as the probes' inputs.
+_STREAM_SIZES = (
+    ("_hidden_size", D_MODEL), ("_num_attention_heads", HEADS), ("_num_key_value_heads", KV_HEADS),
+    ("_head_dim", D_MODEL // HEADS),
+)
 
 
 def all_sizes(dropout: float = 0.0) -> dict[str, Any]:
@@ -753,7 +766,10 @@ class the module imports from its own package (``GPTNeoConfig`` beside ``GPTNeoS
 
 
 def _config_class(param: Parameter, target: Target) -> str | None:
+    """The config class a constructor's annotation names; the first of a union (Dia's
+    ``DiaEncoderConfig | DiaDecoderConfig``, ``Optional[...]``, ``Union[...]``)."""
     annotation = (param.annotation or "").strip("'\"")
+    annotation = re.sub(r"^(?:Optional|Union)\[(.*)\]$", r"\1", annotation).replace(",", "|").split("|")[0].strip()
     if re.fullmatch(r"[A-Za-z_]\w*", annotation) and annotation not in ("dict", "Any", "object"):
         return annotation
     return target.config_class or PACKAGE_CONFIG

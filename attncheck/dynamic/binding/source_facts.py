@@ -156,14 +156,16 @@ def _unread(node: ast.AST, init: ast.FunctionDef | ast.AsyncFunctionDef) -> set[
 
 
 def _names_dropout(node: ast.AST) -> bool:
-    """Whether the code spells a dropout anywhere (``self.attn_drop``, ``config.attention_dropout``,
-    ``dropout=``): a class built from a config whose code never does reads none of its rates."""
+    """Whether the code takes a dropout rate from outside: an argument (``attn_drop``), a config's field
+    (``config.attention_dropout``) or a dropout layer. A class built from a config that does none of
+    these (SAM 2's, or Dia's ``self.attention_dropout = 0.0``) reads none of the config's rates."""
     for child in ast.walk(node):
-        name = (
-            child.id if isinstance(child, ast.Name) else child.attr if isinstance(child, ast.Attribute)
-            else child.arg if isinstance(child, (ast.keyword, ast.arg)) else None
-        )
-        if name and "drop" in name.lower():
+        if isinstance(child, ast.arg) and "drop" in child.arg.lower():
+            return True
+        if isinstance(child, ast.Call) and "dropout" in _callee(child).lower():
+            return True
+        on_self = isinstance(child, ast.Attribute) and isinstance(child.value, ast.Name) and child.value.id == "self"
+        if isinstance(child, ast.Attribute) and not on_self and "drop" in child.attr.lower():
             return True
     return False
 

@@ -4,6 +4,8 @@ the fixture harness (test_fixtures_dynamic); these tests pin the pieces and the 
 
 from __future__ import annotations
 
+import types
+
 import pytest
 import torch
 
@@ -308,3 +310,50 @@ def test_a_second_streams_config_sizes_and_a_union_annotated_config_class(tmp_pa
     assert not binding.names_dropout  # a constant 0.0: the config's rates are not its
     assert source_facts.read("class A:\n    def __init__(self, config):\n        self.p = config.attn_pdrop\n",
                              "A", 1).names_dropout
+
+
+def test_of_several_package_configs_the_one_with_every_field_the_class_reads_is_built():
+    from attncheck.dynamic.inside.executor import _package_config
+
+    class VisionConfig:
+        def __init__(self, hidden_size=8):
+            self.hidden_size = hidden_size
+
+    class DecoderConfig:
+        def __init__(self, hidden_size=8, attention_downsample_rate=2):
+            self.hidden_size, self.attention_downsample_rate = hidden_size, attention_downsample_rate
+
+    module = types.ModuleType("pkg.modeling_x")
+    for cls in (VisionConfig, DecoderConfig):
+        cls.__module__ = "pkg.configuration_x"
+        setattr(module, cls.__name__, cls)
+    assert _package_config(module, ("hidden_size", "attention_downsample_rate")) is DecoderConfig
+    assert _package_config(module) is None  # several, and nothing to choose by
+    code = (
+        "class A:\n    def __init__(self, config):\n"
+        "        self.d = config.hidden_size // config.attention_downsample_rate\n"
+    )
+    assert source_facts.read(code, "A", 1).fields_read == {"config": ("hidden_size", "attention_downsample_rate")}
+
+
+def test_two_batch_axes_unpacked_before_the_tokens_are_a_4d_input_skipped_with_why(tmp_path):
+    path = write_module(
+        tmp_path,
+        """
+        import torch
+        from torch import nn
+
+        class PointAttention(nn.Module):
+            def __init__(self, dim, num_heads):
+                super().__init__()
+                self.heads = num_heads
+                self.q_proj, self.k_proj = nn.Linear(dim, dim), nn.Linear(dim, dim)
+
+            def forward(self, query, key, value):
+                batch_size, point_batch_size = query.shape[:2]
+                q = self.q_proj(query).view(batch_size * point_batch_size, -1, self.heads, 8)
+                return torch.softmax(q @ q.transpose(-2, -1), dim=-1)
+        """,
+    )
+    binding = bind(_target(path, "PointAttention"), None, path.read_text())
+    assert "two batch axes (batch_size, point_batch_size)" in binding.reason

@@ -320,7 +320,7 @@ class DeclaredVariant:
 class InitCandidate:
     """One way to construct the class: keyword values, and a config object to build in the child.
 
-    ``config`` is ``{"param": name, "class": class name or None}``: the child builds
+    ``config`` is ``{"param": name, "class": class name or None, "reads": fields __init__ reads}``: the child builds
     the class from the module (or a namespace of every known size) with small sizes.
     """
 
@@ -572,6 +572,12 @@ def _with_rank(target: Target, forward: ForwardPlan, code: source_facts.CodeFact
     feature map (``B, C, H, W = x.shape``) gets its sequence as a 1 x seq map; a class whose input is
     unpacked into 2 or 4+ other names is not sequence attention the reference models."""
     first = forward.roles[0][0]
+    leading = [name for name in code.unpacked.get(first, ()) if "batch" in name.lower()]
+    if target.is_class and len(leading) > 1:  # SAM's ``batch_size, point_batch_size = query.shape[:2]``
+        return (
+            f"forward unpacks {first}.shape into two batch axes ({', '.join(leading)}) before the tokens: "
+            "a 4-D input, and the reference models (batch, seq, dim) sequences"
+        )
     rank = code.ranks.get(first)
     if rank is None:
         return forward
@@ -713,8 +719,9 @@ def _infer_candidates(target: Target, code: source_facts.CodeFacts) -> tuple[Ini
             kwargs[param.name] = value
             if isinstance(value, float) and not isinstance(value, bool):
                 dropout.append(param.name)
-        elif _is_config(param, target):
-            config = {"param": param.name, "class": _config_class(param, target)}
+        elif _is_config(param, target):  # the fields it reads pick its class among its package's configs
+            reads = list(code.fields_read.get(param.name, ()))
+            config = {"param": param.name, "class": _config_class(param, target), "reads": reads}
         elif param.default is None:
             unknown.append(param.name)
     if unknown:
@@ -723,7 +730,7 @@ def _infer_candidates(target: Target, code: source_facts.CodeFacts) -> tuple[Ini
     heads = 1 if _single_head_dims(target, code) or _one_head_by_structure(target, code) else HEADS
     candidates = [_candidate(kwargs, config, tuple(dropout), heads)]
     if config is not None and config["class"] is not None:
-        candidates.append(_candidate(kwargs, {"param": config["param"], "class": None}, tuple(dropout), HEADS))
+        candidates.append(_candidate(kwargs, {**config, "class": None}, tuple(dropout), HEADS))
     defaults = {p.name: p.default for p in params if p.default is not None and p.name.lower() in _COUNT_NAMES}
     if defaults:
         kept = {name: value for name, value in kwargs.items() if name not in defaults}

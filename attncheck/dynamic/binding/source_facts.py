@@ -32,7 +32,8 @@ class CodeFacts:
     init_uses: Mapping[str, Use] = field(default_factory=dict)
     stored: frozenset[str] = frozenset()  # attributes __init__ assigns (``self.num_heads = 8``)
     ranks: Mapping[str, int] = field(default_factory=dict)  # forward argument -> rank its shape unpacks to
-    unpacked: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # forward argument -> the names, in order
+    # forward argument -> the names its shape unpacks to, in order; ending in LEADING for ``x.shape[:2]``
+    unpacked: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     none_checked: frozenset[str] = frozenset()  # forward arguments the code compares with None
     causal_off: bool = False  # every ``causal`` the code spells is False
     forward_doc: str = ""
@@ -41,7 +42,8 @@ class CodeFacts:
     post_norm_residual: bool = False  # forward ends in ``self.norm(out + hidden_states)``: a block's output
     choices: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # init argument -> strings compared with
     causal_by_caller: bool = False  # stores ``self.is_causal`` for its caller, and applies no causality itself
-    names_dropout: bool = True  # some name, attribute or keyword of the code says "drop" (unread source: assume so)
+    names_dropout: bool = True  # the code takes a dropout rate from outside (unread source: assume so)
+    fields_read: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # init argument -> its attributes read
 
 
 def read(source: str, name: str, line: int) -> CodeFacts:
@@ -73,7 +75,7 @@ def read(source: str, name: str, line: int) -> CodeFacts:
         found=True,
         init_uses=uses,
         stored=stored,
-        ranks={name: len(names) for name, names in unpacked.items()},
+        ranks={name: len(names) for name, names in unpacked.items() if LEADING not in names},
         unpacked=unpacked,
         none_checked=_none_checked(forward) if forward is not None else frozenset(),
         causal_off=_causal_off(node, [fn for fn in (init, forward) if fn is not None]),
@@ -84,6 +86,7 @@ def read(source: str, name: str, line: int) -> CodeFacts:
         config_classes=frozenset(n.name for n in tree.body if isinstance(n, ast.ClassDef) and _built_from_config(n)),
         post_norm_residual=forward is not None and _post_norm_residual(forward),
         names_dropout=_names_dropout(node),
+        fields_read=_fields_read(init) if init is not None else {},
     )
 
 
@@ -155,6 +158,18 @@ def _unread(node: ast.AST, init: ast.FunctionDef | ast.AsyncFunctionDef) -> set[
     return stored_only - {n.id for n in reads if id(n) not in kept}
 
 
+def _fields_read(init: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, tuple[str, ...]]:
+    """The attributes __init__ reads off each argument (``config.attention_downsample_rate``), in order."""
+    params = set(_arguments(init))
+    found: dict[str, list[str]] = {}
+    for node in ast.walk(init):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in params:
+            names = found.setdefault(node.value.id, [])
+            if node.attr not in names:
+                names.append(node.attr)
+    return {name: tuple(attrs) for name, attrs in found.items()}
+
+
 def _names_dropout(node: ast.AST) -> bool:
     """Whether the code takes a dropout rate from outside: an argument (``attn_drop``), a config's field
     (``config.attention_dropout``) or a dropout layer. A class built from a config that does none of
@@ -168,6 +183,16 @@ def _names_dropout(node: ast.AST) -> bool:
         if isinstance(child, ast.Attribute) and not on_self and "drop" in child.attr.lower():
             return True
     return False
+
+
+LEADING = "..."  # the names of a shape's leading axes only (``b, n = x.shape[:2]``): more axes follow
+
+
+def _leading_shape_of(value: ast.AST) -> str | None:
+    """The argument whose leading axes ``value`` reads: ``x.shape[:2]``."""
+    if isinstance(value, ast.Subscript) and isinstance(value.slice, ast.Slice) and value.slice.lower is None:
+        return _shape_of(value.value)
+    return None
 
 
 def _shape_of(value: ast.AST) -> str | None:
@@ -189,11 +214,12 @@ def _unpacked(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, tupl
         if not isinstance(statement, ast.Assign):
             continue
         for target in statement.targets:
-            source = _shape_of(statement.value)
+            leading = _leading_shape_of(statement.value)
+            source = leading or _shape_of(statement.value)
             unpacked = isinstance(target, ast.Tuple) and not any(isinstance(e, ast.Starred) for e in target.elts)
             if unpacked and source in params and source not in rebound:
                 names = tuple(e.id if isinstance(e, ast.Name) else "_" for e in target.elts)  # type: ignore[union-attr]
-                ranks.setdefault(source, names)
+                ranks.setdefault(source, names + ((LEADING,) if leading else ()))
             rebound |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
     return ranks
 

@@ -26,7 +26,7 @@ import time
 import tokenize
 import traceback
 import types
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -109,7 +109,8 @@ class _Target:
         kwargs = dict(candidate["kwargs"])
         for name in candidate["dropout_names"]:
             kwargs[name] = rate
-        self.config = _build_config(self.module, candidate["config"]["class"], rate) if candidate["config"] else None
+        config = candidate["config"]
+        self.config = _build_config(self.module, config["class"], rate, config.get("reads", ())) if config else None
         if self.config is not None:
             for name, value in (overrides or {}).items():
                 if hasattr(self.config, name):
@@ -297,26 +298,34 @@ def _model_init(module: types.ModuleType, config: Any, instance: nn.Module) -> N
         return
 
 
-def _package_config(module: types.ModuleType) -> type | None:
-    """The one ``*Config`` class the module takes from its own package, if it has exactly one."""
+def _package_config(module: types.ModuleType, reads: Sequence[str] = ()) -> type | None:
+    """The ``*Config`` class the module takes from its own package: the one there is, or of several
+    (SAM 2's vision, prompt-encoder and mask-decoder configs) the one that has every field the
+    class reads (``config.attention_downsample_rate``)."""
     package = (module.__name__.rpartition(".")[0] or module.__name__) + "."
     found = {
         value
         for name, value in vars(module).items()
         if name.endswith("Config") and isinstance(value, type) and value.__module__.startswith(package)
     }
+    if len(found) > 1 and reads:
+        found = {cls for cls in found if set(reads) <= set(_fields(cls))}
     return found.pop() if len(found) == 1 else None
 
 
-def _build_config(module: types.ModuleType, class_name: str | None, rate: float) -> Any:
+def _fields(cls: type) -> list[str]:
+    """The fields a config class takes: a dataclass's, else its constructor's named parameters."""
+    if dataclasses.is_dataclass(cls):
+        return [f.name for f in dataclasses.fields(cls) if f.init]
+    return [p for p in inspect.signature(cls).parameters if p not in ("self", "args", "kwargs")]
+
+
+def _build_config(module: types.ModuleType, class_name: str | None, rate: float, reads: Sequence[str] = ()) -> Any:
     """The module's own config class filled with small sizes, or a namespace of every known size."""
-    cls = _package_config(module) if class_name == PACKAGE_CONFIG else getattr(module, class_name or "", None)
+    cls = _package_config(module, reads) if class_name == PACKAGE_CONFIG else getattr(module, class_name or "", None)
     if cls is None:
         return types.SimpleNamespace(**all_sizes(rate))
-    if dataclasses.is_dataclass(cls):
-        names = [f.name for f in dataclasses.fields(cls) if f.init]
-    else:
-        names = [p for p in inspect.signature(cls).parameters if p not in ("self", "args", "kwargs")]
+    names = _fields(cls)
     values = {name: config_value(name, rate) for name in names}
     config = cls(**{name: value for name, value in values.items() if value is not None})
     for name, value in values.items():  # fields a plain __init__ might not store

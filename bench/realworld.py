@@ -43,9 +43,12 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=12, help="--dynamic: files per package")
     parser.add_argument("--timeout", type=float, default=10.0, help="--dynamic: seconds per target")
     parser.add_argument("--jobs", type=int, default=2, help="--dynamic: files checked at once")
+    parser.add_argument("--packages", nargs="+", choices=tuple(VERSIONS), default=tuple(VERSIONS),
+                        help="--dynamic: only these packages (timm in an environment whose torchvision imports)")
+    parser.add_argument("--each", action="store_true", help="--dynamic: one line per target, with its reason")
     args = parser.parse_args()
     if args.dynamic:
-        realworld_dynamic.main(args.limit, args.timeout, args.jobs)
+        realworld_dynamic.main(args.limit, args.timeout, args.jobs, args.packages, args.each)
         return
     shown = {"errors": {"error"}, "warnings": {"error", "warning"}, "none": set()}[args.show]
     totals: Counter[tuple[str, str]] = Counter()

@@ -41,6 +41,7 @@ class Tally:
     skipped: Counter[str] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)
     failures: list[str] = field(default_factory=list)
+    each: list[str] = field(default_factory=list)  # every target: where, status, codes or reason
 
     @property
     def targets(self) -> int:
@@ -56,6 +57,7 @@ class Tally:
         self.skipped.update(other.skipped)
         self.errors.update(other.errors)
         self.failures += other.failures
+        self.each += other.each
 
 
 def installed_root(package: str) -> Path:
@@ -100,15 +102,15 @@ def tally(report: dict, root: Path, files: int) -> Tally:
         status, reason = target["status"], target.get("reason") or ""
         found.statuses[status] += 1
         where = f"{Path(target['path']).relative_to(root.parent)}:{target['line']} {target['name']}"
+        codes = sorted({f["code"] for f in report["findings"] if f["source"] != "static"
+                        and f.get("target") == target["name"] and f["path"] == target["path"]})
+        found.each.append(f"{status:<8}{where}: {', '.join(codes) or reason[:240]}")
         if status == "skipped":
             found.skipped[_kind(reason)] += 1
         elif status == "error":
             found.errors[_kind(reason)] += 1
             found.failures.append(f"error   {where}: {reason[:200]}")
         elif status == "failed":
-            codes = sorted({f["code"] for f in report["findings"]
-                            if f["source"] != "static" and f.get("target") == target["name"]
-                            and f["path"] == target["path"]})
             found.failures.append(f"failed  {where}: {', '.join(codes) or 'no finding'}")
     return found
 
@@ -156,9 +158,11 @@ def families(timeout: float, jobs: int) -> None:
         print(f"   {name:<22} {target['status']:<8} {why}")
 
 
-def main(limit: int, timeout: float, jobs: int) -> None:
+def main(
+    limit: int, timeout: float, jobs: int, packages: tuple[str, ...] = tuple(VERSIONS), each: bool = False
+) -> None:
     total = Tally()
-    for package in VERSIONS:
+    for package in packages:
         root = installed_root(package)
         files = chosen_files(root, limit)
         start = time.monotonic()
@@ -166,6 +170,7 @@ def main(limit: int, timeout: float, jobs: int) -> None:
         print_tally(f"{package} {VERSIONS[package]}", found, time.monotonic() - start)
         total.add(found)
     print_tally("total", total)
-    for line in total.failures:
+    for line in total.each if each else total.failures:
         print(f"   {line}")
-    families(timeout, jobs)
+    if "transformers" in packages:
+        families(timeout, jobs)

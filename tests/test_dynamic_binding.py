@@ -47,8 +47,8 @@ def test_constructor_styles_get_small_sizes(init, expected):
 
 def test_config_object_is_built_in_the_child_from_the_named_class():
     binding = bind(target("self, config: GPTConfig", "self, x"))
-    assert binding.candidates[0].config == {"param": "config", "class": "GPTConfig"}
-    assert binding.candidates[1].config == {"param": "config", "class": None}  # namespace fallback
+    assert binding.candidates[0].config == {"param": "config", "class": "GPTConfig", "reads": []}
+    assert binding.candidates[1].config == {"param": "config", "class": None, "reads": []}  # namespace fallback
 
 
 @pytest.mark.parametrize(

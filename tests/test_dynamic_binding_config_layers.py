@@ -31,7 +31,8 @@ def test_a_config_layer_binds_its_layer_index_rotary_pair_and_the_models_mask():
     assert binding.ok, binding.reason
     first = binding.candidates[0]
     assert first.kwargs == {"layer_idx": 0}
-    assert first.config == {"param": "config", "class": "TinyConfig"}
+    reads = ["num_attention_heads", "num_key_value_heads", "sliding_window", "hidden_size"]  # what __init__ reads
+    assert first.config == {"param": "config", "class": "TinyConfig", "reads": reads}
     forward = binding.forward
     assert forward.roles == (("hidden_states", "x"),)
     assert forward.generated == (("position_embeddings", "rotary:TinyRotaryEmbedding"),)
@@ -72,7 +73,8 @@ class SelfAttention(nn.Module):
     target = next(t for t in _targets(text) if t.name == "SelfAttention")
     binding = bind(target, source=text)
     assert binding.candidates[0].kwargs["attention_type"] == "local"
-    assert binding.candidates[0].config == {"param": "config", "class": PACKAGE_CONFIG}
+    reads = ["window_size", "hidden_size"]
+    assert binding.candidates[0].config == {"param": "config", "class": PACKAGE_CONFIG, "reads": reads}
     assert cache_param(target) is None  # a Cache object is no (k, v) tuple
 
 

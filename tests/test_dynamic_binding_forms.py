@@ -4,11 +4,13 @@ the fixture harness (test_fixtures_dynamic); these tests pin the pieces and the 
 
 from __future__ import annotations
 
+import types
+
 import pytest
 import torch
 
 from attncheck.dynamic.binding import source_facts
-from attncheck.dynamic.binding.bind import bind
+from attncheck.dynamic.binding.bind import bind, config_value, image_layout
 from attncheck.dynamic.binding.mask_docs import documented_float, documented_shape
 from attncheck.dynamic.inside.recorder import _einsum_weight
 from attncheck.dynamic.runner import check_file
@@ -196,6 +198,36 @@ def test_a_block_around_an_attention_child_is_not_a_target_but_a_wrapper_of_torc
     assert [t.name for t in wrapper.targets] == ["Block"]
 
 
+def test_blocks_read_through_their_constructor_defaults_and_stacks_of_layers_are_not_targets(tmp_path):
+    stacks = file_result(FIXTURES / "correct" / "bind_blocks_and_stacks.py")
+    assert [t.name for t in stacks.targets] == ["ClassAttn"]
+    heads = write_module(
+        tmp_path,
+        """
+        import torch
+        from torch import nn
+
+        class Head(nn.Module):
+            def __init__(self, n_embd, head_size):
+                super().__init__()
+                self.key = nn.Linear(n_embd, head_size)
+                self.query = nn.Linear(n_embd, head_size)
+
+            def forward(self, x):
+                return (self.query(x) @ self.key(x).transpose(-2, -1)).softmax(dim=-1) @ x
+
+        class MultiHeadAttention(nn.Module):
+            def __init__(self, n_embd, num_heads, head_size):
+                super().__init__()
+                self.heads = nn.ModuleList([Head(n_embd, head_size) for _ in range(num_heads)])
+
+            def forward(self, x):
+                return torch.cat([h(x) for h in self.heads], dim=-1)
+        """,
+    )
+    assert [t.name for t in file_result(heads).targets] == ["Head", "MultiHeadAttention"]  # heads joined: one MHA
+
+
 def test_the_forward_check_says_which_all_keep_mask_a_required_mask_got():
     path = FIXTURES / "correct" / "bind_required_mask_qkv.py"
     _, results = check_file(file_result(path), Options(), in_process_child)
@@ -207,3 +239,121 @@ def test_a_float_01_mask_is_read_from_the_documentation():
     assert documented_float("attn_mask: (batch, seq_len) float, 1 = attend, 0 = padding.", "attn_mask")
     assert not documented_float("attn_mask: (batch, seq_len) bool, True = attend.", "attn_mask")
     assert not documented_float("mask: bool.\nscores are float", "mask")
+
+
+def test_an_argument_only_stored_and_never_read_gets_none_and_claims_no_window():
+    path = FIXTURES / "correct" / "bind_unread_window_argument.py"
+    binding = bind(_target(path, "WindowAttention"), None, path.read_text())
+    assert dict(binding.candidates[0].kwargs) == {"dim": 32, "window_size": None, "num_heads": 4}
+    assert binding.candidates[0].by_use == ("window_size",)
+    read = path.read_text().replace("b, n, c = x.shape", "b, n, c = x.shape\n        n = n + 0 * self.window_size[0]")
+    assert "window_size" in bind(_target(path, "WindowAttention"), None, read).reason
+
+
+@pytest.mark.parametrize(
+    ("names", "layout"),
+    [
+        (("B", "C", "H", "W"), "bchw"),
+        (("b", "c", "h", "w"), "bchw"),
+        (("B", "H", "W", "C"), "bhwc"),
+        (("B", "N", "C"), None),
+        (("b", "h", "s", "d"), None),  # heads first: no feature map
+        (("B", "T", "H", "W"), None),
+    ],
+)
+def test_a_feature_map_layout_is_read_from_the_names_the_forward_unpacks(names, layout):
+    assert image_layout(names) == layout
+
+
+def test_a_class_on_feature_maps_binds_with_its_layout_and_heads_of_its_head_width():
+    path = FIXTURES / "correct" / "bind_feature_map_attention.py"
+    fastvit = bind(_target(path, "Attention"), None, path.read_text())
+    assert fastvit.forward.image == "bchw" and fastvit.dims.heads == 4  # num_heads = dim // head_dim
+    assert bind(_target(path, "ChannelsLastAttention"), None, path.read_text()).forward.image == "bhwc"
+
+
+def test_a_causal_switch_the_forward_defaults_to_false_is_off():
+    path = FIXTURES / "correct" / "bind_vision_transformer_forms.py"
+    assert source_facts.read(path.read_text(), "Attention", 16).causal_off  # forward(..., is_causal=False)
+    on = path.read_text().replace("is_causal: bool = False", "is_causal: bool = True")
+    assert not source_facts.read(on, "Attention", 16).causal_off
+
+
+def test_a_second_streams_config_sizes_and_a_union_annotated_config_class(tmp_path):
+    assert [config_value(n) for n in ("cross_hidden_size", "cross_num_attention_heads", "cross_head_dim")] == [32, 4, 8]
+    assert config_value("intermediate_size") is None
+    path = write_module(
+        tmp_path,
+        """
+        import torch
+        from torch import nn
+
+        class EncoderConfig:
+            hidden_size = 32
+
+        class DecoderConfig(EncoderConfig):
+            pass
+
+        class SelfAttention(nn.Module):
+            def __init__(self, config: EncoderConfig | DecoderConfig, layer_idx: int):
+                super().__init__()
+                self.attention_dropout = 0.0
+                self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size)
+
+            def forward(self, hidden_states):
+                q, k, v = self.qkv(hidden_states).chunk(3, dim=-1)
+                return torch.softmax(q @ k.transpose(-2, -1), dim=-1) @ v
+        """,
+    )
+    binding = bind(_target(path, "SelfAttention"), None, path.read_text())
+    assert binding.candidates[0].config["class"] == "EncoderConfig"
+    assert not binding.names_dropout  # a constant 0.0: the config's rates are not its
+    assert source_facts.read("class A:\n    def __init__(self, config):\n        self.p = config.attn_pdrop\n",
+                             "A", 1).names_dropout
+
+
+def test_of_several_package_configs_the_one_with_every_field_the_class_reads_is_built():
+    from attncheck.dynamic.inside.executor import _package_config
+
+    class VisionConfig:
+        def __init__(self, hidden_size=8):
+            self.hidden_size = hidden_size
+
+    class DecoderConfig:
+        def __init__(self, hidden_size=8, attention_downsample_rate=2):
+            self.hidden_size, self.attention_downsample_rate = hidden_size, attention_downsample_rate
+
+    module = types.ModuleType("pkg.modeling_x")
+    for cls in (VisionConfig, DecoderConfig):
+        cls.__module__ = "pkg.configuration_x"
+        setattr(module, cls.__name__, cls)
+    assert _package_config(module, ("hidden_size", "attention_downsample_rate")) is DecoderConfig
+    assert _package_config(module) is None  # several, and nothing to choose by
+    code = (
+        "class A:\n    def __init__(self, config):\n"
+        "        self.d = config.hidden_size // config.attention_downsample_rate\n"
+    )
+    assert source_facts.read(code, "A", 1).fields_read == {"config": ("hidden_size", "attention_downsample_rate")}
+
+
+def test_two_batch_axes_unpacked_before_the_tokens_are_a_4d_input_skipped_with_why(tmp_path):
+    path = write_module(
+        tmp_path,
+        """
+        import torch
+        from torch import nn
+
+        class PointAttention(nn.Module):
+            def __init__(self, dim, num_heads):
+                super().__init__()
+                self.heads = num_heads
+                self.q_proj, self.k_proj = nn.Linear(dim, dim), nn.Linear(dim, dim)
+
+            def forward(self, query, key, value):
+                batch_size, point_batch_size = query.shape[:2]
+                q = self.q_proj(query).view(batch_size * point_batch_size, -1, self.heads, 8)
+                return torch.softmax(q @ q.transpose(-2, -1), dim=-1)
+        """,
+    )
+    binding = bind(_target(path, "PointAttention"), None, path.read_text())
+    assert "two batch axes (batch_size, point_batch_size)" in binding.reason

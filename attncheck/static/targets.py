@@ -11,6 +11,7 @@ the dynamic binder treats as a hint.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -37,7 +38,7 @@ _NOT_INPUTS = re.compile(
     r"mask|pos|position|cache|past|cos|sin|freq|ids|return|output_|use_|need_|training", re.I
 )
 _TORCH_MODULE = {"torch.nn.Module", "torch.nn.modules.module.Module"}
-_NORM = re.compile(r"Norm\b|Norm$")
+_NORM = re.compile(r"Norm(?:[123]d)?(?:\b|$)")
 
 
 def find_targets(context: FileContext) -> list[Target]:
@@ -47,10 +48,12 @@ def find_targets(context: FileContext) -> list[Target]:
     attention_classes = {name for name, klass in facts.classes.items() if _is_attention_class(sem, klass)}
     targets = []
     for name, klass in facts.classes.items():
-        kinds = {sem.module_kind(klass, attr) or "" for attr in klass.attributes}
+        kinds = _built_kinds(sem, klass)
         uses = bool(kinds & (attention_classes | {"torch.nn.MultiheadAttention"}))
         if uses and any(_NORM.search(kind) for kind in kinds):
             continue  # a block (norm + attention + MLP): its attention child is the target
+        if _stacks_attention(sem, klass, attention_classes):
+            continue  # a stack of layers: its attention layers are the targets
         if (
             name in attention_classes or (uses and _is_module(klass, facts.classes))
         ) and "forward" in klass.methods:
@@ -59,6 +62,49 @@ def find_targets(context: FileContext) -> list[Target]:
         if fn.owner is None and _is_top_level(context.module, fn) and _is_attention_function(sem, fn):
             targets.append(_function_target(context, sem, fn))
     return sorted(targets, key=lambda t: t.line)
+
+
+def _built_kinds(sem: semantics.Semantics, klass: ClassFacts) -> set[str]:
+    """What the class's ``self.`` attributes are built as. A constructor argument called as a class
+    (timm's ``self.norm1 = norm_layer(dim)``, ``self.attn = attn_block(dim)``) counts as its
+    default (``nn.LayerNorm``, ``ClassAttn``)."""
+    defaults = {}
+    init = klass.methods.get("__init__")
+    params = init.node.params if init is not None else None
+    for param in (*params.params, *params.kwonly_params) if params is not None else ():
+        default = sem.facts.canonical(param.default) if param.default is not None else None
+        if default is not None:
+            defaults[param.name.value] = default
+    kinds = (sem.module_kind(klass, attr) or "" for attr in klass.attributes)
+    return {defaults.get(kind, kind) for kind in kinds}
+
+
+_LOOPS = (cst.For, cst.While, cst.ListComp, cst.GeneratorExp)
+
+
+def _calls_in_loops(node: cst.CSTNode, in_loop: bool = False) -> Iterator[cst.Call]:
+    """The calls made inside a loop or a comprehension under ``node``."""
+    for child in node.children:
+        inside = in_loop or isinstance(child, _LOOPS)
+        if inside and isinstance(child, cst.Call):
+            yield child
+        yield from _calls_in_loops(child, inside)
+
+
+_JOINS = ("torch.cat", "torch.concat", "torch.concatenate", "torch.stack")
+
+
+def _stacks_attention(sem: semantics.Semantics, klass: ClassFacts, attention_classes: set[str]) -> bool:
+    """A stack of layers: its constructor builds attention classes of the file in a loop
+    (``for _ in range(depth): self.layers.append(Attention(...))``) and it computes none itself.
+    Heads built in a loop and joined in the forward (``torch.cat([h(x) for h in self.heads])``,
+    the lecture's ``MultiHeadAttention``) are one multi-head attention, which stays a target."""
+    init, forward = klass.methods.get("__init__"), klass.methods.get("forward")
+    if init is None or any(_computes_attention(sem, fn) for fn in klass.methods.values()):
+        return False
+    if forward is not None and any(sem.facts.canonical(call.func) in _JOINS for call in forward.calls):
+        return False
+    return any(sem.facts.canonical(call.func) in attention_classes for call in _calls_in_loops(init.node))
 
 
 def _is_module(klass: ClassFacts, classes: dict[str, ClassFacts], depth: int = 0) -> bool:

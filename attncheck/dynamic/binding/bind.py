@@ -198,6 +198,7 @@ DECLARATION_KEYS = ("init", "forward", "mask", "causal", "d_model", "heads", "kv
 RopeConvention = Literal["half", "interleaved"]  # rotate_half (HF LLaMA) | pairs (Meta, GPT-J)
 
 Role = Literal["x", "query", "key", "value", "kv", "mask"]
+ImageLayout = Literal["bchw", "bhwc"]
 Style = Literal["self", "cross", "function"]
 
 _ROLE_ALIASES: dict[str, Role] = {
@@ -260,7 +261,20 @@ def config_value(name: str, dropout: float = 0.0) -> Any:
     enough to show at the probes' lengths (only a config's window: a constructor's ``window_size``
     is as often a 2-D patch window, bound by its use), or a soft-cap the probes' scores reach."""
     lowered = name.lower()
-    return WINDOW if lowered in WINDOW_NAMES else SOFTCAP if lowered in SOFTCAP_NAMES else size_for(name, dropout)
+    if lowered in WINDOW_NAMES or lowered in SOFTCAP_NAMES:
+        return WINDOW if lowered in WINDOW_NAMES else SOFTCAP
+    found = size_for(name, dropout)
+    if found is None and "_" in lowered:  # a second stream's sizes: Dia's cross_hidden_size, cross_head_dim
+        found = next((value for suffix, value in _STREAM_SIZES if lowered.endswith(suffix)), None)
+    return found
+
+
+# The sizes of another stream a config may carry (an encoder's width for cross-attention), by suffix: the
+# same small test sizes, so both streams are as wide as the probes' inputs.
+_STREAM_SIZES = (
+    ("_hidden_size", D_MODEL), ("_num_attention_heads", HEADS), ("_num_key_value_heads", KV_HEADS),
+    ("_head_dim", D_MODEL // HEADS),
+)
 
 
 def all_sizes(dropout: float = 0.0) -> dict[str, Any]:
@@ -306,7 +320,7 @@ class DeclaredVariant:
 class InitCandidate:
     """One way to construct the class: keyword values, and a config object to build in the child.
 
-    ``config`` is ``{"param": name, "class": class name or None}``: the child builds
+    ``config`` is ``{"param": name, "class": class name or None, "reads": fields __init__ reads}``: the child builds
     the class from the module (or a namespace of every known size) with small sizes.
     """
 
@@ -341,6 +355,9 @@ class ForwardPlan:
     position_name: str | None = None  # an optional forward parameter that sets token positions
     position_kind: PositionKind | None = None  # "ids": a tensor of positions; "offset": an int added to them
     rank: int = 0  # 3: a function on (batch, seq, dim), called with the one head of (batch, 1, seq, dim) inputs
+    # A class on feature maps: "bchw" (channels first) or "bhwc" (channels last); the child lays each
+    # (batch, seq, dim) input out as a 1 x seq map and reads the output map back as a sequence.
+    image: ImageLayout | None = None
     # A required mask: the all-keep masks to try, (shape, convention) in order, for calls that test no mask.
     neutral: tuple[tuple[MaskShape, MaskConvention | Literal["keep-float"]], ...] = ()
     mask_shape: MaskShape | None = None  # the mask's shape its documentation gives
@@ -369,6 +386,7 @@ class ForwardPlan:
             "extra": dict(self.extra),
             "neutral": [list(spec) for spec in self.neutral],
             "rank": self.rank,
+            "image": self.image,
             "generated": [list(pair) for pair in self.generated],
             "mask_float": self.mask_float,
             "caller_mask": self.caller_mask,
@@ -390,6 +408,7 @@ class Binding:
     hint: str = ""
     code_not_causal: bool = False  # every causal switch in the code is off (is_causal=False, causal=False)
     declared_variant: DeclaredVariant | None = None  # the declaration's kv_heads, rope, rope_base
+    names_dropout: bool = True  # the code spells a dropout: a config's rates may be its own
 
     @property
     def filled_hint(self) -> str:
@@ -493,7 +512,7 @@ def bind(target: Target, declaration: Mapping[str, Any] | None = None, source: s
     else:
         sized_core = forward.per_head and any(_per_head_size(p.name) is not None for p in target.init_params)
         candidates = _infer_candidates(target, code, sized_core)
-        dims = PER_HEAD_CLASS if sized_core else _single_head_dims(target) or _one_head_by_structure(target, code)
+        dims = PER_HEAD_CLASS if sized_core else _single_head_dims(target, code) or _one_head_by_structure(target, code)
         dims = dims or Dims()
     if isinstance(candidates, str):
         return _skip(target, candidates)
@@ -501,7 +520,7 @@ def bind(target: Target, declaration: Mapping[str, Any] | None = None, source: s
     if variant is not None and variant.kv_heads is not None:
         candidates = tuple(_with_kv_heads(c, variant.kv_heads) for c in candidates)
     return Binding(target, candidates, forward, dims, mask, causal, code_not_causal=not_causal,
-                   declared_variant=variant)
+                   declared_variant=variant, names_dropout=code.names_dropout)
 
 
 def _with_kv_heads(candidate: InitCandidate, kv_heads: int) -> InitCandidate:
@@ -542,15 +561,40 @@ POST_NORM_RESIDUAL = (
 )
 
 
+_CHANNEL_AXIS = re.compile(r"^(_|c|ch|chs|channels?|dim|d|n_?embd|embed_dim|hidden_dim|in_channels)$", re.IGNORECASE)
+_SPATIAL_AXIS = re.compile(r"^(h|w|hh|ww|height|width|img_h|img_w|h_\w+|w_\w+)$", re.IGNORECASE)
+
+
+def image_layout(names: tuple[str, ...]) -> ImageLayout | None:
+    """The feature-map layout an unpacking names: ``B, C, H, W = x.shape`` or ``B, H, W, C = x.shape``."""
+    if len(names) != 4:
+        return None
+    if _CHANNEL_AXIS.match(names[1]) and all(_SPATIAL_AXIS.match(n) for n in names[2:]):
+        return "bchw"
+    if _CHANNEL_AXIS.match(names[3]) and all(_SPATIAL_AXIS.match(n) for n in names[1:3]):
+        return "bhwc"
+    return None
+
+
 def _with_rank(target: Target, forward: ForwardPlan, code: source_facts.CodeFacts) -> ForwardPlan | str:
-    """Inputs of the rank the code unpacks: a function on 3-D tensors gets 3-D ones; a class whose
-    input is unpacked into 2 or 4+ names (an image) is not sequence attention the reference models."""
+    """Inputs of the rank the code unpacks: a function on 3-D tensors gets 3-D ones; a class on a
+    feature map (``B, C, H, W = x.shape``) gets its sequence as a 1 x seq map; a class whose input is
+    unpacked into 2 or 4+ other names is not sequence attention the reference models."""
     first = forward.roles[0][0]
+    leading = [name for name in code.unpacked.get(first, ()) if "batch" in name.lower()]
+    if target.is_class and len(leading) > 1:  # SAM's ``batch_size, point_batch_size = query.shape[:2]``
+        return (
+            f"forward unpacks {first}.shape into two batch axes ({', '.join(leading)}) before the tokens: "
+            "a 4-D input, and the reference models (batch, seq, dim) sequences"
+        )
     rank = code.ranks.get(first)
     if rank is None:
         return forward
     if not target.is_class or forward.per_head:
         return replace(forward, rank=3) if rank == 3 else forward
+    layout = image_layout(code.unpacked[first]) if [role for _, role in forward.roles] == ["x"] else None
+    if layout is not None:
+        return replace(forward, image=layout)
     if rank != 3:
         return (
             f"forward unpacks {first}.shape into {rank} names: a {rank}-D input, and the reference models "
@@ -592,13 +636,16 @@ def position_limit(binding: Binding) -> int | None:
     return min(limits) if limits else None
 
 
-def _single_head_dims(target: Target) -> Dims | None:
+def _single_head_dims(target: Target, code: source_facts.CodeFacts) -> Dims | None:
     """One head of ``head_size`` and no head count (the lecture's ``Head(n_embd, head_size)``).
 
-    Its q, k, v and output are head_size wide, not d_model.
+    Its q, k, v and output are head_size wide, not d_model. A head width that divides the model
+    width (FastViT's ``num_heads = dim // head_dim``) makes heads of that width instead.
     """
     names = {p.name.lower() for p in target.init_params}
     if names & HEAD_NAMES or names & CONFIG_NAMES or not names & HEAD_DIM_NAMES:
+        return None
+    if any(code.init_uses.get(p.name) == "heads" for p in target.init_params if p.name.lower() in HEAD_DIM_NAMES):
         return None
     return Dims(D_MODEL, 1, inner=D_MODEL // HEADS)
 
@@ -623,13 +670,15 @@ def _is_per_head_class(target: Target, forward: ForwardPlan, code: source_facts.
     Such a class (``ScaledDotProductAttention(dropout)``) is the bare function in a
     module, so it gets per-head (batch, heads, seq, head_dim) inputs. A projection-free one may take
     its inputs' width (``d_k``, ``dim_head``, ``temperature=d_k ** 0.5``): it is given the width it is fed.
+    A size that defaults to None (x-transformers' ``Attend(heads=None)``, for optional talking heads)
+    builds no projection.
     """
     if not target.is_class or [role for _, role in forward.roles] != ["query", "key", "value"]:
         return False
     sized = MODEL_DIM_NAMES | HEAD_NAMES | CONFIG_NAMES
     if not (code.found and not code.builds_layers):
         sized |= HEAD_DIM_NAMES
-    return not any(param.name.lower() in sized for param in target.init_params)
+    return not any(param.name.lower() in sized and param.default != "None" for param in target.init_params)
 
 
 # A per-head class's inputs: one head as wide as the model; its width arguments are given that width.
@@ -687,7 +736,12 @@ def _infer_candidates(
         value = _per_head_size(param.name) if per_head else None
         value = size_for(param.name) if value is None else value
         if value is None and param.default is None and not _is_config(param, target):
-            value = _BY_USE.get(code.init_uses.get(param.name, ""))
+            use = code.init_uses.get(param.name, "")
+            if use == "unread":  # stored and never read: None builds the same module and claims no size
+                kwargs[param.name] = None
+                by_use.append(param.name)
+                continue
+            value = _BY_USE.get(use)
             if value is None and code.choices.get(param.name):  # ``if attention_type == "local"``
                 value = code.choices[param.name][0]
             by_use += [param.name] if value is not None else []
@@ -695,17 +749,18 @@ def _infer_candidates(
             kwargs[param.name] = value
             if isinstance(value, float) and not isinstance(value, bool) and param.name.lower() not in TEMPERATURE_NAMES:
                 dropout.append(param.name)
-        elif _is_config(param, target):
-            config = {"param": param.name, "class": _config_class(param, target)}
+        elif _is_config(param, target):  # the fields it reads pick its class among its package's configs
+            reads = list(code.fields_read.get(param.name, ()))
+            config = {"param": param.name, "class": _config_class(param, target), "reads": reads}
         elif param.default is None:
             unknown.append(param.name)
     if unknown:
         hint_names = ", ".join(unknown)
         return f"cannot tell what to pass for constructor argument(s) {hint_names}"
-    heads = 1 if per_head or _single_head_dims(target) or _one_head_by_structure(target, code) else HEADS
+    heads = 1 if per_head or _single_head_dims(target, code) or _one_head_by_structure(target, code) else HEADS
     candidates = [_candidate(kwargs, config, tuple(dropout), heads)]
     if config is not None and config["class"] is not None:
-        candidates.append(_candidate(kwargs, {"param": config["param"], "class": None}, tuple(dropout), HEADS))
+        candidates.append(_candidate(kwargs, {**config, "class": None}, tuple(dropout), HEADS))
     defaults = {p.name: p.default for p in params if p.default is not None and p.name.lower() in _COUNT_NAMES}
     if defaults:
         kept = {name: value for name, value in kwargs.items() if name not in defaults}
@@ -748,7 +803,10 @@ class the module imports from its own package (``GPTNeoConfig`` beside ``GPTNeoS
 
 
 def _config_class(param: Parameter, target: Target) -> str | None:
+    """The config class a constructor's annotation names; the first of a union (Dia's
+    ``DiaEncoderConfig | DiaDecoderConfig``, ``Optional[...]``, ``Union[...]``)."""
     annotation = (param.annotation or "").strip("'\"")
+    annotation = re.sub(r"^(?:Optional|Union)\[(.*)\]$", r"\1", annotation).replace(",", "|").split("|")[0].strip()
     if re.fullmatch(r"[A-Za-z_]\w*", annotation) and annotation not in ("dict", "Any", "object"):
         return annotation
     return target.config_class or PACKAGE_CONFIG

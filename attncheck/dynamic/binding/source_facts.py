@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-Use = Literal["width", "heads", "dropout", "positions", "flag"]
+Use = Literal["width", "heads", "dropout", "positions", "flag", "unread"]
 
 _WIDTH_LAYERS = frozenset({"Linear", "Conv1d", "Conv2d", "LayerNorm", "RMSNorm", "Conv1D", "GroupNorm"})
 _DROPOUT_LAYERS = frozenset({"Dropout", "Dropout1d", "Dropout2d"})
@@ -31,7 +31,8 @@ class CodeFacts:
     found: bool = False  # the definition was read
     init_uses: Mapping[str, Use] = field(default_factory=dict)
     stored: frozenset[str] = frozenset()  # attributes __init__ assigns (``self.num_heads = 8``)
-    unpacked: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # forward argument -> names of its shape
+    # forward argument -> the names its shape unpacks to, in order; ending in LEADING for ``x.shape[:2]``
+    unpacked: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     none_checked: frozenset[str] = frozenset()  # forward arguments the code compares with None
     causal_off: bool = False  # every ``causal`` the code spells is False
     forward_doc: str = ""
@@ -40,17 +41,19 @@ class CodeFacts:
     post_norm_residual: bool = False  # forward ends in ``self.norm(out + hidden_states)``: a block's output
     choices: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # init argument -> strings compared with
     causal_by_caller: bool = False  # stores ``self.is_causal`` for its caller, and applies no causality itself
+    names_dropout: bool = True  # the code takes a dropout rate from outside (unread source: assume so)
+    fields_read: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # init argument -> its attributes read
     builds_layers: bool = False  # __init__ builds a projection, norm, embedding or raw parameter: not projection-free
     batch_first: bool | None = None  # the default of its own ``batch_first`` constructor argument
     mha_batch_first: bool | None = None  # the ``batch_first`` of the ``nn.MultiheadAttention`` __init__ builds
     transposes_input: bool = False  # forward swaps its first two axes itself (``x.transpose(0, 1)``)
-
     bmm_operands: frozenset[str] = frozenset()  # forward arguments passed to ``torch.bmm``: 3-D tensors
 
     @property
     def ranks(self) -> dict[str, int]:
         """Forward argument -> the rank its code gives it (``b, s, d = x.shape``, ``torch.bmm(q, ...)``: 3)."""
-        return {**dict.fromkeys(self.bmm_operands, 3), **{name: len(names) for name, names in self.unpacked.items()}}
+        unpacked = {name: len(names) for name, names in self.unpacked.items() if LEADING not in names}
+        return {**dict.fromkeys(self.bmm_operands, 3), **unpacked}
 
 
 def read(source: str, name: str, line: int) -> CodeFacts:
@@ -75,13 +78,16 @@ def read(source: str, name: str, line: int) -> CodeFacts:
     else:
         init, forward = None, node
     uses, stored = _init_uses(init) if init is not None else ({}, frozenset())
+    if init is not None:
+        uses = {**dict.fromkeys(_unread(node, init), "unread"), **uses}
+    unpacked = _unpacked(forward) if forward is not None else {}
     return CodeFacts(
         found=True,
         init_uses=uses,
         stored=stored,
-        unpacked=_unpacked(forward) if forward is not None else {},
+        unpacked=unpacked,
         none_checked=_none_checked(forward) if forward is not None else frozenset(),
-        causal_off=_causal_off(node, init),
+        causal_off=_causal_off(node, [fn for fn in (init, forward) if fn is not None]),
         causal_by_caller=_causal_by_caller(node, stored),
         choices=_choices(init) if init is not None else {},
         forward_doc=(ast.get_docstring(forward) or "") if forward is not None else "",
@@ -93,6 +99,8 @@ def read(source: str, name: str, line: int) -> CodeFacts:
         mha_batch_first=_mha_batch_first(init) if init is not None else None,
         transposes_input=forward is not None and _transposes_input(forward),
         bmm_operands=_bmm_operands(forward) if forward is not None else frozenset(),
+        names_dropout=_names_dropout(node),
+        fields_read=_fields_read(init) if init is not None else {},
     )
 
 
@@ -148,6 +156,59 @@ def _init_uses(init: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[dict[str, 
     return uses, frozenset(stored)
 
 
+def _unread(node: ast.AST, init: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    """Constructor arguments whose only use is ``self.window_size = window_size`` with that attribute
+    read nowhere in the class (DaViT's ``WindowAttention``: the block does the windowing): any value
+    builds the same module."""
+    loaded = {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)}
+    kept: set[int] = set()
+    for statement in ast.walk(init):
+        if isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Name):
+            attrs = [t for t in statement.targets if isinstance(t, ast.Attribute)]
+            if attrs and len(attrs) == len(statement.targets) and not any(t.attr in loaded for t in attrs):
+                kept.add(id(statement.value))
+    reads = [n for n in ast.walk(init) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
+    stored_only = {n.id for n in reads if id(n) in kept} & set(_arguments(init))
+    return stored_only - {n.id for n in reads if id(n) not in kept}
+
+
+def _fields_read(init: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, tuple[str, ...]]:
+    """The attributes __init__ reads off each argument (``config.attention_downsample_rate``), in order."""
+    params = set(_arguments(init))
+    found: dict[str, list[str]] = {}
+    for node in ast.walk(init):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in params:
+            names = found.setdefault(node.value.id, [])
+            if node.attr not in names:
+                names.append(node.attr)
+    return {name: tuple(attrs) for name, attrs in found.items()}
+
+
+def _names_dropout(node: ast.AST) -> bool:
+    """Whether the code takes a dropout rate from outside: an argument (``attn_drop``), a config's field
+    (``config.attention_dropout``) or a dropout layer. A class built from a config that does none of
+    these (SAM 2's, or Dia's ``self.attention_dropout = 0.0``) reads none of the config's rates."""
+    for child in ast.walk(node):
+        if isinstance(child, ast.arg) and "drop" in child.arg.lower():
+            return True
+        if isinstance(child, ast.Call) and "dropout" in _callee(child).lower():
+            return True
+        on_self = isinstance(child, ast.Attribute) and isinstance(child.value, ast.Name) and child.value.id == "self"
+        if isinstance(child, ast.Attribute) and not on_self and "drop" in child.attr.lower():
+            return True
+    return False
+
+
+LEADING = "..."  # the names of a shape's leading axes only (``b, n = x.shape[:2]``): more axes follow
+
+
+def _leading_shape_of(value: ast.AST) -> str | None:
+    """The argument whose leading axes ``value`` reads: ``x.shape[:2]``."""
+    if isinstance(value, ast.Subscript) and isinstance(value.slice, ast.Slice) and value.slice.lower is None:
+        return _shape_of(value.value)
+    return None
+
+
 def _shape_of(value: ast.AST) -> str | None:
     """The argument whose shape ``value`` reads: ``x.shape``, ``x.size()``."""
     if isinstance(value, ast.Attribute) and value.attr == "shape" and isinstance(value.value, ast.Name):
@@ -159,7 +220,7 @@ def _shape_of(value: ast.AST) -> str | None:
 
 
 def _unpacked(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, tuple[str, ...]]:
-    """``b, s, d = x.shape`` before ``x`` is rebound: x is 3-D, its axes named (b, s, d)."""
+    """``b, s, d = x.shape`` before ``x`` is rebound: x is 3-D, its axes named b, s, d."""
     params = set(_arguments(forward))
     ranks: dict[str, tuple[str, ...]] = {}
     rebound: set[str] = set()
@@ -167,10 +228,12 @@ def _unpacked(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, tupl
         if not isinstance(statement, ast.Assign):
             continue
         for target in statement.targets:
-            source = _shape_of(statement.value)
+            leading = _leading_shape_of(statement.value)
+            source = leading or _shape_of(statement.value)
             unpacked = isinstance(target, ast.Tuple) and not any(isinstance(e, ast.Starred) for e in target.elts)
             if unpacked and source in params and source not in rebound:
-                ranks.setdefault(source, tuple(ast.unparse(e) for e in target.elts))
+                names = tuple(e.id if isinstance(e, ast.Name) else "_" for e in target.elts)  # type: ignore[union-attr]
+                ranks.setdefault(source, names + ((LEADING,) if leading else ()))
             rebound |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
     return ranks
 
@@ -249,10 +312,11 @@ def _causal_by_caller(node: ast.AST, stored: frozenset[str]) -> bool:
     return dispatches or not uses_flag
 
 
-def _causal_off(node: ast.AST, init: ast.FunctionDef | ast.AsyncFunctionDef | None) -> bool:
+def _causal_off(node: ast.AST, functions: list[ast.FunctionDef | ast.AsyncFunctionDef]) -> bool:
     """Every ``causal`` spelling is off: ``is_causal=False``, or an attribute or argument that
-    only ever holds a ``causal=False`` default; and no triangle (tril/triu) anywhere."""
-    off_defaults = _false_defaults(init) if init is not None else set()
+    only ever holds a ``causal=False`` default of the constructor or of the forward (timm's
+    ``forward(x, attn_mask=None, is_causal=False)``: the caller opts in); and no triangle (tril/triu)."""
+    off_defaults = set().union(*(_false_defaults(fn) for fn in functions))
     spelled = False
     for child in ast.walk(node):
         if isinstance(child, ast.Call) and _callee(child) in ("tril", "triu"):
@@ -268,7 +332,7 @@ def _causal_off(node: ast.AST, init: ast.FunctionDef | ast.AsyncFunctionDef | No
 
 
 def _false_defaults(init: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
-    """Constructor arguments defaulting to False whose name says causal, and the attributes holding them."""
+    """Arguments defaulting to False whose name says causal, and the attributes holding them."""
     defaults = _defaults(init)
     off = {n for n, d in defaults.items() if "causal" in n.lower() and isinstance(d, ast.Constant) and d.value is False}
     for node in ast.walk(init):

@@ -148,15 +148,13 @@ def _self(readers: list[Layer], d_model: int, heads: int, add) -> None:
             if q.out_features == d_model and k.out_features == v.out_features:
                 add(q.linear, k.linear, v.linear, f"Q={q.name}, K={k.name}, V={v.name}")
     elif len(readers) == 2:
-        for q, kv in itertools.permutations(readers):
-            if q.out_features == d_model and kv.out_features % 2 == 0:
-                half = kv.out_features // 2
-                add(
-                    q.linear,
-                    _slice(kv, 0, half),
-                    _slice(kv, half, 2 * half),
-                    f"Q={q.name}, KV={kv.name} (fused)",
-                )
+        for single, fused in itertools.permutations(readers):
+            if single.out_features == d_model and fused.out_features % 2 == 0:
+                half = fused.out_features // 2
+                first, second = _slice(fused, 0, half), _slice(fused, half, 2 * half)
+                add(single.linear, first, second, f"Q={single.name}, KV={fused.name} (fused)")
+                if half == single.out_features:  # TNT's qk and v (an MQA's narrow kv is no qk)
+                    add(first, second, single.linear, f"QK={fused.name} (fused), V={single.name}")
     elif len(readers) == 1:
         fused = readers[0]
         for d_kv in _kv_dims(d_model, heads):

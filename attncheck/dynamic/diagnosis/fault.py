@@ -38,6 +38,8 @@ def harness_guess(
         return "the input layout (batch, seq, dim), where the code's convolution reads channels first"
     if "values to unpack" in message and re.search(r"\.shape\b|\.size\(\)", line_text):
         return "the input's rank, which the code unpacks differently"
+    if forward is not None and forward.image and (_SHAPES.search(message) or _RANK.search(message)):
+        return f"the feature map's shape: the sequence laid out as a 1 x seq map ({forward.image})"
     three = [role for _, role in forward.roles] == ["query", "key", "value"] if forward else False
     if three and binding.target.is_class and not forward.per_head and _RANK.search(message):
         return "the inputs' rank: (batch, seq, dim) for a class called on query, key and value"

@@ -27,7 +27,7 @@ import time
 import tokenize
 import traceback
 import types
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -141,7 +141,8 @@ class _Target:
         kwargs = dict(candidate["kwargs"])
         for name in candidate["dropout_names"]:
             kwargs[name] = rate
-        self.config = _build_config(self.module, candidate["config"]["class"], rate) if candidate["config"] else None
+        config = candidate["config"]
+        self.config = _build_config(self.module, config["class"], rate, config.get("reads", ())) if config else None
         if self.config is not None:
             for name, value in overrides.items():
                 if hasattr(self.config, name):
@@ -213,6 +214,8 @@ class _Target:
         args = [_lowered(self.tensors[experiment.inputs[role]], dtype) for _, role in plan["roles"]]
         if plan.get("rank") == 3:  # a function on (batch, seq, dim): the one head of (batch, 1, seq, dim)
             args = [arg.squeeze(1) for arg in args]
+        if plan.get("image"):
+            args = [_as_map(arg, plan["image"]) for arg in args]
         kwargs = dict(plan["extra"])
         kwargs.update({k: _lowered(self.tensors[v], dtype) for k, v in experiment.keywords.items()})
         kwargs.update(experiment.constants)  # plain JSON values: an integer position offset
@@ -372,26 +375,34 @@ def _model_init(module: types.ModuleType, config: Any, instance: nn.Module) -> N
         return
 
 
-def _package_config(module: types.ModuleType) -> type | None:
-    """The one ``*Config`` class the module takes from its own package, if it has exactly one."""
+def _package_config(module: types.ModuleType, reads: Sequence[str] = ()) -> type | None:
+    """The ``*Config`` class the module takes from its own package: the one there is, or of several
+    (SAM 2's vision, prompt-encoder and mask-decoder configs) the one that has every field the
+    class reads (``config.attention_downsample_rate``)."""
     package = (module.__name__.rpartition(".")[0] or module.__name__) + "."
     found = {
         value
         for name, value in vars(module).items()
         if name.endswith("Config") and isinstance(value, type) and value.__module__.startswith(package)
     }
+    if len(found) > 1 and reads:
+        found = {cls for cls in found if set(reads) <= set(_fields(cls))}
     return found.pop() if len(found) == 1 else None
 
 
-def _build_config(module: types.ModuleType, class_name: str | None, rate: float) -> Any:
+def _fields(cls: type) -> list[str]:
+    """The fields a config class takes: a dataclass's, else its constructor's named parameters."""
+    if dataclasses.is_dataclass(cls):
+        return [f.name for f in dataclasses.fields(cls) if f.init]
+    return [p for p in inspect.signature(cls).parameters if p not in ("self", "args", "kwargs")]
+
+
+def _build_config(module: types.ModuleType, class_name: str | None, rate: float, reads: Sequence[str] = ()) -> Any:
     """The module's own config class filled with small sizes, or a namespace of every known size."""
-    cls = _package_config(module) if class_name == PACKAGE_CONFIG else getattr(module, class_name or "", None)
+    cls = _package_config(module, reads) if class_name == PACKAGE_CONFIG else getattr(module, class_name or "", None)
     if cls is None:
         return types.SimpleNamespace(**all_sizes(rate))
-    if dataclasses.is_dataclass(cls):
-        names = [f.name for f in dataclasses.fields(cls) if f.init]
-    else:
-        names = [p for p in inspect.signature(cls).parameters if p not in ("self", "args", "kwargs")]
+    names = _fields(cls)
     values = {name: config_value(name, rate) for name in names}
     config = cls(**{name: value for name, value in values.items() if value is not None})
     for name, value in values.items():  # fields a plain __init__ might not store
@@ -571,6 +582,8 @@ def _split_output(result: Any, target: _Target, experiment: Experiment) -> tuple
         items[0] = items[0].transpose(0, 1)  # (seq, batch, dim) back to the (batch, seq, dim) the parent planned
     if target.unit["forward"].get("rank") == 3:  # back to the (batch, 1, seq, dim) the parent planned
         items = [t.unsqueeze(1) if isinstance(t, torch.Tensor) and t.ndim == 3 else t for t in items]
+    if target.unit["forward"].get("image") and items[0].ndim == 4:
+        items[0] = _as_sequence(items[0], target.unit["forward"]["image"])
     roles = dict(experiment.inputs)
     query = target.tensors[roles.get("query", roles.get("x"))]
     key = target.tensors[roles.get("key", roles.get("kv", roles.get("x")))]
@@ -586,6 +599,16 @@ def _split_output(result: Any, target: _Target, experiment: Experiment) -> tuple
         None,
     )
     return items[0], weights
+
+
+def _as_map(sequence: torch.Tensor, layout: str) -> torch.Tensor:
+    """A (batch, seq, dim) input as the 1 x seq feature map a class on images takes."""
+    return sequence.transpose(1, 2).unsqueeze(2) if layout == "bchw" else sequence.unsqueeze(1)
+
+
+def _as_sequence(feature_map: torch.Tensor, layout: str) -> torch.Tensor:
+    """The output map read back as the (batch, seq, dim) sequence of its positions, row by row."""
+    return feature_map.flatten(2).transpose(1, 2) if layout == "bchw" else feature_map.flatten(1, 2)
 
 
 def _heads_first(output: torch.Tensor, query: torch.Tensor) -> torch.Tensor:

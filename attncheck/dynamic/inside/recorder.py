@@ -2,7 +2,7 @@
 
 A projection is recorded wherever its weight is applied, not only as a module:
 
-- ``nn.Linear``, 1x1 ``nn.Conv1d`` and GPT-2's ``Conv1D`` layers, by forward hooks;
+- ``nn.Linear``, 1x1 ``nn.Conv1d``/``nn.Conv2d`` and GPT-2's ``Conv1D`` layers, by forward hooks;
 - a raw ``nn.Parameter`` used through ``F.linear`` (a packed ``in_proj_weight``), ``@`` /
   ``matmul`` (a weight laid out (in, out)) or a two-operand ``einsum`` that contracts the
   input's last axis with the weight;
@@ -36,11 +36,12 @@ _MHA_SIGNATURE = inspect.signature(F.multi_head_attention_forward)
 
 
 def is_projection(layer: nn.Module) -> bool:
-    """A layer whose forward is one projection: Linear, a 1x1 Conv1d, GPT-2's Conv1D."""
+    """A layer whose forward is one projection: Linear, a 1x1 Conv1d or Conv2d (over a feature map's
+    channels), GPT-2's Conv1D."""
     if isinstance(layer, nn.Linear):
         return True
-    if isinstance(layer, nn.Conv1d):
-        return layer.kernel_size == (1,) and layer.groups == 1
+    if isinstance(layer, (nn.Conv1d, nn.Conv2d)):
+        return set(layer.kernel_size) == {1} and set(layer.stride) == {1} and layer.groups == 1
     weight = getattr(layer, "weight", None)
     # GPT-2's Conv1D: a 2-D (in, out) weight and ``nf`` (out features); ``nx`` is not always stored.
     return isinstance(weight, torch.Tensor) and weight.ndim == 2 and getattr(layer, "nf", None) == weight.shape[1]
@@ -50,8 +51,8 @@ def linear_weight(layer: nn.Module) -> torch.Tensor:
     """A projection layer's weight in ``nn.Linear`` layout (out_features, in_features)."""
     if isinstance(layer, nn.Linear):
         return layer.weight
-    if isinstance(layer, nn.Conv1d):
-        return layer.weight.squeeze(-1)
+    if isinstance(layer, (nn.Conv1d, nn.Conv2d)):
+        return layer.weight.flatten(1)
     return layer.weight.T  # GPT-2 Conv1D stores (in, out)
 
 
@@ -108,6 +109,11 @@ class Recorder(TorchFunctionMode):
             dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
             if isinstance(dim, int) and len(self.softmax) < 32:
                 self.softmax.append({"shape": list(args[0].shape), "dim": dim % max(args[0].ndim, 1)})
+        if func is F.scaled_dot_product_attention and len(args) >= 2 and len(self.softmax) < 32:
+            query, key = args[0], args[1]  # its softmax runs over (..., query, key) scores, on the last axis
+            if isinstance(query, torch.Tensor) and isinstance(key, torch.Tensor) and query.ndim >= 2:
+                shape = [*query.shape[:-1], key.shape[-2]]
+                self.softmax.append({"shape": shape, "dim": len(shape) - 1})
         if func is F.multi_head_attention_forward:
             self._multi_head(args, kwargs)
         result = func(*args, **kwargs)

@@ -48,6 +48,8 @@ def _dropout_active(view: JudgeView) -> Outcome:
     dropout = view.facts.get("dropout", {})
     if not (dropout.get("configured") or dropout.get("modules")):
         return Check("dropout-active", "skipped", "no dropout argument or module"), None, ""
+    if not (dropout.get("modules") or view.binding.names_dropout):
+        return Check("dropout-active", "skipped", "its code names no dropout: the config's rates are not its"), None, ""
     if not (view.ran("train-a") and view.ran("train-b")):
         return Check("dropout-active", "skipped", "the train-mode experiments raised"), None, ""
     a, b = view.output("train-a"), view.output("train-b")

@@ -119,6 +119,9 @@ def judge(view: JudgeView) -> list[Outcome]:
         found: list[Outcome] = [
             (Check("reference-masked", "passed", f"max error {best:.3g} (tolerance {view.tol:g})"), None, "")
         ]
+    elif view.unmodelled:  # no convention can match a reference that does not model the module, so none is
+        # known, and the masked-keys check would judge the module by a convention it may not use
+        return [(Check("reference-masked", "skipped", view.unmodelled), None, "")]
     else:
         found, leak = _mismatch(view, errors, ran, combo, leak)
     return [*found, _convention(view, matches, documented), leak, _fully_masked(view, combo)]

@@ -44,9 +44,12 @@ TABLES = {
     "narrow": "cos/sin of width head_dim/2 (the function expands them)",
     "complex": "freqs_cis as complex64 (seq, head_dim/2) from torch.polar (Meta)",
     "angles": "freqs as real (seq, head_dim/2) angles",
+    "angles-half": "freqs as real (seq, head_dim) angles, cat(freqs, freqs) (half-split)",
+    "angles-interleaved": "freqs as real (seq, head_dim) angles, repeat_interleave(freqs, 2) (interleaved)",
 }
 COS_SIN_TABLES = ("half", "interleaved", "narrow")
-FREQS_TABLES = ("complex", "angles")
+FREQS_TABLES = ("complex", "angles", "angles-half", "angles-interleaved")
+FULL_ANGLES = ("angles-half", "angles-interleaved")  # also given batched: (1, seq, head_dim), as x-transformers' are
 
 
 @dataclass
@@ -93,6 +96,10 @@ def _freqs_table(table: str) -> torch.Tensor:
     angles = _angles()
     if table == "angles":
         return angles
+    if table == "angles-half":
+        return torch.cat([angles, angles], dim=-1)
+    if table == "angles-interleaved":
+        return angles.repeat_interleave(2, dim=-1)
     return torch.polar(torch.ones_like(angles), angles).to(torch.complex64)
 
 
@@ -111,7 +118,8 @@ def _table_inputs(table: str, batched: bool, prefix: str) -> dict[str, tuple[str
     """The tables of one variant, by kind (``cos``, ``sin`` or ``freqs``): (tensor name, value)."""
     key = f"{table}/{'b' if batched else '2d'}"
     if table in FREQS_TABLES:
-        return {"freqs": (f"{prefix}/freqs/{key}", _freqs_table(table).numpy())}
+        freqs = _freqs_table(table)
+        return {"freqs": (f"{prefix}/freqs/{key}", (freqs[None] if batched else freqs).numpy())}
     cos, sin = _tables(table, batched)
     return {"cos": (f"{prefix}/cos/{key}", cos.numpy()), "sin": (f"{prefix}/sin/{key}", sin.numpy())}
 
@@ -139,7 +147,7 @@ def plan(target: Target, index: int) -> RopePlan:
     tables = FREQS_TABLES if _takes_freqs(names) else COS_SIN_TABLES
     experiments, variants = [], {}
     for table in tables:
-        for batched in (False, True) if table in COS_SIN_TABLES else (False,):
+        for batched in (False, True) if table in (*COS_SIN_TABLES, *FULL_ANGLES) else (False,):
             by_kind = _table_inputs(table, batched, prefix)
             tensors.update(dict(by_kind.values()))
             key = f"{table}/{'b' if batched else '2d'}"
@@ -175,17 +183,35 @@ def _images(output: torch.Tensor, layout: str) -> torch.Tensor | None:
     return output[0].transpose(0, 1) if layout == "bhsd" else output[0]
 
 
-def _variant_print(name: str, layout: str, tensors: dict[str, torch.Tensor]) -> tuple[Fingerprint, float] | None:
+# DeepSeek's ``apply_rotary_pos_emb_interleave`` rotates interleaved pairs (x0, x1), (x2, x3)... and
+# writes the results out half-split (all first members, then all second members). q and k are
+# permuted alike, so q·k is that of interleaved RoPE; read back in interleaved order, it is one.
+DEINTERLEAVED = "interleaved pairs written out half-split (DeepSeek's layout: q and k permuted alike, q·k unchanged)"
+
+
+def _interleaved_order(head_dim: int) -> torch.Tensor:
+    """The output dims in interleaved order when they were written half-split: 0, h, 1, h+1, ..."""
+    half = head_dim // 2
+    return torch.stack([torch.arange(half), torch.arange(half) + half], dim=1).flatten()
+
+
+def _variant_print(
+    name: str, layout: str, tensors: dict[str, torch.Tensor], deinterleave: bool = False
+) -> tuple[Fingerprint, float] | None:
     """The fingerprint of one variant's rotation and its relative-position error; None when unreadable.
 
     A function that rotates q and k returns both: each must be a correct rotation, and
     q·k must depend only on the distance between positions (k conjugated, or rotated with
-    other frequencies than q, breaks that although q alone looks right).
+    other frequencies than q, breaks that although q alone looks right). ``deinterleave``
+    reads the outputs' dims back in interleaved order first (``DEINTERLEAVED``).
     """
     images = _images(tensors[f"{name}/out"], layout)
     keys = _images(tensors[f"{name}/out1"], layout) if f"{name}/out1" in tensors else None
     if images is None:
         return None
+    if deinterleave:
+        order = _interleaved_order(HEAD_DIM)
+        images, keys = images[..., order], keys[..., order] if keys is not None else None
     try:
         found = fingerprint(images)
         key_print = fingerprint(keys) if keys is not None else None
@@ -205,6 +231,19 @@ def _variant_print(name: str, layout: str, tensors: dict[str, torch.Tensor]) -> 
     return found, shift
 
 
+def _deinterleaved(
+    rope_plan: RopePlan, experiments: dict[str, Any], tensors: dict[str, torch.Tensor]
+) -> list[tuple[str, Fingerprint, float, str]]:
+    """The variants that are a correct interleaved rotation once read in interleaved order."""
+    found = []
+    for name, variant in rope_plan.variants.items():
+        if experiments.get(name, {}).get("ok"):
+            read = _variant_print(name, variant["layout"], tensors, deinterleave=True)
+            if read is not None and read[0].code is None and read[0].convention == "interleaved":
+                found.append((name, read[0], read[1], f", {DEINTERLEAVED}"))
+    return found
+
+
 def judge(
     rope_plan: RopePlan, facts: ReplyFacts, tensors: dict[str, torch.Tensor], source_text: str
 ) -> tuple[list[Check], str | None, str]:
@@ -216,11 +255,11 @@ def judge(
             found = _variant_print(name, variant["layout"], tensors)
             if found is not None:
                 prints.append((name, *found))
-    good = [(n, f, s) for n, f, s in prints if f.code is None]
+    good = [(n, f, s, "") for n, f, s in prints if f.code is None] or _deinterleaved(rope_plan, experiments, tensors)
     if good:
-        name, found, shift = good[0]
+        name, found, shift, layout = good[0]
         detail = (
-            f"{found.message}; called with {TABLES[rope_plan.variants[name]['table']]}; "
+            f"{found.message}{layout}; called with {TABLES[rope_plan.variants[name]['table']]}; "
             f"relative-position error {shift:.3g}"
         )
         return [Check("rope-fingerprint", "passed", detail)], None, ""

@@ -79,8 +79,8 @@ def own_queries(softmax: Sequence[dict[str, Any]] | None, got: Sequence[int], ex
     if not any(len(call["shape"]) >= 2 and call["shape"][-2] == got[1] for call in softmax or ()):
         return None
     return (
-        f"the module attends with {got[1]} queries of its own (attention pooling), not one per input token: "
-        "the reference does not model learned queries"
+        f"the module attends with {got[1]} queries of its own (attention pooling: learned queries, or the class "
+        "token's alone), not one per input token: the reference does not model pooling"
     )
 
 

@@ -12,7 +12,7 @@ from attncheck.static.analysis.patterns import (
     constant_value,
     dim_role,
     fill_site,
-    literal_is,
+    is_query_row_mask,
     literal_value,
     tracer,
 )
@@ -188,7 +188,7 @@ class SoftmaxOrder(Rule):
                 constant_value(site.value, facts) == 0
                 and "isnan" not in mask_text
                 and ".all(" not in mask_text
-                and not _is_row_mask(site.mask)
+                and not is_query_row_mask(site.mask)
                 and not self._masked_before(softmax, mask_text)
                 and not self._renormalised()
             ):
@@ -273,13 +273,3 @@ class SoftmaxOrder(Rule):
             evidence=[f"post-softmax mask: {shown}"],
         )
 
-
-def _is_row_mask(mask: cst.BaseExpression) -> bool:
-    """A mask broadcast along the key axis (``m[:, :, None, None]``, ``m.unsqueeze(-1)``): it
-    zeroes whole query rows (padded queries), it removes no key from any row."""
-    if isinstance(mask, cst.Subscript):
-        last = mask.slice[-1].slice
-        return isinstance(last, cst.Index) and isinstance(last.value, cst.Name) and last.value.value == "None"
-    if isinstance(mask, cst.Call) and isinstance(mask.func, cst.Attribute) and mask.func.attr.value == "unsqueeze":
-        return len(mask.args) == 1 and literal_is(mask.args[0].value, -1)
-    return False

@@ -44,6 +44,7 @@ def _entries() -> Iterable[CodeInfo]:
         ("ATT303", "fully-masked-nan", W, "-inf fill with no guard: a query with no visible key yields NaN"),
         ("ATT304", "mask-polarity", E, "mask convention inverted relative to the module's own documentation"),
         ("ATT305", "causal-diagonal", E, "causal mask with the wrong diagonal or alignment"),
+        ("ATT306", "mask-head-tiling", E, "per-example mask tiled head-major with .repeat(h, 1, 1) for (b * h) rows"),
         ("ATT401", "gqa-grouping", E, "K/V heads tiled where query head h must use KV head h // group"),
         ("ATT402", "rope-rotation", E, "rotary embedding rotated the wrong way"),
         ("ATT403", "rope-shape", E, "cos/sin built or sliced with the wrong width"),

@@ -92,6 +92,7 @@ SEEN_ON_PLAIN_MASKED_MHA = {
     "ATT301": True, "ATT302": True, "ATT303": True,
     "ATT304": False,  # no documented convention: the probes accept whichever matches
     "ATT305": False,  # not causal
+    "ATT306": False,  # no (b * h) mask tiling to probe (issue 20's new code)
     "ATT401": False,  # as many KV heads as query heads
     "ATT402": False, "ATT403": False, "ATT404": False,  # no rotary embedding
 }

@@ -53,6 +53,12 @@ class MultiplicativeMask(Rule):
         "    e = self.context(torch.tanh(self.proj(h))).squeeze(-1)\n"
         "    e = e + (1.0 - attention_mask.float()) * -10000.0\n"
         "    return torch.bmm(F.softmax(e, dim=-1).unsqueeze(1), h).squeeze(1)",
+        "import torch\ndef pool(features, w, lengths_mask):\n    logits = (features * w).sum(-1)\n"
+        "    alpha = torch.where(lengths_mask, logits, torch.finfo(logits.dtype).min).softmax(-1)\n"
+        "    return (alpha[..., None] * features).sum(dim=1)",
+        # Masked after the softmax and renormalised (ATT203's business, and right).
+        "def pool(features, scorer, mask):\n    a = scorer(features).squeeze(-1).softmax(-1) * mask\n"
+        "    a = a / a.sum(-1, keepdim=True)\n    return (a[..., None] * features).sum(dim=1)",
         "import torch\ndef attention(q, k, attention_mask):\n"
         "    return torch.softmax(torch.matmul(q, k.transpose(-1, -2)) / 8 + attention_mask, dim=-1)",
     )

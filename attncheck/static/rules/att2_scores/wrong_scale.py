@@ -151,7 +151,7 @@ class WrongScale(Rule):
         fn = self.context.function
         softmax = sem.softmax(node, fn)
         if softmax is None:
-            if fn is not None and self.context.facts.canonical(node.func) in syntax.SDPA:
+            if fn is not None and syntax.is_sdpa_call(self.context, node):
                 self._judge_prescaled_query(node, sem, fn)
             return
         pipeline = sem.pipeline(softmax, fn)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from attncheck.findings import Severity
-from attncheck.static.analysis import semantics
+from attncheck.static.analysis import semantics, syntax
 from attncheck.static.analysis.patterns import (
     FillSite,
     argument,
@@ -141,7 +141,7 @@ class CausalDiagonal(Rule):
                 if not self._scoring_head(site, fn):
                     self._check(site.mask, blocked=site.mask_blocks, fn=fn)
                 return
-        if facts.canonical(node.func) != _SDPA:
+        if not syntax.is_sdpa_call(self.context, node) or facts.canonical(node.func) != _SDPA:
             return
         fn = self.context.function
         mask = argument(node, 3, "attn_mask") if self.triangles else None

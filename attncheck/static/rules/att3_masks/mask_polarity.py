@@ -23,7 +23,7 @@ from attncheck.static.analysis.patterns import (
     selected_polarity,
     tracer,
 )
-from attncheck.static.analysis.syntax import SDPA
+from attncheck.static.analysis.syntax import is_sdpa_call
 from attncheck.static.context import FileContext
 from attncheck.static.facts import FunctionFacts
 from attncheck.static.rule import Invalid, Rule
@@ -119,7 +119,7 @@ class MaskPolarity(Rule):
         facts = self.context.facts
         site = fill_site(node, facts)
         fn = self.context.function
-        if site is None and fn is not None and facts.canonical(node.func) in SDPA:
+        if site is None and fn is not None and is_sdpa_call(self.context, node):
             self._judge_sdpa_mask(node, fn)
         if site is None or fn is None or not is_blocking_value(site.value, facts):
             return

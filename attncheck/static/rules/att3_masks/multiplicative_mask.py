@@ -92,7 +92,7 @@ class MultiplicativeMask(Rule):
         fn = self.context.function
         softmax = sem.softmax(node, fn)
         if softmax is None:
-            if self.context.facts.canonical(node.func) in syntax.SDPA:
+            if syntax.is_sdpa_call(self.context, node):
                 self._judge_sdpa_mask(node, sem, fn)
             return
         pipeline = sem.pipeline(softmax, fn)

@@ -162,8 +162,10 @@ class SoftmaxOrder(Rule):
             if "sum" not in self.context.module.code_for_node(node.right):
                 self._report_scale(node, node.right)
             return
-        if not isinstance(node.operator, cst.Multiply):
-            return
+        if not isinstance(node.operator, cst.Multiply) or not (
+            self._may_report(node.left) or self._may_report(node.right)
+        ):
+            return  # no side is a factor worth reporting: which side holds weights does not matter
         for weights, factor in ((node.left, node.right), (node.right, node.left)):
             if not self._is_probabilities(weights):
                 continue
@@ -175,6 +177,11 @@ class SoftmaxOrder(Rule):
             elif self._is_scale(factor):
                 self._report_scale(node, factor)
             return
+
+    def _may_report(self, factor: cst.BaseExpression) -> bool:
+        """A factor that, multiplied into the attention weights, is reported: a mask or a scale."""
+        name = base_name(factor) or ""
+        return not _LEGIT_FACTOR.search(name) and ("mask" in name.lower() or self._is_scale(factor))
 
     def visit_Call(self, node: cst.Call) -> None:
         facts = self.context.facts

@@ -39,6 +39,7 @@ def _entries() -> Iterable[CodeInfo]:
         ("ATT203", "softmax-order", E, "scale or mask applied after the softmax"),
         ("ATT204", "sqrt-of-number", E, "torch.sqrt called on a Python number"),
         ("ATT205", "softmax-discarded", E, "softmax result overwritten before it is used"),
+        ("ATT206", "output-discarded", E, "attention output computed and something else returned"),
         ("ATT301", "multiplicative-mask", E, "mask multiplied into the scores, or a 0/1 mask added"),
         ("ATT302", "mask-fill-value", E, "masked_fill value that overflows float16 or masks nothing"),
         ("ATT303", "fully-masked-nan", W, "-inf fill with no guard: a query with no visible key yields NaN"),

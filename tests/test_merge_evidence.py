@@ -89,6 +89,7 @@ SEEN_ON_PLAIN_MASKED_MHA = {
     "ATT201": True, "ATT202": True, "ATT203": True,
     "ATT204": False,  # likewise a crash
     "ATT205": False,  # no experiment of the dynamic check stands for it yet (issue 20's new code)
+    "ATT206": False,  # likewise (issue 20's new code)
     "ATT301": True, "ATT302": True, "ATT303": True,
     "ATT304": False,  # no documented convention: the probes accept whichever matches
     "ATT305": False,  # not causal

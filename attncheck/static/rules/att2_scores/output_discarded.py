@@ -7,10 +7,10 @@ from collections.abc import Sequence
 import libcst as cst
 
 from attncheck.static.analysis import semantics, syntax
+from attncheck.static.analysis.blocks import bound, reads, straight_blocks
 from attncheck.static.analysis.patterns import product_operands, tracer
 from attncheck.static.facts import FunctionFacts, dotted_name
 from attncheck.static.rule import Invalid, Rule
-from attncheck.static.rules.att2_scores.blocks import bound, reads, straight_blocks
 
 _CLASS = """
 import math, torch, torch.nn as nn, torch.nn.functional as F

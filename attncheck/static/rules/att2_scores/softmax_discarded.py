@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import libcst as cst
 
 from attncheck.static.analysis import semantics
+from attncheck.static.analysis.blocks import bound, rebinding, straight_blocks
 from attncheck.static.rule import Invalid, Rule
-from attncheck.static.rules.att2_scores.blocks import bound, reads, straight_blocks
 
 _CLASS = """
 import torch, torch.nn as nn
@@ -56,24 +54,13 @@ class SoftmaxDiscarded(Rule):
                 name, value = bound(statement)
                 if name is None or type(value) is not cst.Call or sem.softmax(value, fn) is None:
                     continue
-                rebinding = _rebinding(statements[position + 1:], name)
-                if rebinding is not None:
+                rebound = rebinding(statements[position + 1:], name)
+                if rebound is not None:
                     self.report(
                         value,
-                        f"the softmax result `{name}` is overwritten by `{sem.code(rebinding)}` before it is "
+                        f"the softmax result `{name}` is overwritten by `{sem.code(rebound)}` before it is "
                         "used: the probabilities are thrown away",
                         hint=f"use {name} in the next step: {name} = <next step>({name})",
                     )
 
 
-
-def _rebinding(following: Sequence[cst.BaseStatement], name: str) -> cst.BaseExpression | None:
-    """The value of the first later ``name = value`` of the block that does not read ``name``, when
-    no statement before it reads it either; None when the name is read first (or never rebound)."""
-    for statement in following:
-        bound_name, value = bound(statement)
-        if bound_name == name and value is not None and not reads(value, name):
-            return value
-        if reads(statement, name):
-            return None
-    return None

@@ -1,4 +1,4 @@
-"""Straight-line blocks of statements, for the rules of results thrown away (ATT205, ATT206).
+"""Straight-line blocks of statements, for the rules of results thrown away (ATT101, ATT205, ATT206).
 
 A value bound in a block and bound again, or never returned, before the block ends is only
 thrown away if nothing in between can read it: these rules look at one block at a time
@@ -52,3 +52,15 @@ def bound(statement: cst.BaseStatement) -> tuple[str | None, cst.BaseExpression 
 def reads(node: cst.CSTNode, *names: str) -> bool:
     """Whether ``node`` reads any of ``names``."""
     return any(type(n) is cst.Name and n.value in names for n in subtree.preorder(node))
+
+
+def rebinding(following: Sequence[cst.BaseStatement], name: str) -> cst.BaseExpression | None:
+    """The value of the first later ``name = value`` of the block that does not read ``name``, when
+    no statement before it reads it either; None when the name is read first (or never rebound)."""
+    for statement in following:
+        bound_name, value = bound(statement)
+        if bound_name == name and value is not None and not reads(value, name):
+            return value
+        if reads(statement, name):
+            return None
+    return None

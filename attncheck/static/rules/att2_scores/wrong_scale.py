@@ -185,17 +185,13 @@ class WrongScale(Rule):
         query = next(iter(syntax.positional(node)), None) or syntax.keyword(node, "query")
         if query is None or syntax.keyword(node, "scale") is not None:
             return
-        found = _prescaled_by_width(query, sem, fn)
-        if found is not None:
-            factor, term = found
-            self.report(
-                factor.node,
-                f"q is already {'divided' if factor.divides else 'multiplied'} by {sem.code(factor.value)} "
-                f"({term.evidence}) when it reaches "
-                "scaled_dot_product_attention, which divides by sqrt(head_dim) again by default: "
-                "the scores are scaled twice",
-                hint="drop the scaling of q, or pass scale=1.0 to scaled_dot_product_attention",
-            )
+        self._report_prescaled(
+            query,
+            sem,
+            fn,
+            "scaled_dot_product_attention, which divides by sqrt(head_dim) again by default",
+            hint="drop the scaling of q, or pass scale=1.0 to scaled_dot_product_attention",
+        )
 
     def _judge_own_eager_function(self, node: cst.Call, sem: semantics.Semantics, fn: FunctionFacts) -> None:
         """A function of this file that multiplies its scores by a ``scaling`` parameter, called
@@ -209,15 +205,27 @@ class WrongScale(Rule):
         scaling = _argument_for(node, function, scale_param)
         if query is None or scaling is None or syntax.number(scaling) == 1 or sem.code(scaling) == "None":
             return
+        self._report_prescaled(
+            query,
+            sem,
+            fn,
+            f"{function.name}, which multiplies the scores by its `{scale_param}` argument "
+            f"`{sem.code(scaling)}` again",
+            hint=f"drop the scaling of q, or pass {scale_param}=1.0",
+        )
+
+    def _report_prescaled(
+        self, query: cst.BaseExpression, sem: semantics.Semantics, fn: FunctionFacts, reaches: str, hint: str
+    ) -> None:
+        """Report the width q is already scaled by, if any, where it then ``reaches`` a second scale."""
         found = _prescaled_by_width(query, sem, fn)
         if found is not None:
             factor, term = found
             self.report(
                 factor.node,
                 f"q is already {'divided' if factor.divides else 'multiplied'} by {sem.code(factor.value)} "
-                f"({term.evidence}) when it reaches {function.name}, which multiplies the scores by its "
-                f"`{scale_param}` argument `{sem.code(scaling)}` again: the scores are scaled twice",
-                hint=f"drop the scaling of q, or pass {scale_param}=1.0",
+                f"({term.evidence}) when it reaches {reaches}: the scores are scaled twice",
+                hint=hint,
             )
 
     def _judge(self, pipeline: Pipeline, terms: list, sem: semantics.Semantics) -> None:

@@ -14,7 +14,7 @@ import re
 import libcst as cst
 
 from attncheck.static.analysis import rope as rp
-from attncheck.static.facts import self_attribute
+from attncheck.static.facts import integer_value, number_value, self_attribute
 from attncheck.static.rule import Invalid, Rule
 
 _MODEL_WIDTHS = {
@@ -214,7 +214,7 @@ class RopeShape(Rule):
         dims rotated. A width odd only for some configurations (GPT-NeoX's ``int(head_dim *
         rotary_pct)``) is left alone: the usual ones make it even."""
         positional = [a.value for a in power.arange.args if a.keyword is None]
-        if len(positional) < 3 or rp.code(self.context.facts, positional[2]) != "2":
+        if len(positional) < 3 or integer_value(positional[2]) != 2:
             return
         width = positional[1]
         fn = index.scope(power.node)
@@ -332,7 +332,7 @@ def _odd_value(width: cst.BaseExpression, fn, depth: int = 0) -> int | None:
 
 def _literal_width(node: cst.BaseExpression) -> int | None:
     if type(node) is cst.Integer:
-        return int(node.value)
+        return integer_value(node, bound=1 << 20)
     if type(node) is cst.Call and type(node.func) is cst.Name and node.func.value == "int" and node.args:
         inner = node.args[0].value
         if type(inner) is cst.BinaryOperation and type(inner.operator) is cst.Multiply:
@@ -343,4 +343,4 @@ def _literal_width(node: cst.BaseExpression) -> int | None:
 
 
 def _number(node: cst.BaseExpression) -> float | None:
-    return float(node.value) if type(node) in (cst.Integer, cst.Float) else None
+    return number_value(node) if type(node) in (cst.Integer, cst.Float) else None  # type: ignore[arg-type]

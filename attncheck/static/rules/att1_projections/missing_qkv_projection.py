@@ -139,13 +139,17 @@ class MissingQkvProjection(Rule):
         """A data input of forward read only for its shape while the Q/K/V projections all read
         another one: ``q = self.to_q(context)`` in a forward of ``(x, context)``, ``self.q_proj(key)``
         in one of ``(query, key, value)``. The query (or value) is re-derived from the wrong input."""
-        params = [p for p in forward.params if p != "self" and not _NOT_DATA.search(p)]
-        calls = [c for c in forward.calls if _projection_attr(c) is not None and c.args]
-        if len(params) < 2 or not calls:
+        params = [p for p in _positional_params(forward) if not _NOT_DATA.search(p)]
+        calls = [c for c in forward.calls if _projection_attr(c) is not None and c.args] if len(params) > 1 else []
+        if not calls:
             return False
         read = {n.value for c in calls for a in c.args for n in subtree.preorder(a.value) if type(n) is cst.Name}
-        for param in params:
-            if param in read or not _shape_only(forward, param) or not read & set(params):
+        unread = [p for p in params if p not in read]
+        if not unread or not read & set(params):
+            return False
+        shape_only = _shape_only(forward, unread)
+        for param in unread:
+            if param not in shape_only:
                 continue
             role = _ROLE_OF_INPUT.get(param, "q")
             call = next((c for c in calls if projection_role(_projection_attr(c) or "") == role), calls[0])
@@ -214,14 +218,19 @@ class MissingQkvProjection(Rule):
 def _discarded_projections(forward: FunctionFacts) -> list[tuple[cst.Call, cst.BaseExpression]]:
     """``(projection call, what overwrites it)`` for each ``v = self.v_proj(x)`` whose name is bound
     again before it is read (``v = x.view(...)``): the projection is computed and thrown away."""
+    rebound = {  # names bound more than once, one of them to a projection: the rest cannot be overwritten
+        name for name, values in forward.assignments.items() if len(values) > 1 and any(map(_projection_call, values))
+    }
     found = []
-    for statements in straight_blocks(forward.node.body):
+    for statements in straight_blocks(forward.node.body) if rebound else ():
         for position, statement in enumerate(statements):
             name, value = bound(statement)
-            call = _projection_call(value) if name is not None and value is not None else None
-            rebound = rebinding(statements[position + 1 :], name) if call is not None and name else None
-            if call is not None and rebound is not None:
-                found.append((call, rebound))
+            if name not in rebound or value is None:
+                continue
+            call = _projection_call(value)
+            overwritten = rebinding(statements[position + 1 :], name) if call is not None else None
+            if call is not None and overwritten is not None:
+                found.append((call, overwritten))
     return found
 
 
@@ -238,18 +247,26 @@ def _projection_attr(call: cst.Call) -> str | None:
     return attr if attr is not None and projection_role(attr) in _QKV_ROLES else None
 
 
-def _shape_only(forward: FunctionFacts, param: str) -> bool:
-    """Whether ``param`` is read in ``forward`` only for its size (``x.shape``, ``x.size(1)``)
-    or to test it against None: it feeds no value into the attention."""
-    uses = shape_uses = 0
+def _shape_only(forward: FunctionFacts, params: list[str]) -> set[str]:
+    """Those of ``params`` that ``forward`` reads only for their size (``x.shape``, ``x.size(1)``)
+    or to test them against None: they feed no value into the attention. One walk of the body."""
+    uses = dict.fromkeys(params, 0)
+    shape_uses = dict.fromkeys(params, 0)
     for node in subtree.preorder(forward.node.body):
-        if type(node) is cst.Name and node.value == param:
-            uses += 1
-        elif type(node) is cst.Attribute and type(node.value) is cst.Name and node.value.value == param:
-            shape_uses += node.attr.value in _SHAPE_ATTRIBUTES
-        elif type(node) is cst.Comparison and type(node.left) is cst.Name and node.left.value == param:
-            shape_uses += all(type(c.operator) in (cst.Is, cst.IsNot) for c in node.comparisons)
-    return uses == shape_uses and (uses > 0 or param in _ROLE_OF_INPUT)
+        kind = type(node)
+        if kind is cst.Name and node.value in uses:
+            uses[node.value] += 1
+        elif kind is cst.Attribute and type(node.value) is cst.Name and node.value.value in uses:
+            shape_uses[node.value.value] += node.attr.value in _SHAPE_ATTRIBUTES
+        elif kind is cst.Comparison and type(node.left) is cst.Name and node.left.value in uses:
+            shape_uses[node.left.value] += all(type(c.operator) in (cst.Is, cst.IsNot) for c in node.comparisons)
+    return {p for p in params if uses[p] == shape_uses[p] and (uses[p] > 0 or p in _ROLE_OF_INPUT)}
+
+
+def _positional_params(forward: FunctionFacts) -> list[str]:
+    """The named parameters of ``forward`` but ``self`` (not ``*args`` or ``**kwargs``)."""
+    parameters = forward.node.params
+    return [p.name.value for p in (*parameters.posonly_params, *parameters.params) if p.name.value != "self"]
 
 
 def _unused_projections(sem: semantics.Semantics, klass: ClassFacts) -> list[str]:

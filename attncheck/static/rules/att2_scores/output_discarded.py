@@ -62,8 +62,11 @@ class OutputDiscarded(Rule):
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         fn = self.context.facts.function(node)
-        if fn is None:
-            return
+        sem = semantics.of(self.context)
+        if fn is None or not any(
+            sem.softmax(call, fn) is not None or syntax.is_sdpa_call(self.context, call) for call in fn.calls
+        ):
+            return  # no attention computed here
         for statements in straight_blocks(node.body):
             for position, statement in enumerate(statements):
                 name, value = bound(statement)
@@ -71,7 +74,7 @@ class OutputDiscarded(Rule):
                     continue
                 returned = _returned_without(statements[position + 1 :], name)
                 if returned is not None:
-                    shown = semantics.of(self.context).code
+                    shown = sem.code
                     self.report(
                         value,
                         f"the attention output `{name}` is computed here, but the block returns "

@@ -23,7 +23,7 @@ from attncheck.static.tree import subtree
 _DOCUMENTED_FLIP = re.compile(r"flip|sign|negat|clockwise|opposite", re.I)
 _COUNTS_FREQUENCIES = re.compile(r"half|pair|freq", re.I)
 _ROTATION_WORDS = re.compile(r"rotat|interleav|every_two|rope|neox|gptj", re.I)
-_TUPLE_CONDITION = re.compile(r"\b(?:el)?if\s*\([^()\n]*,\s*\)\s*:")
+_TUPLE_CONDITION = re.compile(r"if\s*\([^()\n]*,\s*\)\s*:")  # a literal first: the scan skips ahead
 
 _HF = """
 import torch
@@ -211,7 +211,8 @@ class RopeRotation(Rule):
         """``if (interleaved,):`` — a one-element tuple, true whatever the flag holds — choosing the
         rotation convention: the other convention is never used. Looked for in the text first
         (an ``if`` is no event of the fast walk, and almost no file has one)."""
-        if not _TUPLE_CONDITION.search(self.context.source.text):
+        text = self.context.source.text
+        if (",)" not in text and ", )" not in text) or not _TUPLE_CONDITION.search(text):
             return
         for node in subtree.preorder(module):
             if type(node) is not cst.If or type(node.test) is not cst.Tuple or not node.test.elements:

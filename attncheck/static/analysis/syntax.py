@@ -128,7 +128,6 @@ _NOT_PROJECTIONS = re.compile(
 )
 
 
-@cache
 def is_sdpa_call(context: FileContext, call: cst.Call) -> bool:
     """Whether ``call`` is ``scaled_dot_product_attention``. A file whose text never names it
     (most files; an alias's import names it too) has no such call, and no callee of it need be
@@ -140,6 +139,7 @@ def _names_sdpa(context: FileContext) -> bool:
     return "scaled_dot_product_attention" in context.source.text
 
 
+@cache
 def name_quantity(name: str) -> str | None:
     """The quantity a bare name stands for by convention (``d_k`` is the head dim). Kept per
     name: ``has_heads`` asks it of every name of a class, and the same names recur."""

@@ -41,7 +41,7 @@ _PROJ = "self.proj = nn.Linear(d_model, d_model)"
 
 class MissingOutputProjection(Rule):
     code = "ATT102"
-    PREFILTER = ("view", "reshape", "rearrange", "flatten", "cat(")
+    PREFILTER = ("view", "reshape", "rearrange", "flatten", "head")
     VALID = (
         "import torch, torch.nn as nn\nclass MultiHead(nn.Module):\n    def __init__(self, heads, d):\n"
         "        super().__init__()\n        self.heads, self.proj = nn.ModuleList(heads), nn.Linear(d, d)\n"

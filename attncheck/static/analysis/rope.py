@@ -486,7 +486,14 @@ def crossed_rotation(facts: FileFacts, call: cst.CSTNode, fn: FunctionFacts | No
     pairs. Dim ``2i``'s partner lands at ``i + d/2`` (or the reverse): no cos/sin layout makes
     ``x * cos + rot(x) * sin`` a rotation."""
     found = _swap(facts, call, fn)
-    return found is not None and found[0] != found[2]
+    if found is None or found[0] == found[2]:
+        return False
+    # Only parts sliced out explicitly (``x[..., ::2]``, ``x[..., :h]``) are trusted here: an
+    # unflatten and unbind (``x.unflatten(-1, (2, -1)).unbind(-2)``, the halves) reads ambiguously.
+    items = call.args[0].value.elements  # type: ignore[attr-defined]
+    parts = [_negated(e.value) or e.value for e in items]
+    resolved = [facts.resolve(part, fn) for part in parts]
+    return all(type(p) is cst.Subscript and type(p.slice[-1].slice) is cst.Slice for p in resolved)
 
 
 def _swap(facts: FileFacts, call: cst.CSTNode, fn: FunctionFacts | None) -> tuple[str, int, str] | None:

@@ -55,6 +55,14 @@ class MissingQkvProjection(Rule):
     code = "ATT101"
     PREFILTER = ("view", "reshape", "rearrange", "unflatten")
     VALID = (
+        # Reformer: a flag only tested (output_attentions is False) is no input left unprojected.
+        "import torch, torch.nn as nn\nclass A(nn.Module):\n    def __init__(self, d):\n"
+        "        super().__init__()\n        self.query, self.value = nn.Linear(d, d), nn.Linear(d, d)\n"
+        "    def forward(self, hidden_states, output_attentions=False):\n"
+        "        q, v = self.query(hidden_states), self.value(hidden_states)\n"
+        "        w = torch.softmax(q @ q.transpose(-2, -1) / q.size(-1) ** 0.5, dim=-1)\n"
+        "        out = (w @ v).view(hidden_states.shape)\n"
+        "        return (out, w) if output_attentions is not False else (out,)",
         _cls(_SEPARATE, "\n        ".join(_SPLIT.format(n, f"self.{n}(x)") for n in "qkv")),
         _cls(
             "self.qkv = nn.Linear(d_model, 3 * d_model)",
@@ -248,19 +256,22 @@ def _projection_attr(call: cst.Call) -> str | None:
 
 
 def _shape_only(forward: FunctionFacts, params: list[str]) -> set[str]:
-    """Those of ``params`` that ``forward`` reads only for their size (``x.shape``, ``x.size(1)``)
-    or to test them against None: they feed no value into the attention. One walk of the body."""
+    """Those of ``params`` that ``forward`` reads for their size (``x.shape``, ``x.size(1)``) and
+    otherwise at most tests against None: tensors that feed no value into the attention. A flag
+    or a size only tested (``output_attentions is False``) is no such tensor. One walk of the body."""
     uses = dict.fromkeys(params, 0)
-    shape_uses = dict.fromkeys(params, 0)
+    sizes = dict.fromkeys(params, 0)
+    tests = dict.fromkeys(params, 0)
     for node in subtree.preorder(forward.node.body):
         kind = type(node)
         if kind is cst.Name and node.value in uses:
             uses[node.value] += 1
         elif kind is cst.Attribute and type(node.value) is cst.Name and node.value.value in uses:
-            shape_uses[node.value.value] += node.attr.value in _SHAPE_ATTRIBUTES
+            sizes[node.value.value] += node.attr.value in _SHAPE_ATTRIBUTES
         elif kind is cst.Comparison and type(node.left) is cst.Name and node.left.value in uses:
-            shape_uses[node.left.value] += all(type(c.operator) in (cst.Is, cst.IsNot) for c in node.comparisons)
-    return {p for p in params if uses[p] == shape_uses[p] and (uses[p] > 0 or p in _ROLE_OF_INPUT)}
+            tests[node.left.value] += all(type(c.operator) in (cst.Is, cst.IsNot) for c in node.comparisons)
+    found = {p for p in params if sizes[p] > 0 and uses[p] == sizes[p] + tests[p]}
+    return found | {p for p in params if uses[p] == 0 and p in _ROLE_OF_INPUT}
 
 
 def _positional_params(forward: FunctionFacts) -> list[str]:

@@ -87,6 +87,9 @@ class RopeRotation(Rule):
     code = "ATT402"
     PREFILTER = ("rotate", "rotary", "rope", "RoPE", "cos", "inv_freq", "arange")
     VALID = (
+        # diffusers' Stable Audio 3: halves by unflatten and unbind, concatenated as halves.
+        "import torch\ndef _rotate_half(x):\n    x = x.unflatten(-1, (2, -1))\n    x1, x2 = x.unbind(-2)\n"
+        "    return torch.cat((-x2, x1), dim=-1)",
         _HF,
         _GPTJ,
         _META,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
@@ -143,9 +143,17 @@ def find_config(start: Path) -> Path | None:
         if own.is_file():
             return own
         pyproject = candidate / "pyproject.toml"
-        if pyproject.is_file() and "attncheck" in _read_toml(pyproject).get("tool", {}):
+        if pyproject.is_file() and _declares_attncheck(pyproject, pyproject.stat().st_mtime_ns):
             return pyproject
     return None
+
+
+@cache
+def _declares_attncheck(pyproject: Path, modified: int) -> bool:
+    """Whether a ``pyproject.toml`` has a ``[tool.attncheck]`` table, read once per version of
+    the file: every folder below a project's root asks about the same one, and parsing TOML
+    is slow (535 parses for the transformers tree, 4 % of a static run)."""
+    return "attncheck" in _read_toml(pyproject).get("tool", {})
 
 
 def _read_toml(path: Path) -> dict[str, Any]:

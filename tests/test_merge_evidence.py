@@ -89,9 +89,11 @@ SEEN_ON_PLAIN_MASKED_MHA = {
     "ATT201": True, "ATT202": True, "ATT203": True,
     "ATT204": False,  # likewise a crash
     "ATT205": False,  # no experiment of the dynamic check stands for it yet (issue 20's new code)
+    "ATT206": False,  # likewise (issue 20's new code)
     "ATT301": True, "ATT302": True, "ATT303": True,
     "ATT304": False,  # no documented convention: the probes accept whichever matches
     "ATT305": False,  # not causal
+    "ATT306": False,  # no (b * h) mask tiling to probe (issue 20's new code)
     "ATT401": False,  # as many KV heads as query heads
     "ATT402": False, "ATT403": False, "ATT404": False,  # no rotary embedding
     "ATT405": False,  # no relative-position bias

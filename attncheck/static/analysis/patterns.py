@@ -697,6 +697,37 @@ def constant_value(node: cst.BaseExpression, facts: FileFacts) -> float | None:
     return None
 
 
+def is_query_row_mask(mask: cst.BaseExpression) -> bool:
+    """A mask broadcast along the key axis: it zeroes whole query rows and removes no key from
+    any row. ``m[:, :, None, None]`` and ``m.unsqueeze(-1)`` pick padded queries; a reduction
+    over the keys picks the fully masked ones (``selects_fully_masked_rows``)."""
+    if type(mask) is cst.UnaryOperation and type(mask.operator) in (cst.BitInvert, cst.Not):
+        mask = mask.expression
+    if type(mask) is cst.Subscript:
+        last = mask.slice[-1].slice
+        return type(last) is cst.Index and type(last.value) is cst.Name and last.value.value == "None"
+    if method_name(mask) == "unsqueeze":
+        return len(mask.args) == 1 and literal_is(mask.args[0].value, -1)  # type: ignore[attr-defined]
+    return selects_fully_masked_rows(mask)
+
+
+def selects_fully_masked_rows(mask: cst.BaseExpression) -> bool:
+    """``~m.any(-1, keepdim=True)``, ``m.all(dim=-1, keepdim=True)``, ``m.any(-1, keepdim=True).logical_not()``:
+    a mask reduced over the key axis, which selects whole query rows. Zeroing those rows after
+    the softmax is the legitimate guard against fully masked queries (their weights would be NaN)."""
+    if type(mask) is cst.UnaryOperation and type(mask.operator) in (cst.BitInvert, cst.Not):
+        mask = mask.expression
+    if type(mask) is not cst.Call or type(mask.func) is not cst.Attribute:
+        return False
+    name = mask.func.attr.value
+    if name == "logical_not":
+        return selects_fully_masked_rows(mask.func.value)
+    if name not in ("any", "all"):
+        return False
+    axis, kept = argument(mask, 0, "dim"), argument(mask, 1, "keepdim")
+    return axis is not None and literal_is(axis, -1) and kept is not None and _is_name(kept, "True")
+
+
 def is_blocking_value(node: cst.BaseExpression, facts: FileFacts) -> bool:
     """A fill value meant to remove a key from the softmax: -inf, finfo.min, -1e4, -1e9..."""
     if is_dtype_min(node, facts):

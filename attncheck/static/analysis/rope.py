@@ -473,6 +473,32 @@ def _negated(expr: cst.BaseExpression) -> cst.BaseExpression | None:
 
 def rotation(facts: FileFacts, call: cst.CSTNode, fn: FunctionFacts | None) -> Rotation | None:
     """The Rotation ``call`` computes, if it is ``cat``/``stack`` of a negated swap."""
+    found = _swap(facts, call, fn)
+    if found is None:
+        return None
+    layout, sign, joined = found
+    return Rotation(call, layout, sign) if layout == joined else None
+
+
+def crossed_rotation(facts: FileFacts, call: cst.CSTNode, fn: FunctionFacts | None) -> bool:
+    """A negated swap whose parts and join disagree: the even and odd dims (``x[..., ::2]``,
+    ``x[..., 1::2]``) concatenated as halves (``cat((-x2, x1))``), or the halves stacked as
+    pairs. Dim ``2i``'s partner lands at ``i + d/2`` (or the reverse): no cos/sin layout makes
+    ``x * cos + rot(x) * sin`` a rotation."""
+    found = _swap(facts, call, fn)
+    if found is None or found[0] == found[2]:
+        return False
+    # Only parts sliced out explicitly (``x[..., ::2]``, ``x[..., :h]``) are trusted here: an
+    # unflatten and unbind (``x.unflatten(-1, (2, -1)).unbind(-2)``, the halves) reads ambiguously.
+    items = call.args[0].value.elements  # type: ignore[attr-defined]
+    parts = [_negated(e.value) or e.value for e in items]
+    resolved = [facts.resolve(part, fn) for part in parts]
+    return all(type(p) is cst.Subscript and type(p.slice[-1].slice) is cst.Slice for p in resolved)
+
+
+def _swap(facts: FileFacts, call: cst.CSTNode, fn: FunctionFacts | None) -> tuple[str, int, str] | None:
+    """``(layout of the parts, sign, layout the join makes)`` for ``cat``/``stack`` of a negated
+    swap of two parts of one tensor."""
     if not isinstance(call, cst.Call) or not call.args:
         return None
     items = call.args[0].value  # tested before the canonical name, which costs more
@@ -494,8 +520,7 @@ def rotation(facts: FileFacts, call: cst.CSTNode, fn: FunctionFacts | None) -> R
     (layout_a, part_a, base_a), (layout_b, part_b, base_b) = parts  # type: ignore[misc]
     if layout_a != layout_b or base_a != base_b or (part_a, part_b) != (1, 0):
         return None
-    expected = HALF if func in _CONCAT else PAIR
-    return Rotation(call, layout_a, sign) if layout_a == expected else None
+    return layout_a, sign, HALF if func in _CONCAT else PAIR
 
 
 def _returned_rotation(facts: FileFacts, returns: Iterable[cst.Return], fn: FunctionFacts) -> Rotation | None:

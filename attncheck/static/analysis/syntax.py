@@ -8,11 +8,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from functools import cache
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
 from attncheck.static.facts import FileFacts, number_value, self_attribute
 from attncheck.static.tree import subtree
+
+if TYPE_CHECKING:
+    from attncheck.static.context import FileContext
 
 # -- names people give to attention quantities ---------------------------------
 
@@ -122,6 +126,17 @@ _DROPOUT_KINDS = ("Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropou
 _NOT_PROJECTIONS = re.compile(
     r"(Dropout|Norm|Softmax|GELU|ReLU|SiLU|Tanh|Sigmoid|Mish|ELU|Rotary|RoPE|Embedding)", re.I
 )
+
+
+def is_sdpa_call(context: FileContext, call: cst.Call) -> bool:
+    """Whether ``call`` is ``scaled_dot_product_attention``. A file whose text never names it
+    (most files; an alias's import names it too) has no such call, and no callee of it need be
+    resolved: rules ask this of every call."""
+    return context.shared(_names_sdpa) and context.facts.canonical(call.func) in SDPA
+
+
+def _names_sdpa(context: FileContext) -> bool:
+    return "scaled_dot_product_attention" in context.source.text
 
 
 @cache

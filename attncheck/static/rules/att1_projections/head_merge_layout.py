@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import libcst as cst
 
+from attncheck.static.analysis import semantics
 from attncheck.static.analysis.patterns import (
     dim_role,
     is_heads_first_product,
@@ -13,6 +16,7 @@ from attncheck.static.analysis.patterns import (
     tracer,
 )
 from attncheck.static.context import FileContext
+from attncheck.static.facts import FunctionFacts, self_attribute
 from attncheck.static.rule import Invalid, Rule
 
 
@@ -20,6 +24,8 @@ class HeadMergeLayout(Rule):
     code = "ATT105"
     PREFILTER = ("view", "reshape")
     VALID = (
+        "def f(self, w, v, b, s):\n    x = v.reshape(b * self.num_heads, s, -1)\n"
+        "    return torch.bmm(w, x).view(b, self.num_heads, s, -1)",
         "def f(self, a, v, b, s):\n    o = a @ v\n    return o.transpose(1, 2).reshape(b, s, -1)",
         "def f(self, a, v, b, s, d):\n    o = torch.matmul(a, v).permute(0, 2, 1, 3).contiguous()\n"
         "    return o.view(b, s, d)",
@@ -30,6 +36,18 @@ class HeadMergeLayout(Rule):
         "def f(self, o):\n    return einops.rearrange(o, 'b h s d -> b s (h d)')",
     )
     INVALID = (
+        Invalid(  # a buffer allocated heads-first, filled per head
+            "def f(self, x, b, l):\n    out = torch.zeros(self.num_heads, b, l, self.head_dim)\n"
+            "    return out.view(b, l, -1)",
+            line=3,
+            message="heads before",
+        ),
+        Invalid(  # folded batch-major, unfolded head-major
+            "def f(self, q, w, v, b, s):\n    q = q.reshape(b * self.num_heads, s, -1)\n"
+            "    return torch.bmm(w, v).view(self.num_heads, b, s, -1)",
+            line=3,
+            message="head-major",
+        ),
         Invalid(
             "def f(self, q, k, v, N, S, E):\n    a = torch.softmax(q @ k.transpose(-2, -1), dim=-1)\n"
             "    return torch.matmul(a, v).reshape(N, S, E)",
@@ -62,22 +80,94 @@ class HeadMergeLayout(Rule):
         if method_name(node) not in ("view", "reshape") or not isinstance(node.func, cst.Attribute):
             return
         sizes = shape_arguments(node)
+        if sizes is not None and len(sizes) == 4:
+            self._check_unfold(node, sizes)
         if sizes is None or len(sizes) != 3 or any(mentions_heads(size) for size in sizes[:2]):
             return
         if dim_role(sizes[1]) in ("head_dim", "model"):
             return
         fn = self.context.function
-        source, _ = self.tracer.origin(node.func.value, fn)
-        if not is_heads_first_product(source, self.tracer, fn):
+        source = self._heads_first(node.func.value, fn)
+        if source is None:
             return
         shown = self.context.module.code_for_node
         sizes_text = ", ".join(shown(size) for size in sizes)
         self.report(
             node,
-            f"a (batch, heads, seq, head_dim) result (`{shown(source)}`) is merged with "
+            f"a result with the heads before the sequence axis (`{shown(source)}`) is merged with "
             f"{node.func.attr.value}({sizes_text}) without transposing the heads axis back after the "
             "sequence axis: rows of the output mix tokens and heads",
             hint=f"merge with .transpose(1, 2).reshape({sizes_text}) "
             f"(or .transpose(1, 2).contiguous().view({sizes_text}))",
             evidence=[f"heads-first tensor from `{shown(source)}`"],
         )
+
+    def _heads_first(self, tensor: cst.BaseExpression, fn: FunctionFacts | None) -> cst.BaseExpression | None:
+        """Where ``tensor`` gets its (heads before sequence) layout, or None: attention's
+        ``(b, h, s, dh)`` output here or returned by a helper method of the class
+        (``o = self._attend(q, k, v)``), or a buffer allocated heads-first and filled per head
+        (``torch.zeros(h, b, l, dv)``)."""
+        source, where = self.tracer.origin(tensor, fn)
+        if is_heads_first_product(source, self.tracer, where) or _allocated_heads_first(source, self.context):
+            return source
+        attr = self_attribute(source.func) if type(source) is cst.Call else None
+        helper = where.owner.methods.get(attr) if where is not None and where.owner is not None and attr else None
+        if helper is None or helper is where:
+            return None
+        for returned in semantics.of(self.context).returns(helper):
+            if returned.value is not None:
+                value, inner = self.tracer.origin(returned.value, helper)
+                if is_heads_first_product(value, self.tracer, inner):
+                    return source
+        return None
+
+    def _check_unfold(self, node: cst.Call, sizes: Sequence[cst.BaseExpression]) -> None:
+        """``o.view(h, b, s, dh)`` of heads folded batch-major (``reshape(b * h, s, dh)``), or
+        ``o.view(b, h, s, dh)`` of heads folded head-major (``h * b``): the unfold puts each
+        example's rows under another example."""
+        fn = self.context.function
+        heads_first = mentions_heads(sizes[0]) and not mentions_heads(sizes[1])
+        if fn is None or not (heads_first or (mentions_heads(sizes[1]) and not mentions_heads(sizes[0]))):
+            return
+        folds = [order for call in fn.calls if (order := _fold_order(call)) is not None]
+        if not folds or any(order == heads_first for order in folds):
+            return
+        shown = self.context.module.code_for_node
+        self.report(
+            node,
+            f"`{shown(node)}` unfolds the heads {'head' if heads_first else 'batch'}-major, but this function "
+            f"folds them {'batch' if heads_first else 'head'}-major (`{'b * h' if heads_first else 'h * b'}`): "
+            "each example's output rows are taken from other examples and heads",
+            hint="unfold in the order of the fold: reshape(b * h, ...) is undone by view(b, h, ...)",
+        )
+
+
+def _fold_order(call: cst.Call) -> bool | None:
+    """For ``x.reshape(b * h, s, dh)`` False (batch-major), for ``x.view(h * b, s, dh)`` True
+    (heads first); None for any other call."""
+    if method_name(call) not in ("view", "reshape"):
+        return None
+    sizes = shape_arguments(call)
+    if sizes is None or len(sizes) != 3:
+        return None
+    first = sizes[0]
+    if type(first) is not cst.BinaryOperation or type(first.operator) is not cst.Multiply:
+        return None
+    left, right = mentions_heads(first.left), mentions_heads(first.right)
+    return left if left != right else None
+
+
+_ALLOCATORS = frozenset({"torch.zeros", "torch.empty", "torch.ones", "torch.randn"})
+
+
+def _allocated_heads_first(source: cst.BaseExpression, context: FileContext) -> bool:
+    """``torch.zeros(self.h, b, l, dv)``: a 4-D buffer whose first size is the head count."""
+    if type(source) is not cst.Call:
+        return False
+    allocator = context.facts.canonical(source.func) in _ALLOCATORS
+    if not allocator and method_name(source) not in ("new_zeros", "new_empty"):
+        return False
+    sizes = [a.value for a in source.args if a.keyword is None and not a.star]  # device=, dtype= aside
+    if len(sizes) == 1 and type(sizes[0]) in (cst.Tuple, cst.List):
+        sizes = [e.value for e in sizes[0].elements]
+    return len(sizes) == 4 and mentions_heads(sizes[0]) and not mentions_heads(sizes[1])

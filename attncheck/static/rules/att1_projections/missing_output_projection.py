@@ -41,8 +41,11 @@ _PROJ = "self.proj = nn.Linear(d_model, d_model)"
 
 class MissingOutputProjection(Rule):
     code = "ATT102"
-    PREFILTER = ("view", "reshape", "rearrange", "flatten")
+    PREFILTER = ("view", "reshape", "rearrange", "flatten", "head")
     VALID = (
+        "import torch, torch.nn as nn\nclass MultiHead(nn.Module):\n    def __init__(self, heads, d):\n"
+        "        super().__init__()\n        self.heads, self.proj = nn.ModuleList(heads), nn.Linear(d, d)\n"
+        "    def forward(self, x):\n        return self.proj(torch.cat([h(x) for h in self.heads], dim=-1))",
         _cls(_PROJ, "return self.proj(out.transpose(1, 2).reshape(b, s, d))"),
         _cls(
             _PROJ,
@@ -59,6 +62,14 @@ class MissingOutputProjection(Rule):
         ),
     )
     INVALID = (
+        Invalid(  # per-head modules concatenated, nothing to mix the heads
+            "import torch, torch.nn as nn\nclass MultiHead(nn.Module):\n    def __init__(self, heads):\n"
+            "        super().__init__()\n        self.heads = nn.ModuleList(heads)\n"
+            "    def forward(self, x):\n        return torch.cat([h(x) for h in self.heads], dim=-1)",
+            line=7,
+            message="concatenated",
+            severity=Severity.WARNING,
+        ),
         Invalid(_cls(_PROJ, "return out.transpose(1, 2).reshape(b, s, d)"), line=13, message="self.proj"),
         Invalid(
             _cls(
@@ -84,9 +95,8 @@ class MissingOutputProjection(Rule):
         merges = {
             id(call): call for call, tensor in sem.merges(forward) if sem.reaches_attention(tensor, forward)
         }
-        if not merges:
-            return
-        merge = self._unprojected_merge(sem, forward, merges)
+        concatenated = {id(call): call for call in forward.calls if _concatenates_heads(call, sem)}
+        merge = self._unprojected_merge(sem, forward, merges | concatenated) if merges or concatenated else None
         if merge is None:
             return
         outs = [
@@ -100,6 +110,14 @@ class MissingOutputProjection(Rule):
                 f"heads are merged and returned without the output projection: {shown} is "
                 "defined but never applied (or its result is discarded)",
                 hint=_HINT,
+            )
+        elif not outs and id(merge) in concatenated:
+            self.report(
+                merge,
+                "the per-head outputs are concatenated and returned without an output projection (W_o): "
+                "the heads never mix",
+                severity=Severity.WARNING,
+                hint="define self.proj = nn.Linear(n_embd, n_embd) and return self.proj(torch.cat(...))",
             )
         elif not outs and self._owns_projection(sem, klass):
             self.report(
@@ -138,6 +156,28 @@ class MissingOutputProjection(Rule):
             ):
                 return False  # used inside another module, which may project
         return any(projection_role(a) in {"q", "k", "v", "qkv"} for a in klass.attributes)
+
+
+def _concatenates_heads(call: cst.Call, sem: semantics.Semantics) -> bool:
+    """``torch.cat([h(x) for h in self.heads], dim=-1)``: the outputs of a list of head modules
+    (an attribute named for heads), each called, concatenated (a comprehension, or
+    ``tuple(...)``/``list(...)`` of one)."""
+    if sem.facts.canonical(call.func) not in ("torch.cat", "torch.concat") or not call.args:
+        return False
+    pieces = call.args[0].value
+    if type(pieces) is cst.Call and type(pieces.func) is cst.Name and pieces.func.value in ("tuple", "list"):
+        pieces = pieces.args[0].value if pieces.args else pieces
+    if type(pieces) not in (cst.ListComp, cst.GeneratorExp) or type(pieces.elt) is not cst.Call:
+        return False
+    head, loop = pieces.elt.func, pieces.for_in
+    modules = self_attribute(loop.iter)
+    return (
+        type(head) is cst.Name
+        and type(loop.target) is cst.Name
+        and loop.target.value == head.value
+        and modules is not None
+        and "head" in modules.lower()  # self.heads, self.attention_heads: not a CNN's branches
+    )
 
 
 def _find_merge(

@@ -12,7 +12,7 @@ from attncheck.static.analysis.patterns import (
     constant_value,
     dim_role,
     fill_site,
-    literal_is,
+    is_query_row_mask,
     literal_value,
     tracer,
 )
@@ -162,8 +162,10 @@ class SoftmaxOrder(Rule):
             if "sum" not in self.context.module.code_for_node(node.right):
                 self._report_scale(node, node.right)
             return
-        if not isinstance(node.operator, cst.Multiply):
-            return
+        if not isinstance(node.operator, cst.Multiply) or not (
+            self._may_report(node.left) or self._may_report(node.right)
+        ):
+            return  # no side is a factor worth reporting: which side holds weights does not matter
         for weights, factor in ((node.left, node.right), (node.right, node.left)):
             if not self._is_probabilities(weights):
                 continue
@@ -175,6 +177,11 @@ class SoftmaxOrder(Rule):
             elif self._is_scale(factor):
                 self._report_scale(node, factor)
             return
+
+    def _may_report(self, factor: cst.BaseExpression) -> bool:
+        """A factor that, multiplied into the attention weights, is reported: a mask or a scale."""
+        name = base_name(factor) or ""
+        return not _LEGIT_FACTOR.search(name) and ("mask" in name.lower() or self._is_scale(factor))
 
     def visit_Call(self, node: cst.Call) -> None:
         facts = self.context.facts
@@ -188,7 +195,7 @@ class SoftmaxOrder(Rule):
                 constant_value(site.value, facts) == 0
                 and "isnan" not in mask_text
                 and ".all(" not in mask_text
-                and not _is_row_mask(site.mask)
+                and not is_query_row_mask(site.mask)
                 and not self._masked_before(softmax, mask_text)
                 and not self._renormalised()
             ):
@@ -273,13 +280,3 @@ class SoftmaxOrder(Rule):
             evidence=[f"post-softmax mask: {shown}"],
         )
 
-
-def _is_row_mask(mask: cst.BaseExpression) -> bool:
-    """A mask broadcast along the key axis (``m[:, :, None, None]``, ``m.unsqueeze(-1)``): it
-    zeroes whole query rows (padded queries), it removes no key from any row."""
-    if isinstance(mask, cst.Subscript):
-        last = mask.slice[-1].slice
-        return isinstance(last, cst.Index) and isinstance(last.value, cst.Name) and last.value.value == "None"
-    if isinstance(mask, cst.Call) and isinstance(mask.func, cst.Attribute) and mask.func.attr.value == "unsqueeze":
-        return len(mask.args) == 1 and literal_is(mask.args[0].value, -1)
-    return False

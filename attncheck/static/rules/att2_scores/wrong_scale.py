@@ -8,8 +8,9 @@ import libcst as cst
 
 from attncheck.findings import Edit, Severity
 from attncheck.static.analysis import semantics, syntax
-from attncheck.static.analysis.results import Pipeline, Term
+from attncheck.static.analysis.results import Factor, Pipeline, Term
 from attncheck.static.analysis.syntax import DESCRIPTION
+from attncheck.static.context import FileContext
 from attncheck.static.facts import FunctionFacts
 from attncheck.static.rule import Invalid, Rule
 from attncheck.static.rules.att2_scores import scale_conventions, scale_fixes
@@ -75,6 +76,16 @@ class WrongScale(Rule):
         "    return torch.softmax(sim, 1) * torch.softmax(sim, 2)",
     )
     INVALID = (
+        Invalid(  # q pre-scaled, then the file's eager function scales the scores again
+            "import torch\ndef eager(module, query, key, value, scaling):\n"
+            "    return torch.softmax(query @ key.transpose(2, 3) * scaling, dim=-1) @ value\n"
+            "class A:\n    def __init__(self, d, h):\n        self.head_dim = d // h\n"
+            "        self.scaling = self.head_dim ** -0.5\n"
+            "    def forward(self, q, k, v):\n        q = q * self.scaling\n"
+            "        return eager(self, q, k, v, scaling=self.scaling)",
+            line=9,
+            message="scaled twice",
+        ),
         Invalid(_mha("s = q @ k.transpose(-2, -1) / math.sqrt(T)"), line=12, message="T = x.shape[1]"),
         Invalid(_mha("s = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(C)"), line=12, message="d_model"),
         Invalid(  # channels-first (b, c, t) named so, split into heads: sqrt(channels) is sqrt(d_model)
@@ -151,8 +162,10 @@ class WrongScale(Rule):
         fn = self.context.function
         softmax = sem.softmax(node, fn)
         if softmax is None:
-            if fn is not None and self.context.facts.canonical(node.func) in syntax.SDPA:
+            if fn is not None and syntax.is_sdpa_call(self.context, node):
                 self._judge_prescaled_query(node, sem, fn)
+            elif fn is not None and type(node.func) is cst.Name:
+                self._judge_own_eager_function(node, sem, fn)
             return
         pipeline = sem.pipeline(softmax, fn)
         if pipeline is None or not pipeline.products or sem.dual_softmax(softmax, fn):
@@ -172,24 +185,47 @@ class WrongScale(Rule):
         query = next(iter(syntax.positional(node)), None) or syntax.keyword(node, "query")
         if query is None or syntax.keyword(node, "scale") is not None:
             return
-        factors, scale_argument = sem.factors_on(query, fn)
-        terms = [
-            (factor, term)
-            for factor in factors
-            for term in sem.terms(factor.value, factor.fn, -1.0 if factor.divides else 1.0)
-        ]
-        if scale_argument or not terms or any(term.kind in (None, "const") for _, term in terms):
+        self._report_prescaled(
+            query,
+            sem,
+            fn,
+            "scaled_dot_product_attention, which divides by sqrt(head_dim) again by default",
+            hint="drop the scaling of q, or pass scale=1.0 to scaled_dot_product_attention",
+        )
+
+    def _judge_own_eager_function(self, node: cst.Call, sem: semantics.Semantics, fn: FunctionFacts) -> None:
+        """A function of this file that multiplies its scores by a ``scaling`` parameter, called
+        with a q already scaled by a width and a scaling that is not 1 (HF's
+        ``eager_attention_forward(self, query * self.scaling, ..., scaling=self.scaling)``)."""
+        callee = self.context.shared(_scaled_functions).get(node.func.value) if type(node.func) is cst.Name else None
+        if callee is None:
             return
-        widths = [(factor, term) for factor, term in terms if term.kind in ("head_dim", "d_model")]
-        if widths and sum(term.power for _, term in widths) < 0:
-            factor, term = widths[0]
+        function, query_param, scale_param = callee
+        query = _argument_for(node, function, query_param)
+        scaling = _argument_for(node, function, scale_param)
+        if query is None or scaling is None or syntax.number(scaling) == 1 or sem.code(scaling) == "None":
+            return
+        self._report_prescaled(
+            query,
+            sem,
+            fn,
+            f"{function.name}, which multiplies the scores by its `{scale_param}` argument "
+            f"`{sem.code(scaling)}` again",
+            hint=f"drop the scaling of q, or pass {scale_param}=1.0",
+        )
+
+    def _report_prescaled(
+        self, query: cst.BaseExpression, sem: semantics.Semantics, fn: FunctionFacts, reaches: str, hint: str
+    ) -> None:
+        """Report the width q is already scaled by, if any, where it then ``reaches`` a second scale."""
+        found = _prescaled_by_width(query, sem, fn)
+        if found is not None:
+            factor, term = found
             self.report(
                 factor.node,
                 f"q is already {'divided' if factor.divides else 'multiplied'} by {sem.code(factor.value)} "
-                f"({term.evidence}) when it reaches "
-                "scaled_dot_product_attention, which divides by sqrt(head_dim) again by default: "
-                "the scores are scaled twice",
-                hint="drop the scaling of q, or pass scale=1.0 to scaled_dot_product_attention",
+                f"({term.evidence}) when it reaches {reaches}: the scores are scaled twice",
+                hint=hint,
             )
 
     def _judge(self, pipeline: Pipeline, terms: list, sem: semantics.Semantics) -> None:
@@ -264,3 +300,57 @@ class WrongScale(Rule):
 def _root(term: Term) -> str:
     name = term.evidence.split(" = ")[0]
     return f"sqrt({name})" if abs(abs(term.power) - 0.5) < 1e-9 else f"{name} ** {abs(term.power):g}"
+
+
+_SCALE_PARAMS = ("scaling", "scale", "softmax_scale", "sm_scale")
+_QUERY_PARAMS = ("query", "q", "query_states", "queries")
+
+
+def _prescaled_by_width(
+    query: cst.BaseExpression, sem: semantics.Semantics, fn: FunctionFacts
+) -> tuple[Factor, Term] | None:
+    """The factor that divides q by a width (head_dim or d_model) on its way here, when every
+    factor on q is such a known width (a constant or an unknown factor may be a deliberate scale)."""
+    factors, scale_argument = sem.factors_on(query, fn)
+    terms = [
+        (factor, term)
+        for factor in factors
+        for term in sem.terms(factor.value, factor.fn, -1.0 if factor.divides else 1.0)
+    ]
+    if scale_argument or not terms or any(term.kind in (None, "const") for _, term in terms):
+        return None
+    widths = [(factor, term) for factor, term in terms if term.kind in ("head_dim", "d_model")]
+    return widths[0] if widths and sum(term.power for _, term in widths) < 0 else None
+
+
+def _scaled_functions(context: FileContext) -> dict[str, tuple[FunctionFacts, str, str]]:
+    """The module-level functions of the file that take a query and a scale parameter and
+    multiply their scores by it: ``{name: (function, query parameter, scale parameter)}``."""
+    sem = semantics.of(context)
+    found = {}
+    for function in context.facts.functions:
+        if function.owner is not None:
+            continue
+        query = next((p for p in function.params if p in _QUERY_PARAMS), None)
+        scale = next((p for p in function.params if p in _SCALE_PARAMS), None)
+        if query is None or scale is None:
+            continue
+        for call in function.calls:
+            softmax = sem.softmax(call, function)
+            pipeline = sem.pipeline(softmax, function) if softmax is not None else None
+            if pipeline is not None and any(
+                type(f.value) is cst.Name and f.value.value == scale for f in pipeline.factors
+            ):
+                found[function.name] = (function, query, scale)
+                break
+    return found
+
+
+def _argument_for(call: cst.Call, function: FunctionFacts, param: str) -> cst.BaseExpression | None:
+    """What ``call`` passes for ``function``'s parameter ``param``, by keyword or position."""
+    given = syntax.keyword(call, param)
+    if given is not None:
+        return given
+    index = function.params.index(param)
+    positional = syntax.positional(call)
+    return positional[index] if index < len(positional) else None

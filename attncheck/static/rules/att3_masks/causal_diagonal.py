@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from attncheck.findings import Severity
-from attncheck.static.analysis import semantics
+from attncheck.static.analysis import semantics, syntax
 from attncheck.static.analysis.patterns import (
     FillSite,
     argument,
@@ -25,12 +25,14 @@ from attncheck.static.analysis.patterns import (
 from attncheck.static.context import FileContext
 from attncheck.static.facts import FunctionFacts, whole_number
 from attncheck.static.rule import Invalid, Rule
+from attncheck.static.tree import subtree
 
 _SDPA = "torch.nn.functional.scaled_dot_product_attention"
 _KV_CACHE = re.compile(
     r"past_key_values?|layer_past|kv_cache|use_cache|\bpast\b|cache_position", re.IGNORECASE
 )
 _ADDITIVE = re.compile(r"inf|finfo|\.min\b|-1e\d|-10000")
+_TRIANGLE_NAMES = frozenset({"triu", "tril", "triu_", "tril_"})
 
 
 @dataclass(frozen=True)
@@ -58,12 +60,25 @@ class CausalDiagonal(Rule):
         "def f(q, k, v, T):\n    keep = torch.ones(T, T, dtype=torch.bool).tril()\n"
         "    return F.scaled_dot_product_attention(q, k, v, attn_mask=keep)",
         "def f(q, k, v):\n    return F.scaled_dot_product_attention(q, k, v, is_causal=True)",
+        # Bottom-right elsewhere, and is_causal only where the lengths agree.
+        "def f(q, k, v, flash):\n    n, m = q.size(-2), k.size(-2)\n    if flash:\n"
+        "        return F.scaled_dot_product_attention(q, k, v, is_causal=n == m)\n"
+        "    keep = torch.tril(torch.ones(n, m, dtype=torch.bool), diagonal=m - n)\n"
+        "    return (q @ k.mT / math.sqrt(q.size(-1))).masked_fill(~keep, -1e4).softmax(-1) @ v",
         # PP-DocLayout's reading-order pointer head: each element points to a later one, no softmax.
         "def f(self, queries, keys, n):\n    logits = (queries @ keys.transpose(-2, -1)) / (self.head_size**0.5)\n"
         "    mask = torch.tril(torch.ones(n, n, device=logits.device)).bool()\n"
         "    return logits.masked_fill(mask.unsqueeze(0), -1e4)",
     )
     INVALID = (
+        Invalid(
+            "def f(q, k, v, flash):\n    n, m = q.size(-2), k.size(-2)\n    if flash:\n"
+            "        return F.scaled_dot_product_attention(q, k, v, is_causal=True)\n"
+            "    keep = torch.tril(torch.ones(n, m, dtype=torch.bool), diagonal=m - n)\n"
+            "    return (q @ k.mT / math.sqrt(q.size(-1))).masked_fill(~keep, -1e4).softmax(-1) @ v",
+            line=4,
+            message="bottom-right elsewhere",
+        ),
         Invalid(
             "def f(s, T):\n    m = torch.triu(torch.ones(T, T)).bool()\n    return s.masked_fill(m, -1e4)",
             line=2,
@@ -126,7 +141,7 @@ class CausalDiagonal(Rule):
                 if not self._scoring_head(site, fn):
                     self._check(site.mask, blocked=site.mask_blocks, fn=fn)
                 return
-        if facts.canonical(node.func) != _SDPA:
+        if not syntax.is_sdpa_call(self.context, node) or facts.canonical(node.func) != _SDPA:
             return
         fn = self.context.function
         mask = argument(node, 3, "attn_mask") if self.triangles else None
@@ -134,6 +149,19 @@ class CausalDiagonal(Rule):
             code = self.context.module.code_for_node(self.tracer.origin(mask, fn)[0])
             self._check(mask, blocked=bool(_ADDITIVE.search(code)), fn=fn)
         causal = argument(node, 5, "is_causal")
+        aligned = self._bottom_right_elsewhere(fn) if _unconditional(causal) else None
+        if aligned is not None:
+            shown = self.context.module.code_for_node(aligned)
+            self.report(
+                node,
+                f"is_causal aligns the causal mask top-left, but this {'class' if fn and fn.owner else 'function'} "
+                f"aligns it bottom-right elsewhere (`{shown}`): whenever the keys outnumber the queries "
+                "the two paths disagree, and this one hides keys the queries should see",
+                hint="pass the bottom-right mask built elsewhere as attn_mask, or is_causal only when "
+                "q_len == k_len",
+                evidence=[f"bottom-right: {shown}", f"top-left: {self.context.module.code_for_node(causal)}"],
+            )
+            return
         if isinstance(causal, cst.Name) and causal.value == "True" and self._has_kv_cache(fn):
             self.report(
                 node,
@@ -246,8 +274,43 @@ class CausalDiagonal(Rule):
             and not self.tracer.feeds_attention(site, fn)
         )
 
+    def _bottom_right_elsewhere(self, fn: FunctionFacts | None) -> cst.Call | None:
+        """A triangle in ``fn``'s class (or in ``fn`` itself, outside a class) whose diagonal is
+        offset by a difference of lengths (``tril(ones(q_len, k_len), diagonal=k_len - q_len)``):
+        the code knows the queries may be fewer than the keys, and aligns them bottom-right."""
+        if fn is None or not self.triangles:
+            return None
+        scopes = list(fn.owner.methods.values()) if fn.owner is not None else [fn]
+        for scope in scopes:
+            for call in scope.calls:
+                if self._offset_by_difference(call, scope):
+                    return call
+        return None
+
+    def _offset_by_difference(self, call: cst.Call, fn: FunctionFacts) -> bool:
+        canonical = self.context.facts.canonical(call.func) or ""
+        if canonical in ("torch.triu", "torch.tril"):
+            diagonal = argument(call, 1, "diagonal")
+        elif method_name(call) in _TRIANGLE_NAMES and not canonical.startswith("torch."):
+            diagonal = argument(call, 0, "diagonal")
+        else:
+            return False
+        if type(diagonal) is cst.Name:
+            diagonal = self.tracer.origin(diagonal, fn, through=frozenset())[0]
+        return diagonal is not None and any(
+            type(n) is cst.BinaryOperation and type(n.operator) is cst.Subtract for n in subtree.preorder(diagonal)
+        )
+
     def _has_kv_cache(self, fn: FunctionFacts | None) -> bool:
         return fn is not None and bool(_KV_CACHE.search(self.context.module.code_for_node(fn.node)))
+
+
+def _unconditional(causal: cst.BaseExpression | None) -> bool:
+    """``is_causal=True`` or a flag (``self.is_causal``, ``causal``): not a comparison of lengths
+    (``q_len == k_len``, ``q_len > 1``), which chooses top-left only where it is right."""
+    return causal is not None and (
+        type(causal) is cst.Name or (type(causal) is cst.Attribute and type(causal.value) is cst.Name)
+    ) and not (type(causal) is cst.Name and causal.value in ("False", "None"))
 
 
 def _diagonal_problem(triangle: _Triangle, blocks: bool) -> str | None:

@@ -8,7 +8,14 @@ from collections.abc import Callable
 
 import libcst as cst
 
-from attncheck.static.analysis.patterns import FillSite, constant_value, fill_site, method_name, tracer
+from attncheck.static.analysis.patterns import (
+    FillSite,
+    constant_value,
+    fill_site,
+    method_name,
+    selects_fully_masked_rows,
+    tracer,
+)
 from attncheck.static.analysis.syntax import number
 from attncheck.static.context import FileContext
 from attncheck.static.facts import FileFacts, FunctionFacts, self_attribute
@@ -33,6 +40,9 @@ class FullyMaskedNan(Rule):
         "def f(self, att, T):\n    att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float('-inf'))\n"
         "    return F.softmax(att, dim=-1)",
         "def f(s, causal_mask):\n    return s.masked_fill(causal_mask, -math.inf).softmax(-1)",
+        # The fully masked rows are zeroed after the softmax.
+        "def f(s, mask):\n    p = s.masked_fill(~mask, float('-inf')).softmax(-1)\n"
+        "    return p.masked_fill(~mask.any(-1, keepdim=True), 0.0)",
         # a sliding window that always keeps the diagonal (issue 20): no row is fully masked
         "def f(s, i, j, window):\n    blocked = (j > i) | (i - j >= window)\n"
         "    return s.masked_fill(blocked, float('-inf')).softmax(-1)",
@@ -154,4 +164,8 @@ def _guarded(fn: FunctionFacts | None, facts: FileFacts) -> bool:
             name == "clamp" and any(a.keyword and a.keyword.value == "min" for a in call.args)
         ):
             return True
+        if name in ("masked_fill", "masked_fill_", "where"):
+            site = fill_site(call, facts)  # the fully masked rows zeroed after the softmax
+            if site is not None and selects_fully_masked_rows(site.mask) and constant_value(site.value, facts) == 0:
+                return True
     return False

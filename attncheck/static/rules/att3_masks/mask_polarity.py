@@ -10,15 +10,20 @@ from libcst.metadata import PositionProvider
 
 from attncheck.line_table import OTHER_BREAKS, split_lines
 from attncheck.mask_wording import declared_blocked
+from attncheck.static.analysis import semantics
 from attncheck.static.analysis.patterns import (
+    FillSite,
     Polarity,
     argument,
     fill_site,
     is_blocking_value,
     is_mask_shaping,
+    literal_value,
+    method_name,
     selected_polarity,
     tracer,
 )
+from attncheck.static.analysis.syntax import is_sdpa_call
 from attncheck.static.context import FileContext
 from attncheck.static.facts import FunctionFacts
 from attncheck.static.rule import Invalid, Rule
@@ -26,6 +31,8 @@ from attncheck.static.rule import Invalid, Rule
 # A comment: from a line's first # to the end of the line, at any line break Python knows.
 _COMMENT = re.compile(f"#([^\n{OTHER_BREAKS}]*)")
 _CONCATS = frozenset({"torch.cat", "torch.concat", "torch.concatenate"})
+_TRIANGLES = frozenset({"torch.tril", "torch.triu"})
+
 
 
 class MaskPolarity(Rule):
@@ -44,6 +51,15 @@ class MaskPolarity(Rule):
         '0 for tokens that are masked."""\n'
         "    bbox_first_token_mask = torch.cat([~bbox_first_token_mask, torch.zeros([b, 1], dtype=torch.bool)], 1)\n"
         "    return logits.masked_fill(bbox_first_token_mask[:, None, :], -1e4)",
+        # Block masks joined with |; complementary masks in branches with their own softmax.
+        'def f(s, t, key_padding_mask):\n    """key_padding_mask: True for padding."""\n'
+        "    future = torch.triu(torch.ones(t, t, dtype=torch.bool), diagonal=1)\n"
+        "    return s.masked_fill(key_padding_mask[:, None, :] | future, -1e4).softmax(-1)",
+        "def f(s, v, window):\n    a = s.masked_fill(~window, -1e4).softmax(-1) @ v\n"
+        "    return a + s.masked_fill(window, -1e4).softmax(-1) @ v",
+        # SDPA's bool attn_mask attends where True.
+        "def f(q, k, v, mask):\n    # mask: 1 for tokens to attend, 0 for padding\n"
+        "    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.bool())",
     )
     INVALID = (
         Invalid(
@@ -72,18 +88,42 @@ class MaskPolarity(Rule):
             "    return s.masked_fill(mask, -1e4)",
             line=4,
         ),
+        Invalid(
+            'def f(s, t, key_padding_mask):\n    """key_padding_mask: True for padding."""\n'
+            "    past = torch.tril(torch.ones(t, t, dtype=torch.bool))\n"
+            "    return s.masked_fill(key_padding_mask[:, None, :] | past, -1e4).softmax(-1)",
+            line=4,
+            message="two conventions",
+        ),
+        Invalid(
+            "def f(s, r, mask):\n    s = s.masked_fill(~mask, -1e4)\n    r = r.masked_fill(mask, -1e4)\n"
+            "    return (s + r).softmax(-1)",
+            line=3,
+            message="two conventions",
+        ),
+        Invalid(
+            "def f(q, k, v, mask):\n    # mask: 1 for tokens to attend, 0 for padding\n"
+            "    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask == 0)",
+            line=3,
+            message="attends where True",
+        ),
     )
 
     def __init__(self, context: FileContext) -> None:
         super().__init__(context)
         self.tracer = tracer(context)
+        self._fills: dict[int, list[tuple[cst.Call, str, Polarity]]] = {}  # blocking fills, by function
+        self._combinations: set[int] = set()
 
     def visit_Call(self, node: cst.Call) -> None:
         facts = self.context.facts
         site = fill_site(node, facts)
         fn = self.context.function
+        if site is None and fn is not None and is_sdpa_call(self.context, node):
+            self._judge_sdpa_mask(node, fn)
         if site is None or fn is None or not is_blocking_value(site.value, facts):
             return
+        self._judge_combination(site, fn)
         found = self._blocked_values(site.mask, fn)
         if found is None:
             return
@@ -92,6 +132,7 @@ class MaskPolarity(Rule):
             blocked = "zeros" if blocked == "ones" else "ones"
         documented, where = self._documented(node, fn, mask_name)
         if documented is None or documented == blocked:
+            self._judge_mixed_fills(node, fn, mask_name, blocked)
             return
         code_text = self.context.module.code_for_node(site.mask)
         said = "1/True" if documented == "ones" else "0/False"
@@ -107,6 +148,177 @@ class MaskPolarity(Rule):
             ),
             evidence=[f"{where}: {said} = blocked", f"code: `{code_text}` blocks the {blocked}"],
         )
+
+    def _judge_sdpa_mask(self, node: cst.Call, fn: FunctionFacts) -> None:
+        """SDPA's bool ``attn_mask`` keeps where True. A mask turned bool here (``mask == 0``,
+        ``~mask``, ``mask.bool()``) whose ones or zeros the code's own comment or docstring calls
+        blocked, handed over so that SDPA keeps exactly those, attends to the padding."""
+        mask = argument(node, 3, "attn_mask")
+        if mask is None or not self._made_bool(mask, fn):
+            return
+        found = self._blocked_values(mask, fn)
+        if found is None:
+            return
+        mask_name, kept = found
+        documented, where = self._documented(node, fn, mask_name)
+        stepped = self.tracer.step(mask, fn) if type(mask) is cst.Name else None
+        if documented is None and stepped is not None:  # the comment above the conversion
+            documented, where = self._documented(stepped[0], fn, mask_name)
+        if documented is None or documented != kept:
+            return
+        shown = self.context.module.code_for_node(mask)
+        said = "1/True" if documented == "ones" else "0/False"
+        self.report(
+            mask,
+            f"the {where} says {said} in `{mask_name}` marks blocked positions, but `{shown}` is True there, "
+            "and scaled_dot_product_attention's bool attn_mask attends where True: the blocked keys are "
+            "the only ones kept",
+            hint="SDPA wants True = attend: pass "
+            + ("~mask (or mask == 0)" if documented == "ones" else "mask.bool() (or mask != 0)"),
+            evidence=[f"{where}: {said} = blocked", f"SDPA keeps the {kept} of `{mask_name}`"],
+        )
+
+    def _made_bool(self, mask: cst.BaseExpression, fn: FunctionFacts) -> bool:
+        """Whether the mask expression, followed back through its names and reshapes, is made
+        bool by a comparison, ``~``, ``logical_not`` or ``.bool()`` (a float mask would be added)."""
+        expr: cst.BaseExpression | None = mask
+        for _ in range(6):
+            if type(expr) is cst.Comparison or (
+                type(expr) is cst.UnaryOperation and type(expr.operator) is cst.BitInvert
+            ):
+                return True
+            if type(expr) is cst.Call and method_name(expr) in ("bool", "logical_not", "eq", "ne"):
+                return True
+            if type(expr) is cst.Subscript:
+                expr = expr.value
+            elif type(expr) is cst.Call and is_mask_shaping(expr) and type(expr.func) is cst.Attribute:
+                expr = expr.func.value
+            else:
+                stepped = self.tracer.step(expr, fn) if type(expr) is cst.Name else None
+                if stepped is None:
+                    return False
+                expr = stepped[0]
+        return False
+
+    def _judge_mixed_fills(self, node: cst.Call, fn: FunctionFacts, mask_name: str, blocked: Polarity) -> None:
+        """One mask blocking its ones in one fill and its zeros in another (``masked_fill(~mask)``
+        and ``masked_fill(mask)``), both feeding the same softmax: one of the two keeps exactly
+        the keys it should drop. Fills feeding different softmaxes may be deliberate complements
+        (a local and a global branch)."""
+        earlier = self._fills.setdefault(id(fn), [])
+        for other, name, other_blocked in earlier:
+            if name == mask_name and other_blocked != blocked and self._one_softmax_reads(fn, other, node):
+                shown = self.context.module.code_for_node
+                self.report(
+                    node,
+                    f"`{mask_name}` blocks its {blocked} here (`{shown(node)}`) but its {other_blocked} in "
+                    f"`{shown(other)}`, and both feed one softmax: one mask, two conventions",
+                    hint=f"decide whether 1/True in `{mask_name}` means keep or blocked, and spell both "
+                    "fills the same way (masked_fill(mask == 0, ...) for a keep mask)",
+                    evidence=[f"{shown(other)} blocks the {other_blocked}", f"{shown(node)} blocks the {blocked}"],
+                )
+                return
+        earlier.append((node, mask_name, blocked))
+
+    def _one_softmax_reads(self, fn: FunctionFacts, first: cst.Call, second: cst.Call) -> bool:
+        sem = semantics.of(self.context)
+        for call in fn.calls:
+            softmax = sem.softmax(call, fn)
+            if softmax is not None and all(self.tracer.reads(softmax.input, fill, fn) for fill in (first, second)):
+                return True
+        return False
+
+    def _judge_combination(self, site: FillSite, fn: FunctionFacts) -> None:
+        """``blocked = padding | causal`` (or ``keep = mask & causal``) blocked in one fill: the two
+        masks must share a convention. A keep mask (``tril``, one documented 1 = attend) joined
+        with a block mask (``triu(..., diagonal=1)``, one documented True = padding) keeps the
+        blocked positions of one of them and blocks the kept ones."""
+        combined, combined_fn = self._join_behind(site.mask, fn)
+        if combined is None or combined_fn is None or id(combined) in self._combinations:
+            return
+        self._combinations.add(id(combined))
+        sides = [(side, self._side_blocks(side, combined_fn, combined)) for side in (combined.left, combined.right)]
+        known = [(side, said) for side, said in sides if said is not None]
+        if len(known) != 2 or known[0][1][0] == known[1][1][0]:
+            return
+        shown = self.context.module.code_for_node
+        meaning = {"ones": "1/True means blocked", "zeros": "1/True means kept"}
+        self.report(
+            combined,
+            f"`{shown(combined)}` joins masks of two conventions: in `{shown(known[0][0])}` "
+            f"{meaning[known[0][1][0]]}, in `{shown(known[1][0])}` {meaning[known[1][1][0]]}",
+            hint="bring both to one convention before joining them: block masks join with |, keep masks "
+            "with &, and ~ turns one into the other",
+            evidence=[f"`{shown(side)}` {said[1]}" for side, said in known],
+        )
+
+    def _join_behind(
+        self, mask: cst.BaseExpression, fn: FunctionFacts
+    ) -> tuple[cst.BinaryOperation | None, FunctionFacts | None]:
+        """The ``a | b`` or ``a & b`` a fill's mask comes from, through names, ``~`` and reshapes."""
+        node: cst.BaseExpression = mask
+        where: FunctionFacts | None = fn
+        for _ in range(6):
+            if type(node) is cst.BinaryOperation:
+                return (node, where) if type(node.operator) in (cst.BitOr, cst.BitAnd) else (None, None)
+            found = selected_polarity(node)
+            if found is None:
+                return None, None
+            stepped = self.tracer.step(found[0], where) if type(found[0]) is cst.Name else None
+            if stepped is None:
+                return None, None
+            node, where = stepped
+        return None, None
+
+    def _side_blocks(
+        self, side: cst.BaseExpression, fn: FunctionFacts, combined: cst.CSTNode
+    ) -> tuple[Polarity, str] | None:
+        """Which values of ``side`` (as it is used in the join) mean blocked, and why: a causal
+        triangle, or a mask whose docstring or comment states its convention."""
+        flipped, node, where = False, side, fn
+        for _ in range(6):
+            found = selected_polarity(node)
+            if found is None:
+                return None
+            node, polarity = found
+            flipped ^= polarity == "zeros"
+            said = self._triangle_blocks(node) or self._documented_side(node, fn, combined)
+            if said is not None:
+                blocked, why = said
+                return ("zeros" if blocked == "ones" else "ones") if flipped else blocked, why
+            stepped = self.tracer.step(node, where) if type(node) is cst.Name else None
+            if stepped is None or stepped[1] is None:
+                return None
+            node, where = stepped
+        return None
+
+    def _triangle_blocks(self, node: cst.BaseExpression) -> tuple[Polarity, str] | None:
+        """``tril(ones)`` keeps its ones (the past); ``triu(ones, diagonal=1)`` blocks them (the future)."""
+        if type(node) is not cst.Call:
+            return None
+        canonical = self.context.facts.canonical(node.func) or ""
+        if canonical in _TRIANGLES:
+            name, diagonal = canonical[len("torch.") :], argument(node, 1, "diagonal")
+        elif method_name(node) in ("tril", "triu", "tril_", "triu_") and canonical not in _TRIANGLES:
+            name, diagonal = method_name(node) or "", argument(node, 0, "diagonal")
+        else:
+            return None
+        if name in ("tril", "tril_"):
+            return "zeros", "is a lower triangle (1 = the past, kept)"
+        offset = literal_value(diagonal, self.context.facts) if diagonal is not None else None
+        if name in ("triu", "triu_") and offset is not None and offset >= 1:
+            return "ones", "is an upper triangle above the diagonal (1 = the future, blocked)"
+        return None
+
+    def _documented_side(
+        self, node: cst.BaseExpression, fn: FunctionFacts, combined: cst.CSTNode
+    ) -> tuple[Polarity, str] | None:
+        if type(node) is not cst.Name or node.value not in fn.params:
+            return None
+        said, where = self._documented(combined, fn, node.value)
+        if said is None:
+            return None
+        return said, f"is documented in the {where} with {'1/True' if said == 'ones' else '0/False'} = blocked"
 
     def _blocked_values(self, mask: cst.BaseExpression, fn: FunctionFacts) -> tuple[str, Polarity] | None:
         """The mask's name and which of its values the expression selects, across reassignments."""

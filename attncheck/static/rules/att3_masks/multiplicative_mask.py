@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import libcst as cst
 
 from attncheck.static.analysis import rope as rp
@@ -44,6 +46,19 @@ class MultiplicativeMask(Rule):
         _fn("scores = scores + torch.where(mask.bool(), 0.0, float('-inf'))"),
         _fn("scores = scores + (1 - mask.float()) * torch.finfo(scores.dtype).min"),
         _fn("scores = scores * mask - 1e4 * (1 - mask)"),
+        # Attention pooling (no q/k/v): the padding mask fills the scores, or is added as 0 / -1e4.
+        "import torch\ndef pool(self, x, mask):\n    w = self.score(x).squeeze(-1).masked_fill(mask == 0, -1e4)\n"
+        "    return (torch.softmax(w, dim=-1).unsqueeze(-1) * x).sum(1)",
+        "import torch, torch.nn.functional as F\ndef pool(self, h, attention_mask):\n"
+        "    e = self.context(torch.tanh(self.proj(h))).squeeze(-1)\n"
+        "    e = e + (1.0 - attention_mask.float()) * -10000.0\n"
+        "    return torch.bmm(F.softmax(e, dim=-1).unsqueeze(1), h).squeeze(1)",
+        "import torch\ndef pool(features, w, lengths_mask):\n    logits = (features * w).sum(-1)\n"
+        "    alpha = torch.where(lengths_mask, logits, torch.finfo(logits.dtype).min).softmax(-1)\n"
+        "    return (alpha[..., None] * features).sum(dim=1)",
+        # Masked after the softmax and renormalised (ATT203's business, and right).
+        "def pool(features, scorer, mask):\n    a = scorer(features).squeeze(-1).softmax(-1) * mask\n"
+        "    a = a / a.sum(-1, keepdim=True)\n    return (a[..., None] * features).sum(dim=1)",
         "import torch\ndef attention(q, k, attention_mask):\n"
         "    return torch.softmax(torch.matmul(q, k.transpose(-1, -2)) / 8 + attention_mask, dim=-1)",
     )
@@ -64,6 +79,12 @@ class MultiplicativeMask(Rule):
             "    return torch.softmax(s * keep, dim=-1) @ v",
             line=5,
         ),
+        Invalid(  # attention pooling: no q/k/v, one learned score per position
+            "import torch\ndef pool(self, x, mask):\n    w = self.score(x).squeeze(-1)\n"
+            "    return (torch.softmax(w * mask, dim=-1).unsqueeze(-1) * x).sum(1)",
+            line=4,
+            message="pooling",
+        ),
     )
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -71,11 +92,12 @@ class MultiplicativeMask(Rule):
         fn = self.context.function
         softmax = sem.softmax(node, fn)
         if softmax is None:
-            if self.context.facts.canonical(node.func) in syntax.SDPA:
+            if syntax.is_sdpa_call(self.context, node):
                 self._judge_sdpa_mask(node, sem, fn)
             return
         pipeline = sem.pipeline(softmax, fn)
         if pipeline is None:
+            self._judge_pooling(node, softmax.input, sem, fn)
             return
         for use in pipeline.masks:
             shown = sem.code(use.mask)
@@ -96,6 +118,22 @@ class MultiplicativeMask(Rule):
                     evidence=[use.binary],
                 )
 
+    def _judge_pooling(
+        self, node: cst.Call, weights: cst.BaseExpression, sem: semantics.Semantics, fn: FunctionFacts | None
+    ) -> None:
+        """Attention pooling has no q·kᵀ: its scores come from a learned scorer (``Linear(d, 1)``, a
+        context vector). A mask multiplied into them still leaves the blocked positions score 0 and
+        weight exp(0). Followed from the softmax's input through names, shape methods and products,
+        never through a sum (``s * m - 1e4 * (1 - m)`` is additive and fine)."""
+        for product, mask in _multiplied_masks(weights, sem, fn):
+            self.report(
+                syntax.located(self, product, node),
+                f"the mask `{sem.code(mask)}` is multiplied into the pooling scores before the softmax: "
+                "blocked positions get score 0, and exp(0) still gives them weight",
+                hint=_HINT,
+            )
+            return
+
     def _judge_sdpa_mask(self, node: cst.Call, sem: semantics.Semantics, fn: FunctionFacts | None) -> None:
         """SDPA adds a float ``attn_mask`` to the scores (only a bool one selects): a 0/1 float mask,
         such as ``torch.tril(torch.ones(t, t))``, blocks nothing."""
@@ -115,6 +153,52 @@ class MultiplicativeMask(Rule):
             hint="pass a bool mask (True = attend): attn_mask=mask.bool()",
             evidence=[info[0]],
         )
+
+
+# Methods that pass a tensor's values through (a shape or a dtype), followed back from a softmax.
+_PASS_THROUGH = frozenset({"squeeze", "unsqueeze", "view", "reshape", "float", "to", "type_as", "contiguous"})
+
+
+def _multiplied_masks(
+    weights: cst.BaseExpression, sem: semantics.Semantics, fn: FunctionFacts | None
+) -> Iterator[tuple[cst.CSTNode, cst.BaseExpression]]:
+    """Each ``(scores * mask, mask)`` in the lineage of ``weights`` within ``fn``: a product
+    (``*``, ``torch.mul``, ``.mul``) one of whose sides is named a mask and is not additive
+    (the other side's lineage holds the mask too, once the product is rebound to its name)."""
+    pending, seen = [weights], set()
+    while pending:
+        expr = pending.pop()
+        if id(expr) in seen or len(seen) > 40:
+            continue
+        seen.add(id(expr))
+        kind = type(expr)
+        if kind is cst.Name:
+            pending.extend(value for value, vfn in sem.values(expr, fn) if vfn is fn)
+            continue
+        sides = _product_sides(expr, sem)
+        if sides is None:
+            if kind is cst.Call and rp.last_name(expr.func) in _PASS_THROUGH and type(expr.func) is cst.Attribute:
+                pending.append(expr.func.value)
+            continue
+        masks = [side for side in sides if syntax._MASK_NAME.search(sem.code(side))]
+        if len(masks) == 1:
+            info = sem.mask_info(masks[0], fn)
+            if info is not None and info[1] is None:
+                yield expr, masks[0]
+                return
+        pending.extend(sides)
+
+
+def _product_sides(expr: cst.BaseExpression, sem: semantics.Semantics) -> tuple[cst.BaseExpression, ...] | None:
+    if type(expr) is cst.BinaryOperation:
+        return (expr.left, expr.right) if type(expr.operator) is cst.Multiply else None
+    if type(expr) is not cst.Call:
+        return None
+    if sem.facts.canonical(expr.func) == "torch.mul" and len(expr.args) == 2:
+        return (expr.args[0].value, expr.args[1].value)
+    if type(expr.func) is cst.Attribute and expr.func.attr.value == "mul" and len(expr.args) == 1:
+        return (expr.func.value, expr.args[0].value)
+    return None
 
 
 _FLOAT_MAKERS = frozenset({"float", "half", "double", "bfloat16", "type_as", "ones", "ones_like", "new_ones", "eye"})

@@ -22,6 +22,8 @@ from attncheck.static.tree import subtree
 # NanoChat's rotate_half: "Rotates half the hidden dims of the input with flipped signs".
 _DOCUMENTED_FLIP = re.compile(r"flip|sign|negat|clockwise|opposite", re.I)
 _COUNTS_FREQUENCIES = re.compile(r"half|pair|freq", re.I)
+_ROTATION_WORDS = re.compile(r"rotat|interleav|every_two|rope|neox|gptj", re.I)
+_TUPLE_CONDITION = re.compile(r"if\s*\([^()\n]*,\s*\)\s*:")  # a literal first: the scan skips ahead
 
 _HF = """
 import torch
@@ -85,6 +87,9 @@ class RopeRotation(Rule):
     code = "ATT402"
     PREFILTER = ("rotate", "rotary", "rope", "RoPE", "cos", "inv_freq", "arange")
     VALID = (
+        # diffusers' Stable Audio 3: halves by unflatten and unbind, concatenated as halves.
+        "import torch\ndef _rotate_half(x):\n    x = x.unflatten(-1, (2, -1))\n    x1, x2 = x.unbind(-2)\n"
+        "    return torch.cat((-x2, x1), dim=-1)",
         _HF,
         _GPTJ,
         _META,
@@ -157,6 +162,18 @@ class RopeRotation(Rule):
         """,
     )
     INVALID = (
+        Invalid(  # a one-element tuple is always true
+            "def apply(q, cos, sin, interleaved):\n    if (interleaved,):\n        rot = rotate_every_two\n"
+            "    else:\n        rot = rotate_half\n    return q * cos + rot(q) * sin",
+            line=2,
+            message="always true",
+        ),
+        Invalid(  # the even and odd dims, concatenated as halves
+            "import torch\ndef rotate_half(x):\n    x1, x2 = x[..., ::2], x[..., 1::2]\n"
+            "    return torch.cat((-x2, x1), dim=-1)",
+            line=4,
+            message="joins them another",
+        ),
         Invalid(_FLIPPED, line=7, message="cat((x2, -x1))", severity=Severity.ERROR),
         Invalid(_FLIPPED.replace('    x1 = x[..., : x.shape[-1] // 2]',
                                  '    """Rotates half the hidden dims with flipped signs (NanoChat)."""\n'
@@ -182,7 +199,39 @@ class RopeRotation(Rule):
         Invalid(_HF.replace("base ** (", "base * ("), line=12, message="multiplied"),
     )
 
+    def visit_Call(self, node: cst.Call) -> None:
+        if rp.crossed_rotation(self.context.facts, node, self.context.function):
+            joined = "concatenated as halves" if rp.last_name(node.func) != "stack" else "stacked as pairs"
+            self.report(
+                node,
+                f"the rotation takes its two parts one way and joins them another ({joined}): dim 2i's "
+                "partner is written at i + d/2 (or the reverse), so x * cos + rot(x) * sin rotates no pair",
+                hint="pair the even and odd dims with torch.stack((-x2, x1), dim=-1).flatten(-2), "
+                "or split halves (x[..., :d//2], x[..., d//2:]) and join them with torch.cat((-x2, x1), dim=-1)",
+            )
+
+    def _check_tuple_conditions(self, module: cst.Module) -> None:
+        """``if (interleaved,):`` — a one-element tuple, true whatever the flag holds — choosing the
+        rotation convention: the other convention is never used. Looked for in the text first
+        (an ``if`` is no event of the fast walk, and almost no file has one)."""
+        text = self.context.source.text
+        if (",)" not in text and ", )" not in text) or not _TUPLE_CONDITION.search(text):
+            return
+        for node in subtree.preorder(module):
+            if type(node) is not cst.If or type(node.test) is not cst.Tuple or not node.test.elements:
+                continue
+            if not _ROTATION_WORDS.search(self.context.module.code_for_node(node)):
+                continue
+            shown = self.context.module.code_for_node(node.test)
+            self.report(
+                node.test,
+                f"`if {shown}:` tests a non-empty tuple, which is always true: the rotation convention of "
+                "the else branch is never used, whatever the flag says",
+                hint=f"test the flag itself: if {self.context.module.code_for_node(node.test.elements[0].value)}:",
+            )
+
     def visit_Module(self, node: cst.Module) -> None:
+        self._check_tuple_conditions(node)
         index = rp.rope_index(self.context)
         self._check_signs(index)
         self._check_layouts(index)

@@ -14,7 +14,7 @@ import re
 import libcst as cst
 
 from attncheck.static.analysis import rope as rp
-from attncheck.static.facts import self_attribute
+from attncheck.static.facts import integer_value, number_value, self_attribute
 from attncheck.static.rule import Invalid, Rule
 
 _MODEL_WIDTHS = {
@@ -136,6 +136,13 @@ class RopeShape(Rule):
         """,
     )
     INVALID = (
+        Invalid(  # an odd rotary width: cos/sin one column wider than the rotated part
+            "import torch\nclass Rotary:\n    def __init__(self, rotary_dim=27, base=10000.0):\n"
+            "        self.rotary_dim = rotary_dim\n"
+            "        self.inv_freq = 1.0 / (base ** (torch.arange(0, rotary_dim, 2).float() / rotary_dim))",
+            line=5,
+            message="is odd",
+        ),
         Invalid(  # the helper the d/2 cos/sin are handed to is the rotation itself
             "import torch\nfrom transformers.models.llama.modeling_llama import rotate_half\n"
             "def apply_rotary_pos_emb(q, cos, sin):\n    return q * cos + rotate_half(q) * sin\n"
@@ -167,6 +174,7 @@ class RopeShape(Rule):
                 self._check_unwidened(index)
         for power in index.powers:
             self._check_model_width(index, power)
+            self._check_odd_width(index, power)
 
     def _check_slices(self, index: rp.RopeIndex) -> None:
         """A full-width cache sliced back to d/2 before ``q * cos + rot(q) * sin``."""
@@ -199,6 +207,27 @@ class RopeShape(Rule):
                     "q/k of width head_dim in x * cos + rotate_half(x) * sin",
                     hint="emb = torch.cat((freqs, freqs), dim=-1) before .cos()/.sin()",
                 )
+
+    def _check_odd_width(self, index: rp.RopeIndex, power: rp.FrequencyPower) -> None:
+        """``arange(0, rotary_dim, 2)`` for an odd ``rotary_dim`` (a literal, a parameter's default,
+        or ``int(64 * 0.3)``): the ceil(w/2) frequencies widen to w + 1 columns, one more than the
+        dims rotated. A width odd only for some configurations (GPT-NeoX's ``int(head_dim *
+        rotary_pct)``) is left alone: the usual ones make it even."""
+        positional = [a.value for a in power.arange.args if a.keyword is None]
+        if len(positional) < 3 or integer_value(positional[2]) != 2:
+            return
+        width = positional[1]
+        fn = index.scope(power.node)
+        odd = _odd_value(width, fn)
+        if odd is None:
+            return
+        shown = rp.code(self.context.facts, width)
+        self.report(
+            power.arange,
+            f"the rotary width {shown} is odd ({odd}): arange(0, {shown}, 2) gives {odd // 2 + 1} frequencies, "
+            f"and cos/sin widened from them are {odd + 1} wide, wider than the {odd} dims rotated",
+            hint=f"make the rotary width even: {shown} = {shown} // 2 * 2",
+        )
 
     def _check_model_width(self, index: rp.RopeIndex, power: rp.FrequencyPower) -> None:
         """Frequencies over d_model/hidden_size in an attention that rotates per-head q/k."""
@@ -278,3 +307,40 @@ def _half_width(facts, source: cst.BaseExpression) -> bool:
     if isinstance(source, cst.BinaryOperation) and isinstance(source.operator, cst.Multiply):
         return "freq" in rp.code(facts, source)
     return False
+
+
+
+def _odd_value(width: cst.BaseExpression, fn, depth: int = 0) -> int | None:
+    """The odd integer ``width`` holds, when the code says so: a literal, a literal product
+    truncated (``int(64 * 0.3)``), or a parameter whose default is one of these, followed through
+    names and ``self.`` attributes (set in ``__init__``)."""
+    literal = _literal_width(width)
+    if literal is not None or depth > 3 or fn is None:
+        return literal if literal is not None and literal % 2 == 1 else None
+    if type(width) is cst.Name:
+        candidates = list(fn.assignments.get(width.value, [])) or [
+            p.default for p in fn.node.params.params if p.name.value == width.value and p.default is not None
+        ]
+        where = fn
+    else:
+        attr = self_attribute(width)
+        candidates = list(fn.owner.attributes.get(attr, [])) if attr and fn.owner is not None else []
+        where = fn.owner.methods.get("__init__") if fn.owner is not None else None
+    values = {_odd_value(c, where, depth + 1) for c in candidates}
+    return values.pop() if len(values) == 1 else None
+
+
+def _literal_width(node: cst.BaseExpression) -> int | None:
+    if type(node) is cst.Integer:
+        return integer_value(node, bound=1 << 20)
+    if type(node) is cst.Call and type(node.func) is cst.Name and node.func.value == "int" and node.args:
+        inner = node.args[0].value
+        if type(inner) is cst.BinaryOperation and type(inner.operator) is cst.Multiply:
+            left, right = (_number(side) for side in (inner.left, inner.right))
+            if left is not None and right is not None:
+                return int(left * right)
+    return None
+
+
+def _number(node: cst.BaseExpression) -> float | None:
+    return number_value(node) if type(node) in (cst.Integer, cst.Float) else None  # type: ignore[arg-type]

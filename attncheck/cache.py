@@ -31,9 +31,10 @@ from attncheck.version import __version__
 
 FORMAT = 2  # bump when the layout of an entry changes
 _PACKAGE = Path(__file__).resolve().parent
-# The code whose behaviour decides a static result; its sizes and modification
-# times join the namespace, so an edited rule never reads a stale entry.
-_STATIC_CODE = ("static", "static/rules", "sources.py", "findings.py", "pipeline.py")
+# The code a static result never depends on: every other module of the package (the rules in their
+# folders by question, the analyses, the catalogue, the configuration) joins the namespace by its
+# size and modification time, so an edited attncheck (an editable install) never reads a stale entry.
+_NOT_STATIC = ("dynamic", "grade")
 
 
 def default_dir() -> Path:
@@ -47,15 +48,15 @@ def default_dir() -> Path:
 
 def _code_fingerprint() -> str:
     parts = []
-    for name in _STATIC_CODE:
-        path = _PACKAGE / name
-        files = sorted(path.glob("*.py")) if path.is_dir() else [path]
-        for file in files:
-            try:
-                info = file.stat()
-            except OSError:
-                continue
-            parts.append(f"{file.relative_to(_PACKAGE)}:{info.st_size}:{info.st_mtime_ns}")
+    for file in sorted(_PACKAGE.rglob("*.py")):
+        relative = file.relative_to(_PACKAGE)
+        if relative.parts[0] in _NOT_STATIC:
+            continue
+        try:
+            info = file.stat()
+        except OSError:
+            continue
+        parts.append(f"{relative}:{info.st_size}:{info.st_mtime_ns}")
     return "|".join(parts)
 
 

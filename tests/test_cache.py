@@ -97,6 +97,31 @@ def test_a_new_version_or_rule_selection_does_not_read_old_entries(tmp_path, cac
     assert len(linted) == 3
 
 
+@pytest.mark.parametrize("module", ["static/rules/att2_scores/__init__.py", "static/analysis/__init__.py",
+                                    "catalogue.py", "config.py"])
+def test_an_edited_module_of_the_static_pass_does_not_read_old_entries(module, tmp_path, cache_dir, linted,
+                                                                       monkeypatch):
+    """An editable install: attncheck's code changes under the same version (seen on a bench that kept
+    printing the first run's findings after the rules were edited); the rules live in folders by question."""
+    package = tmp_path / "attncheck"
+    for file in Path(cache_module.__file__).parent.rglob("*.py"):
+        copy = package / file.relative_to(Path(cache_module.__file__).parent)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_bytes(file.read_bytes())
+    monkeypatch.setattr(cache_module, "_PACKAGE", package)
+    file = tmp_path / "bug.py"
+    file.write_text(BUGGY)
+    run([file])
+    run([file])
+    assert len(linted) == 1
+    (package / module).write_text((package / module).read_text() + "\n# edited\n")
+    run([file])
+    assert len(linted) == 2
+    (package / "dynamic" / "runner.py").write_text("# the dynamic pass: no static result depends on it\n")
+    run([file])
+    assert len(linted) == 2
+
+
 def test_corrupted_entries_are_ignored_and_replaced(tmp_path, cache_dir, linted):
     file = tmp_path / "bug.py"
     file.write_text(BUGGY)

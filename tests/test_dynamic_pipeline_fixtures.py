@@ -103,6 +103,9 @@ LEGITIMATE_SKIPS: dict[tuple[str, str], str] = {
     "queries, an output of one position; pooling, which the reference does not model",
     ("correct/bind_vision_transformer_forms.py", "TalkingHeadAttn"): "talking heads: scores mixed across heads "
     "by heads x heads projections, which the reference does not model",
+    ("buggy/lecture_heads_global_width_scale_c_att201.py", "MultiHeadAttention"): "the lecture's heads as "
+    "separate Head modules, concatenated: each Head is its own target (and is checked, here ATT201), the list "
+    "of them is not assembled into one reference",
 }
 
 # Fixtures whose mistake no probe reaches yet. Strict: they fail the suite once fixed.

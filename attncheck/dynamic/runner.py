@@ -210,7 +210,7 @@ def prepare(result: FileResult, options: DynamicOptions, seed: int = SEED, sizes
         if binding.ok:
             pending.append((index, plan(binding, index, seed, sizes)))
         else:
-            outcomes[index] = TargetResult(target, "skipped", f"{binding.reason}; {binding.hint}")
+            outcomes[index] = TargetResult(target, "skipped", "; ".join(filter(None, [binding.reason, binding.hint])))
     return Prepared(result, outcomes, pending, loading_request.build(result.source), seed)
 
 

@@ -461,6 +461,13 @@ def _call_params(target: Target) -> list[Parameter]:
     return [p for p in params if p.name not in ("self", "cls") and p.kind in ("positional", "keyword")]
 
 
+# Karpathy's lecture: ``MultiHeadAttention`` over an ``nn.ModuleList`` of ``Head`` modules.
+HEADS_AS_MODULES = (
+    "its heads are {head} modules concatenated (torch.cat over a list of them): each {head} is checked as "
+    "its own target, and the reference does not assemble heads from separate modules"
+)
+
+
 def _skip(target: Target, reason: str) -> Binding:
     return Binding(target, reason=reason, hint=declaration_hint(target))
 
@@ -496,6 +503,8 @@ def bind(target: Target, declaration: Mapping[str, Any] | None = None, source: s
         forward = replace(forward, sequence_first=layout.sequence_first(code, docs, forward.roles[0][0]))
         if target.is_class and code.post_norm_residual:
             return _skip(target, POST_NORM_RESIDUAL)
+        if target.is_class and code.heads_as_modules:  # nothing to declare: no hint
+            return Binding(target, reason=HEADS_AS_MODULES.format(head=code.heads_as_modules))
     not_causal = code.causal_off
     if not target.is_class:
         dims = Dims(D_MODEL, 1) if forward.rank == 3 else Dims()
@@ -514,6 +523,8 @@ def bind(target: Target, declaration: Mapping[str, Any] | None = None, source: s
         candidates = _infer_candidates(target, code, sized_core)
         dims = PER_HEAD_CLASS if sized_core else _single_head_dims(target, code) or _one_head_by_structure(target, code)
         dims = dims or Dims()
+        if code.global_width and not {p.name.lower() for p in target.init_params} & MODEL_DIM_NAMES:
+            dims = replace(dims, d_model=code.global_width)  # the lecture's n_embd, a constant of the file
     if isinstance(candidates, str):
         return _skip(target, candidates)
     variant = DeclaredVariant.of(declaration)

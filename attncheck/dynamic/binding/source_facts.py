@@ -42,6 +42,9 @@ class CodeFacts:
     choices: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # init argument -> strings compared with
     causal_by_caller: bool = False  # stores ``self.is_causal`` for its caller, and applies no causality itself
     names_dropout: bool = True  # the code takes a dropout rate from outside (unread source: assume so)
+    # the file's own constant (``n_embd = 64`` at the top of a lecture's script) a projection takes as its in_features
+    global_width: int | None = None
+    heads_as_modules: str = ""  # the class each head is a module of, concatenated (``torch.cat([h(x) for h in ...])``)
     fields_read: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # init argument -> its attributes read
     builds_layers: bool = False  # __init__ builds a projection, norm, embedding or raw parameter: not projection-free
     batch_first: bool | None = None  # the default of its own ``batch_first`` constructor argument
@@ -101,6 +104,8 @@ def read(source: str, name: str, line: int) -> CodeFacts:
         bmm_operands=_bmm_operands(forward) if forward is not None else frozenset(),
         names_dropout=_names_dropout(node),
         fields_read=_fields_read(init) if init is not None else {},
+        global_width=_global_width(tree, init) if init is not None else None,
+        heads_as_modules=_heads_as_modules(tree, init, forward) if init is not None and forward is not None else "",
     )
 
 
@@ -348,6 +353,46 @@ def _false_defaults(init: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
 
 
 _LAYERS = _WIDTH_LAYERS | {"Parameter", "MultiheadAttention", "Embedding", "Bilinear"}
+
+
+def _global_width(tree: ast.Module, init: ast.FunctionDef | ast.AsyncFunctionDef) -> int | None:
+    """The value of a module-level integer constant that a projection built in __init__ takes as its
+    input width (``nn.Linear(n_embd, head_size)`` under ``n_embd = 64``): the width the module is fed."""
+    constants = {
+        target.id: statement.value.value
+        for statement in tree.body
+        if isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Constant)
+        and isinstance(statement.value.value, int) and not isinstance(statement.value.value, bool)
+        for target in statement.targets
+        if isinstance(target, ast.Name)
+    }
+    for node in ast.walk(init):
+        if isinstance(node, ast.Call) and _callee(node) in ("Linear", "Conv1D") and node.args:
+            first = node.args[0]
+            if isinstance(first, ast.Name) and first.id in constants:
+                return constants[first.id]
+    return None
+
+
+def _heads_as_modules(
+    tree: ast.Module, init: ast.FunctionDef | ast.AsyncFunctionDef, forward: ast.FunctionDef | ast.AsyncFunctionDef
+) -> str:
+    """The class of the file whose instances __init__ keeps in a list (``nn.ModuleList([Head(s) for _ in
+    range(n)])``) and forward concatenates (``torch.cat([h(x) for h in self.heads], dim=-1)``): heads as
+    modules, each its own attention; '' otherwise."""
+    classes = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
+    listed = {
+        element.elt.func.id
+        for element in ast.walk(init)
+        if isinstance(element, ast.ListComp) and isinstance(element.elt, ast.Call)
+        and isinstance(element.elt.func, ast.Name) and element.elt.func.id in classes
+    }
+    concatenated = any(
+        isinstance(node, ast.Call) and _callee(node) in ("cat", "concat", "concatenate") and node.args
+        and isinstance(node.args[0], (ast.ListComp, ast.GeneratorExp))
+        for node in ast.walk(forward)
+    )
+    return min(listed) if listed and concatenated else ""
 
 
 def _builds_layers(init: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:

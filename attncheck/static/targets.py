@@ -52,12 +52,12 @@ def find_targets(context: FileContext) -> list[Target]:
         uses = bool(kinds & (attention_classes | {"torch.nn.MultiheadAttention"}))
         if uses and any(_NORM.search(kind) for kind in kinds):
             continue  # a block (norm + attention + MLP): its attention child is the target
+        candidate = name in attention_classes or (uses and _is_module(klass, facts.classes))
+        if not (candidate and "forward" in klass.methods):
+            continue
         if _stacks_attention(sem, klass, attention_classes):
             continue  # a stack of layers: its attention layers are the targets
-        if (
-            name in attention_classes or (uses and _is_module(klass, facts.classes))
-        ) and "forward" in klass.methods:
-            targets.append(_class_target(context, sem, klass))
+        targets.append(_class_target(context, sem, klass))
     for fn in facts.functions:
         if fn.owner is None and _is_top_level(context.module, fn) and _is_attention_function(sem, fn):
             targets.append(_function_target(context, sem, fn))
@@ -100,11 +100,13 @@ def _stacks_attention(sem: semantics.Semantics, klass: ClassFacts, attention_cla
     Heads built in a loop and joined in the forward (``torch.cat([h(x) for h in self.heads])``,
     the lecture's ``MultiHeadAttention``) are one multi-head attention, which stays a target."""
     init, forward = klass.methods.get("__init__"), klass.methods.get("forward")
-    if init is None or any(_computes_attention(sem, fn) for fn in klass.methods.values()):
+    if init is None or not any(sem.facts.canonical(call.func) in attention_classes for call in init.calls):
+        return False  # builds no attention layer at all: no need to walk __init__ for loops
+    if not any(sem.facts.canonical(call.func) in attention_classes for call in _calls_in_loops(init.node)):
         return False
     if forward is not None and any(sem.facts.canonical(call.func) in _JOINS for call in forward.calls):
         return False
-    return any(sem.facts.canonical(call.func) in attention_classes for call in _calls_in_loops(init.node))
+    return not any(_computes_attention(sem, fn) for fn in klass.methods.values())  # the costliest question last
 
 
 def _is_module(klass: ClassFacts, classes: dict[str, ClassFacts], depth: int = 0) -> bool:

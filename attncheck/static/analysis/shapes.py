@@ -160,7 +160,7 @@ class ShapeQueries(ModuleQueries):
         if arity == 4 and self._flattens_image(tensor, source, fn):
             # VQ-GAN attention: ``b, c, h, w = q.shape`` then ``q.reshape(b, c, h * w)``:
             # one head whose width is the channel count, over h * w positions.
-            return {0: "batch", 1: "head_dim"}.get(position)
+            return {0: "batch", 1: "head_dim", 2: "seq_len", 3: "seq_len"}.get(position)  # h * w positions
         if arity == 3 and self._channels_first(source):
             # ``batch, channels, seq_len = q.shape`` of a Conv1d's output (WavTokenizer's Vocos
             # attention): the names put the features before the positions.
@@ -188,7 +188,14 @@ class ShapeQueries(ModuleQueries):
             return found[1] if found is not None and found[0] is shape else None
 
         def is_tensor(expr: cst.BaseExpression) -> bool:
-            return type(expr) is cst.Name and expr.value == tensor.value
+            """The image itself, or the module's projection of it (``self.q(x)``: a 1x1 convolution
+            keeps its (b, c, h, w) layout)."""
+            if type(expr) is cst.Name:
+                return expr.value == tensor.value
+            return (
+                type(expr) is cst.Call and self_attribute(expr.func) is not None
+                and any(type(a) is cst.Name and a.value == tensor.value for a in positional(expr)[:1])
+            )
 
         for call in fn.calls:
             method = method_name(call)

@@ -25,6 +25,8 @@ from attncheck.static.analysis.syntax import (
 )
 from attncheck.static.facts import FunctionFacts, self_attribute
 
+_TANH = frozenset({"torch.tanh", "torch.nn.functional.tanh"})
+
 
 def _is_tf_style_mask_term(other: cst.BaseExpression, sem: FlowQueries) -> bool:
     """``- 1e4 * (1 - mask)``: the additive half of the old TF multiplicative idiom."""
@@ -153,7 +155,8 @@ class ScoreQueries(MaskQueries):
         seen.add(id(expr))
         operands = product_operands(expr, self.facts)
         if operands is not None:
-            self._record_product(expr, operands, fn, out)
+            if not self._additive(operands, fn):
+                self._record_product(expr, operands, fn, out)
             return
         if type(expr) is cst.Name:
             for value, vfn in self.values(expr, fn):
@@ -165,6 +168,16 @@ class ScoreQueries(MaskQueries):
             self._walk_binary(expr, fn, out, seen)
         elif type(expr) is cst.Call:
             self._walk_call(expr, fn, out, seen)
+
+    def _additive(self, operands: list[cst.BaseExpression], fn: FunctionFacts) -> bool:
+        """Additive (Bahdanau) attention: one operand is a tanh (``tanh(W x) @ v``, scores v · tanh(W q +
+        U k)). Its scores are no q·kᵀ, and no 1/sqrt(d) convention applies to them."""
+        for operand in operands:
+            values = [operand, *(v for v, _ in self.values(operand, fn))] if type(operand) is cst.Name else [operand]
+            if any(type(v) is cst.Call and (self.facts.canonical(v.func) in _TANH or method_name(v) == "tanh")
+                   for v in values):
+                return True
+        return False
 
     def _after_and_from(
         self, value: cst.BaseExpression, vfn: FunctionFacts, softmax: cst.Call, fn: FunctionFacts

@@ -1,5 +1,6 @@
-"""The lecture family (Karpathy's "Let's build GPT" and the homework written from it): the width is a
-constant of the file, and multi-head attention is a list of Head modules concatenated."""
+"""Binding the families of learners' code: the lecture (Karpathy's "Let's build GPT"), whose width is a
+constant of the file and whose multi-head attention is a list of Head modules concatenated; and
+additive (Bahdanau) attention from a decoder state."""
 
 from __future__ import annotations
 
@@ -43,3 +44,14 @@ def test_heads_kept_as_modules_and_concatenated_are_named():
     assert _facts(layers, "MultiHeadAttention").heads_as_modules == ""
     summed = source.replace("torch.cat([h(x) for h in self.heads], dim=-1)", "sum(h(x) for h in self.heads)")
     assert _facts(summed, "MultiHeadAttention").heads_as_modules == ""
+
+
+def test_a_decoder_state_of_additive_attention_is_skipped_with_why():
+    """Bahdanau: ``query`` is (batch, hidden), given a position axis to be added to every key's term; the
+    harness's 3-D query made that broadcast fail, reported as the user's ATT901."""
+    path = FIXTURES / "correct" / "attention_pooling_additive.py"
+    source, result = path.read_text(), file_result(path)
+    assert _facts(source, "BahdanauAttention").additive_states == {"query"}
+    binding = bind(next(t for t in result.targets if t.name == "BahdanauAttention"), source=source)
+    assert "additive attention from a decoder state" in binding.reason
+    assert _facts(source, "AttentionPooling").additive_states == frozenset()  # no unsqueezed argument

@@ -598,6 +598,12 @@ def _with_rank(target: Target, forward: ForwardPlan, code: source_facts.CodeFact
             f"forward unpacks {first}.shape into two batch axes ({', '.join(leading)}) before the tokens: "
             "a 4-D input, and the reference models (batch, seq, dim) sequences"
         )
+    states = [name for name, _ in forward.roles if name in code.additive_states]
+    if states:
+        return (
+            f"forward takes {states[0]} as one vector per example ({states[0]}.unsqueeze(1), then tanh): additive "
+            "attention from a decoder state, and the reference models dot-product attention over query sequences"
+        )
     rank = code.ranks.get(first)
     if rank is None:
         return forward

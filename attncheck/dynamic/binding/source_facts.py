@@ -45,6 +45,9 @@ class CodeFacts:
     # the file's own constant (``n_embd = 64`` at the top of a lecture's script) a projection takes as its in_features
     global_width: int | None = None
     heads_as_modules: str = ""  # the class each head is a module of, concatenated (``torch.cat([h(x) for h in ...])``)
+    # forward arguments given a position axis (``query.unsqueeze(1)``) in a forward that takes a tanh: the
+    # decoder state of additive (Bahdanau) attention, one vector per example
+    additive_states: frozenset[str] = frozenset()
     fields_read: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # init argument -> its attributes read
     builds_layers: bool = False  # __init__ builds a projection, norm, embedding or raw parameter: not projection-free
     batch_first: bool | None = None  # the default of its own ``batch_first`` constructor argument
@@ -106,6 +109,7 @@ def read(source: str, name: str, line: int) -> CodeFacts:
         fields_read=_fields_read(init) if init is not None else {},
         global_width=_global_width(tree, init) if init is not None else None,
         heads_as_modules=_heads_as_modules(tree, init, forward) if init is not None and forward is not None else "",
+        additive_states=_additive_states(forward) if forward is not None else frozenset(),
     )
 
 
@@ -393,6 +397,22 @@ def _heads_as_modules(
         for node in ast.walk(forward)
     )
     return min(listed) if listed and concatenated else ""
+
+
+def _additive_states(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
+    """Forward arguments the code gives a position axis (``query.unsqueeze(1)``) to add them to every key
+    position, in a forward that takes a tanh: additive attention's v · tanh(W q + U k) over one query."""
+    calls = [node for node in ast.walk(forward) if isinstance(node, ast.Call)]
+    if not any(_callee(call) == "tanh" for call in calls):
+        return frozenset()
+    params = set(_arguments(forward))
+    return frozenset(
+        call.func.value.id
+        for call in calls
+        if _callee(call) == "unsqueeze" and isinstance(call.func, ast.Attribute)
+        and isinstance(call.func.value, ast.Name) and call.func.value.id in params
+        and [a.value for a in call.args if isinstance(a, ast.Constant)] == [1]
+    )
 
 
 def _builds_layers(init: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:

@@ -55,3 +55,13 @@ def test_a_decoder_state_of_additive_attention_is_skipped_with_why():
     binding = bind(next(t for t in result.targets if t.name == "BahdanauAttention"), source=source)
     assert "additive attention from a decoder state" in binding.reason
     assert _facts(source, "AttentionPooling").additive_states == frozenset()  # no unsqueezed argument
+
+
+def test_hf_conv1d_takes_its_input_width_second():
+    """GPT-2's ``Conv1D(nf, nx)`` is (output width, input width), the reverse of ``nn.Linear``."""
+    source = (
+        "import torch.nn as nn\nfrom transformers.pytorch_utils import Conv1D\nn_embd = 48\nn_qkv = 144\n\n"
+        "class Attention(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.c_attn = Conv1D(n_qkv, n_embd)\n"
+    )
+    assert _facts(source, "Attention").global_width == 48

@@ -371,11 +371,17 @@ def _global_width(tree: ast.Module, init: ast.FunctionDef | ast.AsyncFunctionDef
         if isinstance(target, ast.Name)
     }
     for node in ast.walk(init):
-        if isinstance(node, ast.Call) and _callee(node) in ("Linear", "Conv1D") and node.args:
-            first = node.args[0]
-            if isinstance(first, ast.Name) and first.id in constants:
-                return constants[first.id]
+        position = _INPUT_WIDTH_ARGUMENT.get(_callee(node)) if isinstance(node, ast.Call) else None
+        if position is not None and len(node.args) > position:
+            width = node.args[position]
+            if isinstance(width, ast.Name) and width.id in constants:
+                return constants[width.id]
     return None
+
+
+# Where a projection takes its input width: nn.Linear(in_features, out_features), but HF's
+# Conv1D(nf, nx) takes its output width first.
+_INPUT_WIDTH_ARGUMENT = {"Linear": 0, "Conv1D": 1}
 
 
 def _heads_as_modules(

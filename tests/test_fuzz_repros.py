@@ -70,6 +70,16 @@ def test_a_hang_in_native_code_is_stopped_at_the_limit(short_limit, tmp_path) ->
     assert time.perf_counter() - start < LIMIT_S + 10
 
 
+def test_a_sum_of_twenty_thousand_terms_is_linted_on_a_deep_stack(short_limit, tmp_path) -> None:
+    # Python's parser recurses past the main thread's few megabytes of C stack here, and libcst's
+    # takes minutes (or crashes): the isolated child lints the fast tree on a thread with a deep stack.
+    deep = tmp_path / "deep.py"
+    deep.write_text("import torch\nscores = torch.sqrt(64)\ns = " + " + ".join(["q"] * 20_000) + "\n", encoding="utf-8")
+    (result,) = _lint(deep)
+    assert isinstance(result, FileResult) and result.error is None, result
+    assert [f.code for f in result.findings] == ["ATT204"]
+
+
 def test_a_crash_of_the_isolated_analysis_is_reported_not_raised() -> None:
     with pytest.raises(deadline.CrashedError, match="SIGSEGV"):
         deadline.isolated(lambda: os.kill(os.getpid(), signal.SIGSEGV), 10)

@@ -9,6 +9,7 @@ comments, and translating positions into the user's coordinates.
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import suppress
 from functools import cache as memoized
@@ -185,26 +186,52 @@ def _lint_fast(source: Source, rules: Sequence[type[Rule]], reduced: Reduced | N
     return _lint_module(source, rules, module, reduced, lambda: module.positions)
 
 
-# The recursion limit of an isolated child linting a tree deeper than the default allows (a
-# sum of a thousand terms, a chain of a thousand calls): the conversion and the analyses
-# recurse once or a few times a level, and libcst's parser is far slower on such a tree.
-# A child whose stack this overflows dies alone, and the file's error says so.
-DEEP_RECURSION_LIMIT = 20_000
+# The stack an isolated child lints a tree deeper than the default allows on (a sum of twenty
+# thousand terms, a chain of a thousand calls), and its recursion limit: the conversion and the
+# analyses recurse once or a few times a level, ``ast.parse`` recurses in C up to three times the
+# limit, and libcst's parser is far slower on such a tree (quadratic: minutes, or a crash, at
+# ten thousand terms). The stack is virtual memory, touched only as deep as the tree goes; a child
+# whose stack this still overflows dies alone, and the file's error says so.
+DEEP_STACK_BYTES = 1 << 30
+DEEP_RECURSION_LIMIT = 200_000
 
 
 def _isolated_answer(source: Source, rules: Sequence[type[Rule]], reduced: Reduced | None, deep: bool
                      ) -> tuple[list[Finding], list[Target], str | None]:
     """The lint of a file the fast tree gave up on, in an isolated child (``deadline.isolated``),
-    less the text the parent already holds: on the fast tree again with a deeper stack when it
+    less the text the parent already holds: on the fast tree again on a deep stack when it
     gave up for depth, else (or when that fails too) on libcst's tree."""
     result = None
     if deep:
         sys.setrecursionlimit(max(sys.getrecursionlimit(), DEEP_RECURSION_LIMIT))
         with suppress(*_NOT_FAST):
-            result = _lint_fast(source, rules, reduced)
+            result = _on_deep_stack(partial(_lint_fast, source, rules, reduced))
     if result is None:
         result = _lint_exact(source, rules, reduced)
     return result.findings, result.targets, result.error
+
+
+def _on_deep_stack(function: Callable[[], FileResult]) -> FileResult:
+    """``function()`` run on a thread whose C stack is ``DEEP_STACK_BYTES`` (the main thread's is
+    the system's few megabytes, which a deep ``ast.parse`` overflows); what it raised is re-raised."""
+    outcome: list[FileResult | BaseException] = []
+
+    def run() -> None:
+        try:
+            outcome.append(function())
+        except BaseException as error:  # re-raised in the calling thread
+            outcome.append(error)
+
+    previous = threading.stack_size(DEEP_STACK_BYTES)
+    try:
+        worker = threading.Thread(target=run, name="attncheck-deep-lint")
+        worker.start()
+    finally:
+        threading.stack_size(previous)
+    worker.join()
+    if isinstance(outcome[0], BaseException):
+        raise outcome[0]
+    return outcome[0]
 
 
 def _lint_exact(source: Source, rules: Sequence[type[Rule]], reduced: Reduced | None) -> FileResult:

@@ -133,9 +133,7 @@ def _file_confined(
     try:
         return checked(prepared, options, child)
     except Exception as error:
-        if os.environ.get("ATTNCHECK_DEBUG") == "1":
-            raise
-        reason = f"attncheck could not check this file: {type(error).__name__}: {str(error)[:200]} (please report this)"
+        reason = _own_failure("check this file", error)
         return [], [TargetResult(target, "error", reason) for target in prepared.result.targets]
 
 
@@ -203,15 +201,35 @@ def prepare(result: FileResult, options: DynamicOptions, seed: int = SEED, sizes
     outcomes: dict[int, TargetResult] = {}
     pending: list[tuple[int, Plan]] = []
     for index, target in enumerate(result.targets):
-        if rope_targets.applies(target) and target.name not in declarations:
-            pending.append((index, rope_targets.plan(target, index)))  # type: ignore[arg-type]
+        try:
+            planned = _planned(target, index, declarations.get(target.name), result.source.text, seed, sizes)
+        except Exception as error:  # attncheck's own failure on this target: the others go on
+            outcomes[index] = TargetResult(target, "error", _own_failure("bind this target", error))
             continue
-        binding = bind(target, declarations.get(target.name), result.source.text)
-        if binding.ok:
-            pending.append((index, plan(binding, index, seed, sizes)))
+        if isinstance(planned, TargetResult):
+            outcomes[index] = planned
         else:
-            outcomes[index] = TargetResult(target, "skipped", "; ".join(filter(None, [binding.reason, binding.hint])))
+            pending.append((index, planned))
     return Prepared(result, outcomes, pending, loading_request.build(result.source), seed)
+
+
+def _planned(target: Target, index: int, declaration: Any, text: str, seed: int, sizes: Sizes
+             ) -> Plan | TargetResult:
+    """One target's plan, or its skip when it cannot be bound."""
+    if rope_targets.applies(target) and declaration is None:
+        return rope_targets.plan(target, index)  # type: ignore[return-value]
+    binding = bind(target, declaration, text)
+    if not binding.ok:
+        return TargetResult(target, "skipped", "; ".join(filter(None, [binding.reason, binding.hint])))
+    return plan(binding, index, seed, sizes)
+
+
+def _own_failure(doing: str, error: Exception) -> str:
+    """The reason given for a target attncheck itself failed on while ``doing`` (an exception of its
+    own code, never of the user's): that target's error alone. ``ATTNCHECK_DEBUG=1`` raises it."""
+    if os.environ.get("ATTNCHECK_DEBUG") == "1":
+        raise error
+    return f"attncheck could not {doing}: {type(error).__name__}: {str(error)[:200]} (please report this)"
 
 
 def run_prepared(
@@ -299,9 +317,7 @@ def _judged(
     try:
         return judge(target_plan, checked, tensors, result)
     except Exception as error:
-        if os.environ.get("ATTNCHECK_DEBUG") == "1":
-            raise
-        reason = f"attncheck could not judge this target: {type(error).__name__}: {error} (please report this)"
+        reason = _own_failure("judge this target", error)
         return TargetResult(target_plan.binding.target, "error", reason, device=facts.get("device")), []
 
 

@@ -609,7 +609,7 @@ def _with_rank(target: Target, forward: ForwardPlan, code: source_facts.CodeFact
         return forward
     if not target.is_class or forward.per_head:
         return replace(forward, rank=3) if rank == 3 else forward
-    layout = image_layout(code.unpacked[first]) if [role for _, role in forward.roles] == ["x"] else None
+    layout = image_layout(code.unpacked.get(first, ())) if [role for _, role in forward.roles] == ["x"] else None
     if layout is not None:
         return replace(forward, image=layout)
     if rank != 3:

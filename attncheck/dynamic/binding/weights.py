@@ -84,7 +84,10 @@ def assignments(layers: Sequence[Layer], d_model: int, heads: int) -> list[Assig
 
     def add(q: Linear | None, k: Linear | None, v: Linear | None, text: str) -> None:
         d_kv = k.weight.shape[0] if k is not None else d_model
-        found.append(Assignment(Projections(q, k, v, o), max(d_kv // head_dim, 1), f"{text}, {o_text}"))
+        kv_heads = max(d_kv // head_dim, 1)
+        if heads % kv_heads:  # no grouping of the query heads has K/V this wide (6 KV heads for 4)
+            return
+        found.append(Assignment(Projections(q, k, v, o), kv_heads, f"{text}, {o_text}"))
 
     if readers["query"] or readers["key"] or readers["value"] or readers["kv"]:
         q = readers["query"][0] if readers["query"] else None

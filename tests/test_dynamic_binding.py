@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from attncheck.dynamic.binding import source_facts
 from attncheck.dynamic.binding.bind import bind
 from attncheck.findings import Parameter, Target
 
@@ -102,3 +103,30 @@ def test_declaration_overrides_inference():
     assert binding.forward.mask_name == "m"  # the role at the position of parameter m
     bad = bind(target("self, d_model", "self, x"), {"mask": "inverted"})
     assert not bad.ok and "inverted" in bad.reason
+
+
+_ALTERNATIVE_FORWARDS = '''
+class Attention(nn.Module):
+    def __init__(self, flash):
+        super().__init__()
+        self.attend = self.attend_flash if flash else self.attend_eager
+
+    def forward(self, x):
+        return self.attend(x)
+
+    def attend_flash(self, x):
+        return F.scaled_dot_product_attention(x, x, x, is_causal={flash})
+
+    def attend_eager(self, x):
+        return x
+
+    def forward_decoder(self, x):
+        return F.scaled_dot_product_attention(x, x, x, is_causal=True)
+'''
+
+
+@pytest.mark.parametrize(("flash", "off"), [("False", True), ("True", False)])
+def test_causality_spelled_only_in_a_method_forward_never_reaches_is_off(flash, off):
+    # attend_flash is reached through the attribute __init__ stores; forward_decoder is never reached
+    facts = source_facts.read(_ALTERNATIVE_FORWARDS.format(flash=flash), "Attention", 2)
+    assert facts.causal_off is off

@@ -13,6 +13,7 @@ This module uses the standard ``ast`` module only; the binder consults it before
 from __future__ import annotations
 
 import ast
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -322,12 +323,16 @@ def _causal_by_caller(node: ast.AST, stored: frozenset[str]) -> bool:
 
 
 def _causal_off(node: ast.AST, functions: list[ast.FunctionDef | ast.AsyncFunctionDef]) -> bool:
-    """Every ``causal`` spelling is off: ``is_causal=False``, or an attribute or argument that
-    only ever holds a ``causal=False`` default of the constructor or of the forward (timm's
-    ``forward(x, attn_mask=None, is_causal=False)``: the caller opts in); and no triangle (tril/triu)."""
+    """Every ``causal`` spelling the forward can reach is off: ``is_causal=False``, or an attribute or
+    argument that only ever holds a ``causal=False`` default of the constructor or of the forward
+    (timm's ``forward(x, attn_mask=None, is_causal=False)``: the caller opts in); and no triangle
+    (tril/triu). Spellings only in methods the forward never reaches (``forward_flash(...,
+    is_causal=True)`` beside a masked ``forward``) switch nothing on."""
     off_defaults = set().union(*(_false_defaults(fn) for fn in functions))
-    spelled = False
-    for child in ast.walk(node):
+    unreached = _unreached_methods(node) if isinstance(node, ast.ClassDef) else []
+    spelled = any(_spells_causal(n) for method in unreached for n in ast.walk(method))
+    parts = [p for p in node.body if p not in unreached] if isinstance(node, ast.ClassDef) else [node]
+    for child in itertools.chain.from_iterable(ast.walk(part) for part in parts):
         if isinstance(child, ast.Call) and _callee(child) in ("tril", "triu"):
             return False
         if isinstance(child, ast.keyword) and child.arg and "causal" in child.arg.lower():
@@ -338,6 +343,30 @@ def _causal_off(node: ast.AST, functions: list[ast.FunctionDef | ast.AsyncFuncti
             if not (literal_false or from_default or (isinstance(value, ast.Name) and value.id in off_defaults)):
                 return False
     return spelled
+
+
+def _spells_causal(node: ast.AST) -> bool:
+    """A triangle (tril/triu) or a keyword named like causality."""
+    if isinstance(node, ast.Call) and _callee(node) in ("tril", "triu"):
+        return True
+    return isinstance(node, ast.keyword) and bool(node.arg) and "causal" in node.arg.lower()
+
+
+def _unreached_methods(klass: ast.ClassDef) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    """The methods neither ``__init__`` nor ``forward`` reach through ``self.NAME``, directly or
+    through the methods they reach (the alternative forwards of a class that keeps several)."""
+    methods = {m.name: m for m in klass.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    if "forward" not in methods:
+        return []
+    reached, todo = set(), [name for name in ("__init__", "forward") if name in methods]
+    while todo:
+        name = todo.pop()
+        if name in reached:
+            continue
+        reached.add(name)
+        todo += [n.attr for n in ast.walk(methods[name]) if isinstance(n, ast.Attribute) and n.attr in methods
+                 and isinstance(n.value, ast.Name) and n.value.id == "self"]
+    return [method for name, method in methods.items() if name not in reached]
 
 
 def _false_defaults(init: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:

@@ -130,3 +130,18 @@ def test_causality_spelled_only_in_a_method_forward_never_reaches_is_off(flash, 
     # attend_flash is reached through the attribute __init__ stores; forward_decoder is never reached
     facts = source_facts.read(_ALTERNATIVE_FORWARDS.format(flash=flash), "Attention", 2)
     assert facts.causal_off is off
+
+
+@pytest.mark.parametrize(
+    ("line", "ranks"),
+    [
+        ("mask = mask.repeat(1, self.n_rep, 1, 1)", {"mask": 4}),
+        ("mask = mask.expand(b, h, s, s)", {"mask": 4}),
+        ("mask = mask.repeat(self.heads, 1, 1)", {"mask": 3}),
+        ("mask = mask.repeat(*sizes)", {}),  # the count of sizes is not in the code
+        ("mask = torch.ones(2, 7).repeat(1, 2, 1, 1)", {}),  # not a forward argument
+    ],
+)
+def test_the_rank_a_forward_tiles_its_mask_to(line, ranks):
+    source = f"def attend(x, mask, sizes):\n    {line}\n    return x\n"
+    assert dict(source_facts.read(source, "attend", 1).tiled_ranks) == ranks

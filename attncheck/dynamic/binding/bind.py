@@ -361,6 +361,7 @@ class ForwardPlan:
     # A required mask: the all-keep masks to try, (shape, convention) in order, for calls that test no mask.
     neutral: tuple[tuple[MaskShape, MaskConvention | Literal["keep-float"]], ...] = ()
     mask_shape: MaskShape | None = None  # the mask's shape its documentation gives
+    mask_rank: int | None = None  # the rank the code tiles the mask to (``mask.repeat(1, n, 1, 1)``: 4)
     mask_float: bool = False  # documented as a float 0/1 mask: keep and blocked masks go as 1.0/0.0
     # The caller puts causality (and a window) into the mask, as a transformers model does for its layers:
     # the child sends the model's 4-D additive mask, combined with the probe's own.
@@ -494,7 +495,7 @@ def bind(target: Target, declaration: Mapping[str, Any] | None = None, source: s
         forward = replace(forward, per_head=True)
     docs = "\n".join(filter(None, [target.docstring, code.forward_doc]))
     forward = _with_positions(target, forward)
-    forward = _with_mask_order(target, forward, mask, docs)
+    forward = _with_mask_order(target, forward, mask, docs, code)
     if not declared:
         forward = _with_rank(target, forward, code)
         if isinstance(forward, str):
@@ -545,7 +546,9 @@ _NEUTRAL_SHAPES: tuple[MaskShape, ...] = ("b11k", "bk", "b1qk", "bqk")
 _NEUTRAL_CONVENTIONS: tuple[MaskConvention | Literal["keep-float"], ...] = ("keep", "keep-float", "additive", "blocked")
 
 
-def _with_mask_order(target: Target, forward: ForwardPlan, declared: Any, docs: str) -> ForwardPlan:
+def _with_mask_order(
+    target: Target, forward: ForwardPlan, declared: Any, docs: str, code: source_facts.CodeFacts
+) -> ForwardPlan:
     """The plan with the mask's documented shape and, for a required mask, the all-keep masks to try.
 
     A required mask is never given None: calls that test no mask get a mask that keeps every
@@ -554,7 +557,8 @@ def _with_mask_order(target: Target, forward: ForwardPlan, declared: Any, docs: 
     if forward.mask_name is None:
         return forward
     shape = documented_shape(docs, forward.mask_name)
-    forward = replace(forward, mask_shape=shape, mask_float=documented_float(docs, forward.mask_name))
+    forward = replace(forward, mask_shape=shape, mask_float=documented_float(docs, forward.mask_name),
+                      mask_rank=code.tiled_ranks.get(forward.mask_name))
     if not forward.mask_required:
         return forward
     if forward.caller_mask:  # what the model passes: a 4-D additive mask

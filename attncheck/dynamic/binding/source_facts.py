@@ -55,6 +55,7 @@ class CodeFacts:
     mha_batch_first: bool | None = None  # the ``batch_first`` of the ``nn.MultiheadAttention`` __init__ builds
     transposes_input: bool = False  # forward swaps its first two axes itself (``x.transpose(0, 1)``)
     bmm_operands: frozenset[str] = frozenset()  # forward arguments passed to ``torch.bmm``: 3-D tensors
+    tiled_ranks: Mapping[str, int] = field(default_factory=dict)  # ``mask.repeat(1, n, 1, 1)``: mask is 4-D
 
     @property
     def ranks(self) -> dict[str, int]:
@@ -106,6 +107,7 @@ def read(source: str, name: str, line: int) -> CodeFacts:
         mha_batch_first=_mha_batch_first(init) if init is not None else None,
         transposes_input=forward is not None and _transposes_input(forward),
         bmm_operands=_bmm_operands(forward) if forward is not None else frozenset(),
+        tiled_ranks=_tiled_ranks(forward) if forward is not None else {},
         names_dropout=_names_dropout(node),
         fields_read=_fields_read(init) if init is not None else {},
         global_width=_global_width(tree, init) if init is not None else None,
@@ -246,6 +248,20 @@ def _unpacked(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, tupl
                 ranks.setdefault(source, names + ((LEADING,) if leading else ()))
             rebound |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
     return ranks
+
+
+def _tiled_ranks(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, int]:
+    """Forward arguments the code tiles or broadcasts axis by axis (``mask.repeat(1, n_rep, 1, 1)``,
+    ``mask.expand(b, h, q, k)``): the rank the code means them to have, one size per axis."""
+    params = set(_arguments(forward))
+    return {
+        node.func.value.id: len(node.args)
+        for node in ast.walk(forward)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("repeat", "expand") and isinstance(node.func.value, ast.Name)
+        and node.func.value.id in params
+        and len(node.args) >= 2 and not any(isinstance(a, ast.Starred) for a in node.args)
+    }
 
 
 def _none_checked(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:

@@ -18,6 +18,8 @@ def all_rules() -> tuple[type[Rule], ...]:
     for info in pkgutil.walk_packages(__path__, prefix=f"{__name__}."):
         module = importlib.import_module(info.name)
         for value in vars(module).values():
-            if isinstance(value, type) and issubclass(value, Rule) and value.__dict__.get("code"):
+            # ``Rule in __mro__``, not issubclass: on Python 3.10 a module-level alias such as
+            # ``list[str]`` passes ``isinstance(value, type)`` and issubclass raises on it
+            if Rule in getattr(value, "__mro__", ()) and value.__dict__.get("code"):
                 found[value.code] = value
     return tuple(found[code] for code in sorted(found))

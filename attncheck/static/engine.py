@@ -189,7 +189,7 @@ def _lint_fast(source: Source, rules: Sequence[type[Rule]], reduced: Reduced | N
 # The stack an isolated child lints a tree deeper than the default allows on (a sum of twenty
 # thousand terms, a chain of a thousand calls), and its recursion limit: the conversion and the
 # analyses recurse once or a few times a level, ``ast.parse`` recurses in C up to three times the
-# limit, and libcst's parser is far slower on such a tree (quadratic: minutes, or a crash, at
+# limit (on 3.11; 3.12 fixes its own limit, near two thousand terms), and libcst's parser is far slower on such a tree (quadratic: minutes, or a crash, at
 # ten thousand terms). The stack is virtual memory, touched only as deep as the tree goes; a child
 # whose stack this still overflows dies alone, and the file's error says so.
 DEEP_STACK_BYTES = 1 << 30

@@ -742,7 +742,7 @@ class _Converter:
         if _is_one_literal(text):
             return self.at(self.string_token(text, (node.lineno, node.col_offset)), node)
         try:
-            tokens = [t for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type == tokenize.STRING]
+            tokens = _string_tokens(text)
         except (tokenize.TokenError, SyntaxError) as error:
             raise NotModelledError("a string literal tokenize cannot split") from error
         if not tokens:
@@ -933,6 +933,38 @@ class _Converter:
 
 def _name_items(names: Sequence[str]) -> list[cst.NameItem]:
     return [_new[cst.NameItem](name=_new[cst.Name](value=name)) for name in names]
+
+
+# Python 3.12 tokenizes an f-string as FSTRING_START, its parts and FSTRING_END (PEP 701); 3.11 as one STRING.
+_FSTRING_START, _FSTRING_END = getattr(tokenize, "FSTRING_START", None), getattr(tokenize, "FSTRING_END", None)
+
+
+def _string_tokens(text: str) -> list[tokenize.TokenInfo]:
+    """The string literals of an implicit concatenation, one token each, as Python 3.11 gives them:
+    on 3.12 an f-string's tokens, nested f-strings and strings in its fields included, are joined
+    into one STRING token spanning it (else ``'a' f"{b}"`` would read as ``'a'`` alone)."""
+    lines = text.splitlines(keepends=True)
+    found: list[tokenize.TokenInfo] = []
+    depth, opened = 0, None
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        if token.type == _FSTRING_START:
+            depth, opened = depth + 1, opened if depth else token
+        elif token.type == _FSTRING_END:
+            depth -= 1
+            if depth == 0 and opened is not None:
+                found.append(opened._replace(type=tokenize.STRING, end=token.end,
+                                             string=_between_places(lines, opened.start, token.end)))
+        elif token.type == tokenize.STRING and depth == 0:
+            found.append(token)
+    return found
+
+
+def _between_places(lines: Sequence[str], start: tuple[int, int], end: tuple[int, int]) -> str:
+    """The text from ``start`` to ``end``, (row from 1, character column) places in ``lines``."""
+    (row, column), (end_row, end_column) = start, end
+    if row == end_row:
+        return lines[row - 1][column:end_column]
+    return lines[row - 1][column:] + "".join(lines[row : end_row - 1]) + lines[end_row - 1][:end_column]
 
 
 def _is_one_literal(text: str) -> bool:

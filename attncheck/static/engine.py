@@ -189,9 +189,10 @@ def _lint_fast(source: Source, rules: Sequence[type[Rule]], reduced: Reduced | N
 # The stack an isolated child lints a tree deeper than the default allows on (a sum of twenty
 # thousand terms, a chain of a thousand calls), and its recursion limit: the conversion and the
 # analyses recurse once or a few times a level, ``ast.parse`` recurses in C up to three times the
-# limit (on 3.11; 3.12 fixes its own limit, near two thousand terms), and libcst's parser is far slower on such a tree (quadratic: minutes, or a crash, at
-# ten thousand terms). The stack is virtual memory, touched only as deep as the tree goes; a child
-# whose stack this still overflows dies alone, and the file's error says so.
+# limit (on 3.11; 3.12 fixes its own, near two thousand terms), and libcst's parser is far slower
+# on such a tree (quadratic: minutes, or a crash, at ten thousand terms). The stack is virtual
+# memory, touched only as deep as the tree goes; a child whose stack this still overflows dies
+# alone, and the file's error says so.
 DEEP_STACK_BYTES = 1 << 30
 DEEP_RECURSION_LIMIT = 200_000
 

@@ -61,6 +61,7 @@ def jailed(request, tmp_path_factory) -> dict[str, ChildOutcome]:
         "read_host": submissions / "alice" / "read_host.py",
         **{name: HOSTILE / f"{name}.py" for name in ("seccomp_escapes", "leak_in_message", "thread_bomb")},
         "fill_disk_unlinked": HOSTILE / "fill_disk_unlinked.py",
+        "forge_reply_frame": HOSTILE / "forge_reply_frame.py",
         "checker_tells": HOSTILE / "checker_tells.py",
     }
     from concurrent.futures import ThreadPoolExecutor
@@ -153,6 +154,16 @@ def test_unlinked_open_files_end_in_enospc_inside_the_jail(jailed):
                            "mount": jail.JAIL_HOME}, report
     assert report["/tmp"] == {"written_mb": tmp_mb, "error": "ENOSPC", "fs": "tmpfs", "fs_mb": tmp_mb,
                               "mount": "/tmp"}, report
+
+
+def test_a_forged_frame_header_in_the_reply_pipe_is_refused_at_once(jailed):
+    """Item 4: user code that writes a header announcing 2**40 bytes into the reply pipe gets an
+    error for its file; the parent refuses the stream at the header, never waits for the bytes."""
+    outcome = jailed["forge_reply_frame"]
+    assert outcome.status == "error", outcome.reason
+    assert outcome.reason == (
+        f"reply 0 refused: its tensors are {2**40} bytes, over the limit of {channel.MAX_TENSOR_BYTES}"
+    )
 
 
 # Item 4: the parent reads replies defensively (no child needed). Nothing the child writes is a

@@ -121,6 +121,32 @@ def test_no_frame_below_user_code_names_the_checker(jailed):
     assert "<child>" in files.split() and "attncheck" not in files.lower(), files
 
 
+CHECKER_FUNCTIONS = {"call", "run", "main", "_run_target", "_run_experiment", "_choose_binding"}
+
+
+@needs_jail
+def test_no_function_or_module_name_below_the_forward_names_the_checker():
+    """Item 2: called by the real executor, the frames below the forward show none of the checker's
+    function names (they are all ``_``) and no module ``__name__`` of the checker (``<executor>``,
+    not ``attncheck.dynamic.inside.executor``), and the module still checks: a correct module passes."""
+    from attncheck.dynamic.runner import check_file
+    from tests.dynamic_support import Options, file_result
+
+    outcomes = []
+
+    def child(path: Path, request: dict, tensors: dict) -> ChildOutcome:
+        outcomes.append(run_child(path, {**request, "entry": "tests.sandbox_entries:executor_then_report"}, tensors))
+        return outcomes[-1]
+
+    check_file(file_result(HOSTILE / "checker_frames.py"), Options(), child)
+    report = outcomes[0].replies[-1].facts["report"]
+    functions, modules = report["functions"], report["modules"]
+    assert "executor_then_report" in functions and "_" in functions, report  # the frames are there
+    assert not CHECKER_FUNCTIONS & set(functions), report
+    assert "<executor>" in modules and not [name for name in modules if "attncheck" in name], report
+    assert [reply.facts.get("unit") for reply in outcomes[0].replies][-1] == "report"
+
+
 ITEM_5_SYSCALLS = (
     "execve", "execveat", "unshare", "setns", "mount", "io_uring_setup", "io_uring_enter", "io_uring_register",
     "bpf", "userfaultfd", "perf_event_open", "rt_sigqueueinfo", "rt_tgsigqueueinfo",

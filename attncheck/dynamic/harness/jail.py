@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-JAIL_HOME = "/home/user"  # the work dir, as the child sees it
+JAIL_HOME = "/home/user"  # the child's home and working directory, a tmpfs of its own
 NOBODY = 65534
 UID_BASE = 1_600_000_000  # the uids given to children started by root: far above any real account's
 UID_SPAN = 1 << 24

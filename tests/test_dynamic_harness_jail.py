@@ -35,17 +35,17 @@ needs_jail = pytest.mark.skipif(
 )
 
 
-def _checked(path: Path) -> ChildOutcome:
+def _checked(path: Path, request: dict = ENTRY, tensors: dict | None = None) -> ChildOutcome:
     """As ``attncheck check`` runs a file: a new interpreter in bubblewrap."""
-    return run_child(path, ENTRY, {"x": X}, LIMITS.get(path.stem, ROOMY))
+    return run_child(path, request, {"x": X} if tensors is None else tensors, LIMITS.get(path.stem, ROOMY))
 
 
-def _graded(path: Path) -> ChildOutcome:
+def _graded(path: Path, request: dict = ENTRY, tensors: dict | None = None) -> ChildOutcome:
     """As ``attncheck grade`` runs a submission: forked from the zygote, jailed by itself."""
     from attncheck.dynamic.harness.forked import run_forked
 
-    limits = LIMITS.get(path.stem, ROOMY)
-    return run_forked(path, ENTRY, {"x": X}, limits, [path.parent, Path(__file__).resolve().parent])
+    limits, tests = LIMITS.get(path.stem, ROOMY), Path(__file__).resolve().parent
+    return run_forked(path, request, {"x": X} if tensors is None else tensors, limits, [path.parent, tests])
 
 
 @pytest.fixture(scope="module", params=[_checked, _graded], ids=["check", "grade"])
@@ -125,17 +125,18 @@ CHECKER_FUNCTIONS = {"call", "run", "main", "_run_target", "_run_experiment", "_
 
 
 @needs_jail
-def test_no_function_or_module_name_below_the_forward_names_the_checker():
+@pytest.mark.parametrize("jail_of", [_checked, _graded], ids=["check", "grade"])
+def test_no_function_or_module_name_below_the_forward_names_the_checker(jail_of):
     """Item 2: called by the real executor, the frames below the forward show none of the checker's
     function names (they are all ``_``) and no module ``__name__`` of the checker (``<executor>``,
-    not ``attncheck.dynamic.inside.executor``), and the module still checks: a correct module passes."""
+    not ``attncheck.dynamic.inside.executor``)."""
     from attncheck.dynamic.runner import check_file
     from tests.dynamic_support import Options, file_result
 
     outcomes = []
 
     def child(path: Path, request: dict, tensors: dict) -> ChildOutcome:
-        outcomes.append(run_child(path, {**request, "entry": "tests.sandbox_entries:executor_then_report"}, tensors))
+        outcomes.append(jail_of(path, {**request, "entry": "tests.sandbox_entries:executor_then_report"}, tensors))
         return outcomes[-1]
 
     check_file(file_result(HOSTILE / "checker_frames.py"), Options(), child)

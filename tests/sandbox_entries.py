@@ -12,6 +12,8 @@ from types import ModuleType
 
 import torch
 
+from attncheck.dynamic.inside import executor  # bound before the child's disguise, as its own entry is
+
 Units = Iterator[tuple[dict, dict[str, torch.Tensor]]]
 
 
@@ -52,3 +54,9 @@ def forward_then_report(module: ModuleType, request: dict, tensors: dict[str, to
     yield from forward(module, request, tensors)
     started = len(getattr(module, "STARTED", []))
     yield {"unit": "report", "report": getattr(module, "REPORT", None), "started": started}, {}
+
+
+def executor_then_report(module: ModuleType, request: dict, tensors: dict[str, torch.Tensor]) -> Units:
+    """The real executor's run of the request, then what the hostile module recorded (``REPORT``)."""
+    yield from executor.run(module, request, tensors)
+    yield {"unit": "report", "report": getattr(module, "REPORT", None)}, {}

@@ -25,6 +25,8 @@ pytestmark = pytest.mark.sandbox
 HOSTILE = Path(__file__).resolve().parents[1] / "fixtures" / "hostile"
 ENTRY = {"entry": "tests.sandbox_entries:forward_then_report"}
 ROOMY = Limits(timeout_s=20)
+SMALL_HOME = Limits(timeout_s=20, workdir_mb=32)
+LIMITS = {"fill_disk_unlinked": SMALL_HOME}  # the rest run under ROOMY
 X = numpy.random.default_rng(0).standard_normal((2, 4, 8)).astype(numpy.float32)
 SIBLING_SECRET = "the sibling's answer"
 
@@ -33,16 +35,17 @@ needs_jail = pytest.mark.skipif(
 )
 
 
-def _checked(path: Path) -> ChildOutcome:
+def _checked(path: Path, request: dict = ENTRY, tensors: dict | None = None) -> ChildOutcome:
     """As ``attncheck check`` runs a file: a new interpreter in bubblewrap."""
-    return run_child(path, ENTRY, {"x": X}, ROOMY)
+    return run_child(path, request, {"x": X} if tensors is None else tensors, LIMITS.get(path.stem, ROOMY))
 
 
-def _graded(path: Path) -> ChildOutcome:
+def _graded(path: Path, request: dict = ENTRY, tensors: dict | None = None) -> ChildOutcome:
     """As ``attncheck grade`` runs a submission: forked from the zygote, jailed by itself."""
     from attncheck.dynamic.harness.forked import run_forked
 
-    return run_forked(path, ENTRY, {"x": X}, ROOMY, [path.parent, Path(__file__).resolve().parent])
+    limits, tests = LIMITS.get(path.stem, ROOMY), Path(__file__).resolve().parent
+    return run_forked(path, request, {"x": X} if tensors is None else tensors, limits, [path.parent, tests])
 
 
 @pytest.fixture(scope="module", params=[_checked, _graded], ids=["check", "grade"])
@@ -57,6 +60,8 @@ def jailed(request, tmp_path_factory) -> dict[str, ChildOutcome]:
     paths = {
         "read_host": submissions / "alice" / "read_host.py",
         **{name: HOSTILE / f"{name}.py" for name in ("seccomp_escapes", "leak_in_message", "thread_bomb")},
+        "fill_disk_unlinked": HOSTILE / "fill_disk_unlinked.py",
+        "forge_reply_frame": HOSTILE / "forge_reply_frame.py",
         "checker_tells": HOSTILE / "checker_tells.py",
     }
     from concurrent.futures import ThreadPoolExecutor
@@ -116,6 +121,33 @@ def test_no_frame_below_user_code_names_the_checker(jailed):
     assert "<child>" in files.split() and "attncheck" not in files.lower(), files
 
 
+CHECKER_FUNCTIONS = {"call", "run", "main", "_run_target", "_run_experiment", "_choose_binding"}
+
+
+@needs_jail
+@pytest.mark.parametrize("jail_of", [_checked, _graded], ids=["check", "grade"])
+def test_no_function_or_module_name_below_the_forward_names_the_checker(jail_of):
+    """Item 2: called by the real executor, the frames below the forward show none of the checker's
+    function names (they are all ``_``) and no module ``__name__`` of the checker (``<executor>``,
+    not ``attncheck.dynamic.inside.executor``)."""
+    from attncheck.dynamic.runner import check_file
+    from tests.dynamic_support import Options, file_result
+
+    outcomes = []
+
+    def child(path: Path, request: dict, tensors: dict) -> ChildOutcome:
+        outcomes.append(jail_of(path, {**request, "entry": "tests.sandbox_entries:executor_then_report"}, tensors))
+        return outcomes[-1]
+
+    check_file(file_result(HOSTILE / "checker_frames.py"), Options(), child)
+    report = outcomes[0].replies[-1].facts["report"]
+    functions, modules = report["functions"], report["modules"]
+    assert "executor_then_report" in functions and "_" in functions, report  # the frames are there
+    assert not CHECKER_FUNCTIONS & set(functions), report
+    assert "<executor>" in modules and not [name for name in modules if "attncheck" in name], report
+    assert [reply.facts.get("unit") for reply in outcomes[0].replies][-1] == "report"
+
+
 ITEM_5_SYSCALLS = (
     "execve", "execveat", "unshare", "setns", "mount", "io_uring_setup", "io_uring_enter", "io_uring_register",
     "bpf", "userfaultfd", "perf_event_open", "rt_sigqueueinfo", "rt_tgsigqueueinfo",
@@ -137,7 +169,32 @@ def test_threads_are_capped(jailed):
     assert 0 < facts["started"] < jail.MAX_TASKS, facts
 
 
-# Item 4: the parent reads replies defensively (no child needed).
+@needs_jail
+def test_unlinked_open_files_end_in_enospc_inside_the_jail(jailed):
+    """Item 5: the child's home and /tmp are size-limited tmpfs mounts of its own mount namespace,
+    so files it unlinks while it holds them open count against the cap (a polling watch saw none
+    of them) and fill the jail's memory file system, never the host's disk: the 33rd MB of its
+    home and the 65th of /tmp fail with ENOSPC, and the file still gets its verdict."""
+    report = _report(jailed["fill_disk_unlinked"])["report"]
+    home_mb, tmp_mb = SMALL_HOME.workdir_mb, jail.PRIVATE_TMP_BYTES // (1024 * 1024)
+    assert report["."] == {"written_mb": home_mb, "error": "ENOSPC", "fs": "tmpfs", "fs_mb": home_mb,
+                           "mount": jail.JAIL_HOME}, report
+    assert report["/tmp"] == {"written_mb": tmp_mb, "error": "ENOSPC", "fs": "tmpfs", "fs_mb": tmp_mb,
+                              "mount": "/tmp"}, report
+
+
+def test_a_forged_frame_header_in_the_reply_pipe_is_refused_at_once(jailed):
+    """Item 4: user code that writes a header announcing 2**40 bytes into the reply pipe gets an
+    error for its file; the parent refuses the stream at the header, never waits for the bytes."""
+    outcome = jailed["forge_reply_frame"]
+    assert outcome.status == "error", outcome.reason
+    assert outcome.reason == (
+        f"reply 0 refused: its tensors are {2**40} bytes, over the limit of {channel.MAX_TENSOR_BYTES}"
+    )
+
+
+# Item 4: the parent reads replies defensively (no child needed). Nothing the child writes is a
+# file the parent opens: replies come over a pipe, so no link, FIFO or folder can be planted.
 
 
 def _tensor_file(shape: list[int]) -> bytes:
@@ -145,40 +202,29 @@ def _tensor_file(shape: list[int]) -> bytes:
     return struct.pack("<Q", len(header)) + header
 
 
-@pytest.mark.parametrize(
-    ("plant", "refusal"),
-    [
-        (lambda folder: os.symlink("/proc/self/mem", folder / channel.reply_name(0)), "is a symbolic link"),
-        (lambda folder: os.mkfifo(folder / channel.reply_name(0)), "is not a regular file"),
-        (lambda folder: os.mkdir(folder / channel.reply_name(0)), "is not a regular file"),
-        (
-            lambda folder: (
-                (folder / channel.reply_name(0)).write_text("{}"),
-                os.symlink("/proc/self/mem", folder / channel.tensors_name(0)),
-            ),
-            "is a symbolic link",
-        ),
-        (
-            lambda folder: (
-                (folder / channel.reply_name(0)).write_text("{}"),
-                (folder / channel.tensors_name(0)).write_bytes(_tensor_file([0, 2**40])),
-            ),
-            "has an axis longer than",
-        ),
-    ],
-    ids=["reply-to-proc-mem", "reply-fifo", "reply-folder", "tensors-to-proc-mem", "zero-size-huge-tensor"],
-)
-def test_hostile_reply_files_are_refused_not_followed(tmp_path, plant, refusal):
-    plant(tmp_path)
+def _stream(*frames: bytes) -> channel.ReplyStream:
+    stream = channel.ReplyStream()
+    for frame in frames:
+        stream.feed(frame)
+    return stream
+
+
+def test_a_zero_size_huge_tensor_is_refused_before_numpy_sees_it():
     started = time.monotonic()
-    replies, refused = channel.read_replies(tmp_path)
-    assert replies == [] and refused is not None and refusal in refused and "\n" not in refused
-    assert time.monotonic() - started < 1.0  # a FIFO is not waited on
+    replies, refused = _stream(channel.reply_frame(b"{}", _tensor_file([0, 2**40]))).replies()
+    assert replies == [] and refused is not None and "has an axis longer than" in refused and "\n" not in refused
+    assert time.monotonic() - started < 1.0
 
 
-def test_long_texts_in_replies_are_cut(tmp_path):
-    (tmp_path / channel.reply_name(0)).write_text(json.dumps({"error": {"message": "x" * 5000}, "k" * 900: 1}))
-    (reply,), refused = channel.read_replies(tmp_path)
+def test_a_child_that_floods_the_pipe_is_refused_at_the_total_limit(monkeypatch):
+    monkeypatch.setattr(channel, "MAX_TOTAL_BYTES", 64)
+    replies, refused = _stream(*(channel.reply_frame(b"{}", b"") for _ in range(40))).replies()
+    assert len(replies) == 32 and refused == "reply 32 refused: the replies pass 64 bytes in all"
+
+
+def test_long_texts_in_replies_are_cut():
+    text = json.dumps({"error": {"message": "x" * 5000}, "k" * 900: 1}).encode()
+    (reply,), refused = _stream(channel.reply_frame(text, b"")).replies()
     assert refused is None
     assert all(len(key) <= channel.MAX_TEXT_CHARS for key in reply.facts)
     assert len(reply.facts["error"]["message"]) == channel.MAX_TEXT_CHARS

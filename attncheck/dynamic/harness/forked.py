@@ -10,16 +10,20 @@ code runs the child jails itself in the same jail ``attncheck check`` gets from 
   death with the parent, a scrubbed environment, stdout and stderr into capped files;
 - the jail's one definition (``jail.view``), built by the child itself (``unshared``): an empty
   root holding only the system's libraries, the interpreter, its packages, attncheck and the
-  submission (read-only), its run folder (writable, at the neutral ``/home/user``) and a private
-  /tmp; new mount, PID, network, IPC and UTS namespaces;
+  submission (read-only), a size-limited tmpfs as its home (at the neutral ``/home/user``) and
+  a private /tmp; new mount, PID, network, IPC and UTS namespaces;
 - started by root, its own unprivileged uid with the jail's task limit; otherwise no capability;
 - then ``attncheck.dynamic.inside.child.main``: the seccomp filter, the user's import, the
-  executor's experiments, replies through ``channel``.
+  executor's experiments, replies through ``channel``'s pipes.
 
-Its run folder is a ``rundir`` one (locked, neutral name, swept when a killed run left it). The
-zygote watches it with the sandbox's own watch and judgement (time limit from ready, work dir
-cap, signals), so a hang, a crash, a memory bomb or an output flood ends as that submission's
-status. Where namespaces are refused (some containers), ``jail_available`` says so and the child
+The worker makes the request and reply pipes and sends their child ends to the zygote with the
+order (``SCM_RIGHTS``); the zygote hands them to the forked child and closes its copies, so
+the request goes in and the replies come out between the worker and the child alone, while the
+zygote watches the child with the sandbox's own watch and judgement (time limit from the ready
+byte, which comes to the zygote on a pipe of its own; signals), so a hang, a crash, a memory
+bomb or an output flood ends as that submission's status. Its run folder (stdout, stderr, the
+copies it may read) is a ``rundir`` one (locked, neutral name, swept when a killed run left
+it). Where namespaces are refused (some containers), ``jail_available`` says so and the child
 runs with rlimits and seccomp only, as the sandbox's fallback does.
 """
 
@@ -37,6 +41,8 @@ from pathlib import Path
 import numpy as np
 
 from attncheck.dynamic.harness import channel, jail, rundir, sandbox, unshared
+from attncheck.dynamic.harness.channel import ChildEnds
+from attncheck.dynamic.harness.pipes import Transfer
 from attncheck.dynamic.harness.sandbox import ChildOutcome, Limits
 from attncheck.dynamic.harness.zygote_client import ZygoteGoneError, start_zygote
 
@@ -70,38 +76,39 @@ def run_forked(module_path: Path, request: dict, tensors: dict[str, np.ndarray],
     if not (jailed or unsafe_no_sandbox):
         return ChildOutcome("error", UNJAILED_REFUSAL, [], "", "", isolation)
     run_dir = rundir.create()
-    workdir, new_root = run_dir.path / rundir.WORK, run_dir.path / "root"
+    new_root = run_dir.path / "root"
+    transfer = Transfer()
     try:
-        workdir.mkdir(mode=0o700)
         new_root.mkdir(mode=0o700)
         uid = jail.sandbox_uid() if jailed and jail.started_by_root() else None
         readable = jail.readable_paths(expose)
         copies = jail.readable_copies(expose, run_dir.path / "exposed") if uid is not None else {}
-        if uid is not None:
-            os.chown(workdir, uid, uid)
-        channel.write_request(workdir, {**request, "module_path": str(module_path)}, tensors)
+        transfer.send(channel.request_frame({**request, "module_path": str(module_path)}, tensors))
         for name in ("stdout", "stderr"):
             (run_dir.path / name).touch(mode=0o600)
-        order = {"run_dir": str(run_dir.path), "workdir": str(workdir), "root": str(new_root), "uid": uid,
-                 "mounts": [asdict(mount) for mount in jail.view(workdir, readable, copies)] if jailed else None,
-                 "limits": asdict(limits)}
+        home = jail.JAIL_HOME if jailed else str(run_dir.work)
+        order = {"run_dir": str(run_dir.path), "home": home, "root": str(new_root), "uid": uid,
+                 "mounts": [asdict(mount) for mount in jail.view(limits.workdir_mb, readable, copies)] if jailed
+                 else None, "limits": asdict(limits)}
         try:
-            ending = sandbox.Ending(**start_zygote().fork(order))
+            ending = sandbox.Ending(**start_zygote().fork(order, transfer))
         except ZygoteGoneError as error:
             return ChildOutcome("error", str(error), [], "", "", isolation)
-        outcome = sandbox.outcome(run_dir.path, workdir, module_path, limits, isolation, ending)
+        outcome = sandbox.outcome(run_dir.path, module_path, limits, isolation, ending, transfer)
         if ending.returncode == JAIL_FAILED_EXIT and JAIL_FAILED in outcome.stderr:
             reason = outcome.stderr[outcome.stderr.index(JAIL_FAILED):].splitlines()[0]
             return replace(outcome, status="error", reason=reason)
         return outcome
     finally:
+        transfer.close()
         run_dir.remove()
 
 
-def enter_jail(order: dict, limits: Limits) -> None:
-    """The forked side (in the zygote's child): jail, then the sandbox child's main; never returns."""
+def enter_jail(order: dict, limits: Limits, ends: ChildEnds) -> None:
+    """The forked side (in the zygote's child): jail, then the sandbox child's main with ``ends``,
+    its pipes; never returns."""
     code = 0
-    run_dir, workdir = Path(order["run_dir"]), Path(order["workdir"])
+    run_dir = Path(order["run_dir"])
     try:
         os.setsid()
         faulthandler.disable()  # a parent's handler would write a crash to the parent's stderr
@@ -109,12 +116,11 @@ def enter_jail(order: dict, limits: Limits) -> None:
         sandbox.preexec(limits, None if order["uid"] is not None else sandbox.nproc_limit())()
         if order["mounts"] is not None:
             unshared.enter([jail.Mount(**mount) for mount in order["mounts"]], Path(order["root"]), order["uid"])
-            workdir = Path(jail.JAIL_HOME)
         os.environ.clear()
-        os.environ.update(sandbox.environment(workdir))
+        os.environ.update(sandbox.environment(order["home"]))
         from attncheck.dynamic.inside import child
 
-        child.main(workdir)
+        child.main(Path(order["home"]), ends)
     except BaseException as error:  # the jail failed: say so on stderr, never run user code unjailed
         with contextlib.suppress(Exception):
             os.write(2, f"{JAIL_FAILED}: {type(error).__name__}: {error}\n".encode())

@@ -4,9 +4,12 @@ The jail starts from an empty root and mounts, read-only, only what running the 
 needs: the system's programs and libraries (``/usr`` and its compatibility links), this
 interpreter and its packages, the ``attncheck`` package folder (not the repository around it),
 and the paths the caller exposes (the submission's file or folder; for a package, its root).
-Never ``/etc``, ``/root``, ``/home``, the attncheck cache or a sibling submission. The work dir
-is mounted, writable, at a neutral ``/home/user``: nothing in the child's paths names attncheck,
-so user code cannot tell the checker from its author's own test by its working directory or HOME.
+Never ``/etc``, ``/root``, ``/home``, the attncheck cache or a sibling submission. The child
+writes only in its home, a tmpfs of ``Limits.workdir_mb`` at a neutral ``/home/user``, and in a
+private /tmp of ``PRIVATE_TMP_BYTES``: a disk bomb (unlinked open files included) ends in ENOSPC
+in the jail's own memory file systems, gone with its mount namespace, never on the host's disk.
+Nothing in the child's paths names attncheck, so user code cannot tell the checker from its
+author's own test by its working directory or HOME.
 
 With a GPU wanted (``--device cuda|auto`` on a machine that has one), the host's NVIDIA device
 nodes are bound into the child's /dev, so that CUDA works inside the jail as outside; the GPU
@@ -36,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-JAIL_HOME = "/home/user"  # the work dir, as the child sees it
+JAIL_HOME = "/home/user"  # the child's home and working directory, a tmpfs of its own
 NOBODY = 65534
 UID_BASE = 1_600_000_000  # the uids given to children started by root: far above any real account's
 UID_SPAN = 1 << 24
@@ -117,25 +120,25 @@ def _readable_by_anyone(path: Path) -> bool:
 class Mount:
     """One step of building the child's root, from an empty one; ``kind`` says which.
 
-    ``dir`` a folder (0755); ``symlink`` a link to ``source``; ``ro-bind``/``bind`` the host's
-    ``source`` read-only/writable; ``tmpfs`` a private memory file system of ``size`` bytes;
+    ``dir`` a folder (0755); ``symlink`` a link to ``source``; ``ro-bind`` the host's ``source``
+    read-only; ``tmpfs`` a private memory file system of ``size`` bytes, the only writable kind;
     ``proc`` the child's own /proc; ``dev`` a minimal /dev (null, zero, random, ...);
     ``dev-bind`` the host's device node ``source`` (a GPU's), usable.
     """
 
-    kind: Literal["dir", "symlink", "ro-bind", "bind", "tmpfs", "proc", "dev", "dev-bind"]
+    kind: Literal["dir", "symlink", "ro-bind", "tmpfs", "proc", "dev", "dev-bind"]
     target: str
     source: str = ""
     size: int = 0
 
 
 def view(
-    workdir: Path, readable: Sequence[Path], copies: dict[Path, Path] | None = None, gpu: bool = False
+    home_mb: int, readable: Sequence[Path], copies: dict[Path, Path] | None = None, gpu: bool = False
 ) -> list[Mount]:
     """The child's whole file system, in mount order: the one definition both jails build.
 
     ``readable`` are mounted read-only at their own paths (from ``copies[path]`` where it names
-    a copy); ``workdir`` writable at ``JAIL_HOME``; a private /tmp of ``PRIVATE_TMP_BYTES``;
+    a copy); a tmpfs of ``home_mb`` MB at ``JAIL_HOME``; a private /tmp of ``PRIVATE_TMP_BYTES``;
     with ``gpu``, the GPU's device nodes (``gpu_nodes``).
     """
     copies = copies or {}
@@ -146,15 +149,15 @@ def view(
     for folder in sorted({parent for root in roots for parent in root.parents} - {Path("/")}, key=_depth):
         mounts.append(Mount("dir", str(folder)))
     mounts += [Mount("ro-bind", str(root), str(copies.get(root, root))) for root in roots]
-    return [*mounts, Mount("dir", "/home"), Mount("bind", JAIL_HOME, str(workdir))]
+    return [*mounts, Mount("dir", "/home"), Mount("tmpfs", JAIL_HOME, size=home_mb * 1024 * 1024)]
 
 
 def bwrap_command(
-    binary: str, workdir: Path, readable: Sequence[Path], copies: dict[Path, Path] | None = None, gpu: bool = False
+    binary: str, home_mb: int, readable: Sequence[Path], copies: dict[Path, Path] | None = None, gpu: bool = False
 ) -> list[str]:
     """The bwrap command line up to the program: ``view`` as bubblewrap's options."""
     command = [binary, "--tmpfs", "/"]
-    for mount in view(workdir, readable, copies, gpu):
+    for mount in view(home_mb, readable, copies, gpu):
         command += _BWRAP_OPTIONS[mount.kind](mount)
     if started_by_root():  # the child drops to its own uid itself (``drop_privileges``)
         command += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
@@ -171,7 +174,6 @@ _BWRAP_OPTIONS: dict[str, Callable[[Mount], list[str]]] = {
     "dir": lambda mount: ["--perms", "0755", "--dir", mount.target],
     "symlink": lambda mount: ["--symlink", mount.source, mount.target],
     "ro-bind": lambda mount: ["--ro-bind", mount.source, mount.target],
-    "bind": lambda mount: ["--bind", mount.source, mount.target],
     "tmpfs": lambda mount: ["--perms", "01777", "--size", str(mount.size), "--tmpfs", mount.target],
     "proc": lambda mount: ["--proc", mount.target],
     "dev": lambda mount: ["--dev", mount.target],

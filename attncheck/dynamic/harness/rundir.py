@@ -4,7 +4,8 @@ Each folder is locked (``flock`` on its own descriptor) for as long as its paren
 kernel drops the lock when the parent dies, however it dies. So at the start of a run, a folder
 with our prefix and a ``work`` folder, ours, a minute old, whose lock can be taken belongs to no
 live run and is removed; one whose lock is held belongs to a run going on beside ours and is left
-alone. The prefix names no checker: the child can read its output files' paths.
+alone. The prefix names no checker: the child can read its output files' paths. Every run folder
+has its ``work`` folder: the child's home when it runs without a jail (in a jail, a tmpfs instead).
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ class RunDir:
     path: Path
     descriptor: int
 
+    @property
+    def work(self) -> Path:
+        return self.path / WORK
+
     def remove(self) -> None:
         """Delete the folder, then let go of its lock (once; later calls do nothing)."""
         if self.descriptor < 0:
@@ -44,11 +49,13 @@ class RunDir:
 
 
 def create() -> RunDir:
-    """A new locked run folder in the temp folder; the first call also sweeps stale ones."""
+    """A new locked run folder, with its ``work`` folder, in the temp folder; the first call also
+    sweeps stale ones."""
     sweep_stale(Path(tempfile.gettempdir()))
     path = Path(tempfile.mkdtemp(prefix=PREFIX))
     descriptor = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     fcntl.flock(descriptor, fcntl.LOCK_EX)
+    (path / WORK).mkdir(mode=0o700)
     return RunDir(path, descriptor)
 
 

@@ -5,12 +5,14 @@ rlimits (address space, CPU, file size, core dumps, open files, tasks), a seccom
 installs on itself (no fork or exec, no signals to other processes, no ptrace, namespaces,
 mounts or io_uring: see ``confine``), and, when bubblewrap works on this machine, inside a
 bubblewrap jail (``jail``): only the interpreter, its packages, attncheck and the exposed
-submission visible, read-only; a private /tmp; only the work dir writable; no network; its own
-PID namespace; a uid of its own, unprivileged on the host. A wall-clock timeout and a work-dir
-size cap kill the whole process group. Run folders a killed run left are swept (``rundir``).
+submission visible, read-only; its home and /tmp size-limited tmpfs mounts, the only places it
+can write (a disk bomb, unlinked open files included, ends in ENOSPC inside the jail); no
+network; its own PID namespace; a uid of its own, unprivileged on the host. A wall-clock timeout
+kills the whole process group. Run folders a killed run left are swept (``rundir``).
 
-Only files written by the child's protocol (``channel``) are read back, validated
-and bounded; stdout and stderr are kept for display and never parsed.
+The request goes in and the replies come out over inherited pipes (``channel``, ``pipes``),
+drained while the clock is watched, bounded and validated; stdout and stderr are kept for
+display and never parsed.
 """
 
 from __future__ import annotations
@@ -23,10 +25,10 @@ import logging
 import math
 import os
 import resource
+import select
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -34,7 +36,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from attncheck.dynamic.harness import channel, jail, neutral_frames, rundir
-from attncheck.dynamic.harness.channel import Reply
+from attncheck.dynamic.harness.channel import ChildEnds, Reply
+from attncheck.dynamic.harness.pipes import ReadyPipe, Transfer
 from attncheck.dynamic.loading import project
 
 if TYPE_CHECKING:
@@ -78,7 +81,7 @@ class Limits:
     cpu_s: int | None = None
     output_bytes: int = 64_000
     file_mb: int = 256  # RLIMIT_FSIZE: the largest file the child may write
-    workdir_mb: int = 512  # the work dir's total size; past it the child is killed
+    workdir_mb: int = 512  # the size of its home's tmpfs: past it, writes fail with ENOSPC (not in the fallback)
     gpu: bool = False  # the GPU's device nodes in its /dev; memory capped by RLIMIT_DATA, not RLIMIT_AS
 
     @property
@@ -165,33 +168,36 @@ class StartedChild:
         self.module_path, self.isolation = module_path, isolation
         self.limits = limits  # the rlimits it started under; ``run`` only sets the time limit
         self.run_dir = rundir.create()
-        self.workdir = self.run_dir.path / rundir.WORK
-        self.workdir.mkdir(mode=0o700)
+        workdir = self.run_dir.work  # the child's home without the jail; with it, a tmpfs in its place
         self.started = time.monotonic()
         self.process: subprocess.Popen | None = None
         self.failure: str | None = None
+        self.transfer, self.ready = Transfer(), ReadyPipe()
+        ends = ChildEnds(self.transfer.child_request, self.transfer.child_replies, self.ready.child_end)
         jailed = isolation == BUBBLEWRAP
         uid = jail.sandbox_uid() if jailed and jail.started_by_root() else None
         copies: dict[Path, Path] = {}
         if uid is not None:
-            os.chown(self.workdir, uid, uid)
             copies = jail.readable_copies(expose, self.run_dir.path / "exposed")
-        home = jail.JAIL_HOME if jailed else str(self.workdir)
+        home = jail.JAIL_HOME if jailed else str(workdir)
         out_path, err_path = self.run_dir.path / "stdout", self.run_dir.path / "stderr"
         with open(out_path, "wb") as stdout, open(err_path, "wb") as stderr:
             try:
                 self.process = subprocess.Popen(
-                    _command(self.workdir, home, expose, isolation, uid, copies, limits.gpu),
+                    _command(home, ends, expose, isolation, uid, copies, limits),
                     stdin=subprocess.DEVNULL,
                     stdout=stdout,
                     stderr=stderr,
-                    cwd=self.workdir,
+                    pass_fds=(ends.request, ends.replies, ends.ready),
+                    cwd=workdir,
                     env=environment(home, limits.gpu),
                     start_new_session=True,
                     preexec_fn=preexec(limits, None if jailed else nproc_limit()),
                 )
             except OSError as error:
                 self.failure = f"could not start the child: {error}"
+        self.transfer.close_child_ends()
+        self.ready.close_child_end()
 
     def run(self, request: dict, tensors: dict[str, numpy.ndarray], limits: Limits) -> ChildOutcome:
         """Send the request, wait for the end (``limits`` gives the time), judge it, clean up."""
@@ -203,19 +209,23 @@ class StartedChild:
                 self._stop()
                 return ChildOutcome("error", f"no such file: {self.module_path}", [], "", "", self.isolation)
             try:
-                request = {**request, "module_path": str(self.module_path)}
-                channel.write_request(self.workdir, request, tensors)
+                self.transfer.send(channel.request_frame({**request, "module_path": str(self.module_path)}, tensors))
             except (TypeError, ValueError, AttributeError) as error:
                 self._stop()
                 return ChildOutcome("error", f"cannot send the request: {error}", [], "", "", self.isolation)
-            ending = watch(self.process, self.workdir, limits, self.started)
-            return outcome(self.run_dir.path, self.workdir, self.module_path, limits, self.isolation, ending)
+            ending = watch(self.process, self.ready, limits, self.started, self.transfer)
+            return outcome(self.run_dir.path, self.module_path, limits, self.isolation, ending, self.transfer)
         finally:
-            self.run_dir.remove()
+            self._close()
 
     def cancel(self) -> None:
         """No work for it after all: end it and remove its folder."""
         self._stop()
+        self._close()
+
+    def _close(self) -> None:
+        self.transfer.close()
+        self.ready.close()
         self.run_dir.remove()
 
     def _stop(self) -> None:
@@ -240,7 +250,7 @@ def isolation_available() -> str:
     """``"bubblewrap"`` when a bwrap jail starts on this machine, else ``"rlimits only"``."""
     binary = _bwrap_binary()
     if binary is not None:
-        command = jail.bwrap_command(binary, Path(tempfile.gettempdir()), [])
+        command = jail.bwrap_command(binary, Limits().workdir_mb, [])
         try:
             probe = subprocess.run([*command, "true"], capture_output=True, timeout=10, check=False)
         except (OSError, subprocess.TimeoutExpired):
@@ -292,23 +302,24 @@ def environment(home: str | Path, gpu: bool = False) -> dict[str, str]:
 
 
 def _command(
-    workdir: Path,
     home: str,
+    ends: ChildEnds,
     expose: Sequence[Path],
     isolation: str,
     uid: int | None,
     copies: dict[Path, Path],
-    gpu: bool,
+    limits: Limits,
 ) -> list[str]:
-    """The child's command line; in the jail, with the uid it drops to and its task limit."""
-    python = [*neutral_frames.command("attncheck.dynamic.inside.child"), home]
+    """The child's command line: its home and pipes; in the jail, the uid it drops to and its task limit."""
+    python = [*neutral_frames.command("attncheck.dynamic.inside.child"), home, *ends.as_args()]
     if uid is not None:
         python += [str(uid), str(jail.MAX_TASKS)]
     if isolation != BUBBLEWRAP:
         return python
     binary = _bwrap_binary()
     assert binary is not None, "isolation_available() found bwrap"
-    return [*jail.bwrap_command(binary, workdir, jail.readable_paths(expose), copies, gpu), *python]
+    readable = jail.readable_paths(expose)
+    return [*jail.bwrap_command(binary, limits.workdir_mb, readable, copies, limits.gpu), *python]
 
 
 def nproc_limit() -> int | None:
@@ -358,16 +369,15 @@ def preexec(limits: Limits, nproc: int | None):
 class Ending:
     returncode: int
     timed_out: bool = False
-    over_disk: bool = False
     cpu_s: float = 0.0
     start_s: float | None = None  # launch to ready; None when the child never got ready
 
 
 def outcome(
-    run_dir: Path, workdir: Path, module_path: Path, limits: Limits, isolation: str, ending: Ending
+    run_dir: Path, module_path: Path, limits: Limits, isolation: str, ending: Ending, transfer: Transfer
 ) -> ChildOutcome:
-    replies, refused = channel.read_replies(workdir)
-    status, reason = _judge(ending, replies, refused, channel.finished(workdir), limits, isolation)
+    replies, refused = transfer.replies()
+    status, reason = _judge(ending, replies, refused, transfer.finished, limits, isolation)
     if status == "ok":
         reason = _completed_reason(replies, limits, module_path.name)
     err_text = _kept(run_dir / "stderr", limits.output_bytes)
@@ -377,51 +387,52 @@ def outcome(
     return ChildOutcome(status, reason, replies, out_text, err_text, isolation, ending.start_s)
 
 
-def watch(process: subprocess.Popen, workdir: Path, limits: Limits, started: float) -> Ending:
-    """Wait for the child, killing its process group on timeout or a too-large work dir.
+def watch(
+    process: subprocess.Popen, ready: ReadyPipe, limits: Limits, started: float, transfer: Transfer | None = None
+) -> Ending:
+    """Wait for the child, moving its request and replies (``transfer``, when this process holds
+    them), and kill its process group on timeout or when its replies are refused.
 
     The deadline is ``start_s`` after launch until the child says it is ready, then ``timeout_s``
     after that moment.
     """
     deadline = started + limits.start_s
     ready_at: float | None = None
-    cap = limits.workdir_mb * 1024 * 1024
-    timed_out = over_disk = False
+    timed_out = False
     while True:
         pid, status, usage = os.wait4(process.pid, os.WNOHANG)
         if pid:
             break
-        if ready_at is None and (workdir / channel.READY).exists():
-            ready_at = time.monotonic()
-            deadline = ready_at + limits.timeout_s
-        if time.monotonic() >= deadline:
-            timed_out = True
-        elif _tree_bytes(workdir) > cap:
-            over_disk = True
-        if timed_out or over_disk:
+        timed_out = time.monotonic() >= deadline
+        if timed_out or (transfer is not None and transfer.refused is not None):
             _kill_group(process.pid)
             pid, status, usage = os.wait4(process.pid, 0)
             break
-        time.sleep(POLL_S)
+        waiting = [ready.fd] if ready.fd >= 0 else []
+        wait_s = min(POLL_S, deadline - time.monotonic())
+        readable = transfer.wait(wait_s, waiting) if transfer is not None else _readable(waiting, wait_s)
+        if ready.fd in readable and ready.said_ready():
+            ready_at = time.monotonic()
+            deadline = ready_at + limits.timeout_s
     process.returncode = os.waitstatus_to_exitcode(status)
     _kill_group(process.pid)  # anything left behind in the group
+    if transfer is not None:
+        transfer.drain()
     start_s = (ready_at - started) if ready_at is not None else None
-    return Ending(process.returncode, timed_out, over_disk, usage.ru_utime + usage.ru_stime, start_s)
+    return Ending(process.returncode, timed_out, usage.ru_utime + usage.ru_stime, start_s)
+
+
+def _readable(fds: Sequence[int], timeout_s: float) -> set[int]:
+    """Those of ``fds`` readable within ``timeout_s`` (the time passes when there are none)."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    return {fd for fd, _events in poller.poll(max(0, int(timeout_s * 1000)))}
 
 
 def _kill_group(pgid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
-
-
-def _tree_bytes(folder: Path) -> int:
-    total = 0
-    with contextlib.suppress(OSError):
-        for root, _dirs, files in os.walk(folder):
-            for name in files:
-                with contextlib.suppress(OSError):
-                    total += os.lstat(os.path.join(root, name)).st_size
-    return total
 
 
 def _judge(
@@ -432,8 +443,6 @@ def _judge(
         return "timeout", f"did not start within {limits.start_s:g} s (interpreter and torch import)"
     if ending.timed_out:
         return "timeout", f"timed out after {limits.timeout_s:g} s"
-    if ending.over_disk:
-        return "crashed", f"killed: wrote more than {limits.workdir_mb} MB into its work dir"
     if refused is not None:
         return "error", refused
     code = ending.returncode

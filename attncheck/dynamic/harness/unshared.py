@@ -4,7 +4,7 @@
 warm zygote (no new interpreter per submission), so the child builds the same view with the same
 system calls bubblewrap makes: new mount, PID, network, IPC and UTS namespaces (and a user
 namespace when not root); an empty tmpfs as the new root; each ``Mount`` of the view in order;
-every mount read-only but the work dir and /tmp; ``pivot_root`` into it and the host's root
+every mount read-only but its home and /tmp (size-limited tmpfs mounts); ``pivot_root`` into it and the host's root
 detached. What the child can see is therefore the same list in both commands.
 
 The PID namespace only holds the children of the process that made it: ``enter`` forks twice
@@ -64,7 +64,7 @@ def enter(mounts: Sequence[Mount], new_root: Path, uid: int | None) -> None:
         _BUILDERS[mount.kind](mount, _inside(new_root, mount.target))
     _set_read_only(str(new_root), True, _AT_RECURSIVE)
     for mount in mounts:  # only these mounts themselves: a submission bound below /tmp stays read-only
-        if mount.kind in ("bind", "tmpfs"):
+        if mount.kind == "tmpfs":
             _set_read_only(_inside(new_root, mount.target), False, 0)
     os.chdir(new_root)
     _check(_libc.syscall(_SYS_PIVOT_ROOT[platform.machine()], b".", b"."), "pivot_root")
@@ -177,7 +177,7 @@ def _dev(mount: Mount, where: str) -> None:
     os.mkdir(f"{where}/shm", 0o1777)
 
 
-_BUILDERS = {"dir": _folder, "symlink": _symlink, "ro-bind": _bind, "bind": _bind, "tmpfs": _tmpfs,
+_BUILDERS = {"dir": _folder, "symlink": _symlink, "ro-bind": _bind, "tmpfs": _tmpfs,
              "proc": _proc, "dev": _dev, "dev-bind": _bind}
 
 

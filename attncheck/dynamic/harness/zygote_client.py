@@ -11,13 +11,17 @@ import contextlib
 import json
 import multiprocessing.util
 import os
+import socket
 import subprocess
 import threading
 from typing import Any
 
 from attncheck.dynamic.harness import jail, neutral_frames
+from attncheck.dynamic.harness.pipes import Transfer
 
 ZYGOTE_MODULE = "attncheck.dynamic.harness.zygote"
+MAX_ANSWER_BYTES = 1 << 16
+WAIT_S = 1.0  # between looks at the zygote while the pipes are quiet
 
 
 class ZygoteGoneError(RuntimeError):
@@ -25,42 +29,46 @@ class ZygoteGoneError(RuntimeError):
 
 
 class Zygote:
-    """The worker's handle on its zygote: ``fork(order)`` returns how the child ended."""
+    """The worker's handle on its zygote: ``fork(order, transfer)`` returns how the child ended."""
 
     def __init__(self) -> None:
-        orders_read, orders_write = os.pipe()
-        answers_read, answers_write = os.pipe()
+        self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(jail.python_paths())}
         self.process = subprocess.Popen(
-            [*neutral_frames.command(ZYGOTE_MODULE), str(orders_read), str(answers_write)],
-            pass_fds=(orders_read, answers_write), stdin=subprocess.DEVNULL, env=env,
+            [*neutral_frames.command(ZYGOTE_MODULE), str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=env,
         )
-        os.close(orders_read)
-        os.close(answers_write)
-        self.orders = os.fdopen(orders_write, "w", encoding="utf-8")
-        self.answers = os.fdopen(answers_read, "r", encoding="utf-8")
+        theirs.close()
         self.lock = threading.Lock()
 
     def alive(self) -> bool:
         return self.process.poll() is None
 
-    def fork(self, order: dict[str, Any]) -> dict[str, Any]:
+    def fork(self, order: dict[str, Any], transfer: Transfer) -> dict[str, Any]:
+        """Have the zygote fork the child of ``order`` with ``transfer``'s child ends; move the
+        request and the replies while it runs; how it ended."""
         with self.lock:
             try:
-                self.orders.write(json.dumps(order) + "\n")
-                self.orders.flush()
-                line = self.answers.readline()
-            except (BrokenPipeError, OSError) as error:
+                socket.send_fds(self.control, [json.dumps(order).encode()],
+                                [transfer.child_request, transfer.child_replies])
+            except OSError as error:
                 raise ZygoteGoneError(f"the grading zygote ended: {error}") from error
-            if not line:
+            transfer.close_child_ends()
+            while self.control.fileno() not in transfer.wait(WAIT_S, [self.control.fileno()]):
+                pass
+            try:
+                answer = self.control.recv(MAX_ANSWER_BYTES)
+            except OSError as error:
+                raise ZygoteGoneError(f"the grading zygote ended: {error}") from error
+            transfer.drain()
+            if not answer:
                 raise ZygoteGoneError("the grading zygote ended")
-            return json.loads(line)
+            return json.loads(answer)
 
     def close(self) -> None:
-        """Close the order pipe (the zygote's loop ends) and wait for it; a second call does nothing."""
-        for stream in (self.orders, self.answers):
-            with contextlib.suppress(OSError):
-                stream.close()
+        """Close the order socket (the zygote's loop ends) and wait for it; a second call does nothing."""
+        with contextlib.suppress(OSError):
+            self.control.close()
         self.process.wait()
 
 

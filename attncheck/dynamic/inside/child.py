@@ -1,13 +1,13 @@
 """The child process: the only code that imports the user's module.
 
-Run as ``python -m attncheck.dynamic.inside.child WORKDIR [UID TASKS]`` by ``sandbox.run_child``
-(with a uid when started by root in the jail: it drops to it before anything else). It reads
-the request and the input tensors, confines itself (seccomp), loads the user's module as
-its project would (``loading.importer``: through its package, whole or its definitions only),
-and runs the entry function, writing each unit it
-yields at once (see ``channel``), so the parent keeps every unit finished before a
-later crash. It ends with ``os._exit`` so user atexit handlers and stray threads
-cannot hold it open.
+Run as ``python -m attncheck.dynamic.inside.child HOME REQUEST_FD REPLIES_FD READY_FD [UID TASKS]``
+by ``sandbox.run_child`` (with a uid when started by root in the jail: it drops to it before
+anything else), or called as ``main`` in a child of ``grade``'s zygote. It reads the request and
+the input tensors from its request pipe, confines itself (seccomp), says it is ready, loads the
+user's module as its project would (``loading.importer``: through its package, whole or its
+definitions only), and runs the entry function, writing each unit it yields at once to its
+reply pipe (see ``channel``), so the parent keeps every unit finished before a later crash.
+It ends with ``os._exit`` so user atexit handlers and stray threads cannot hold it open.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import importlib  # noqa: E402  (bytecode writing must be off before any import)
 import json  # noqa: E402
 import os  # noqa: E402
 import signal  # noqa: E402
-import time  # noqa: E402
 import traceback  # noqa: E402
 from collections.abc import Callable, Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -30,6 +29,7 @@ import safetensors.torch  # noqa: E402
 import torch  # noqa: E402
 
 from attncheck.dynamic.harness import channel, jail, unshared  # noqa: E402
+from attncheck.dynamic.harness.channel import ChildEnds  # noqa: E402
 from attncheck.dynamic.harness.confine import install_filter  # noqa: E402
 from attncheck.dynamic.inside.disguise import disguise  # noqa: E402
 from attncheck.dynamic.loading import importer  # noqa: E402
@@ -38,46 +38,44 @@ from attncheck.dynamic.loading import request as loading_request  # noqa: E402
 DEFAULT_ENTRY = "attncheck.dynamic.inside.executor:run"
 TRACEBACK_FRAMES = 8
 MESSAGE_CHARS = 300  # of an exception's text: its kind and the user's line matter, not a dumped file
-REQUEST_POLL_S = 0.005
 
 # Bound now, before user code runs and can monkeypatch the modules they come from.
-_replace = os.replace
+_write = os.write
+_close = os.close
 _dumps = json.dumps
-_save_tensors = safetensors.torch.save_file
+_save_tensors = safetensors.torch.save
 _exit = os._exit
 
 
 class ReplyWriter:
-    """Writes numbered replies atomically: tensors first, the JSON (the marker) last."""
+    """Writes each reply whole, as one frame, to the reply pipe (``channel.reply_frame``)."""
 
-    def __init__(self, workdir: Path) -> None:
-        self.workdir = workdir
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
         self.count = 0
 
     def write(self, facts: dict, tensors: dict[str, torch.Tensor]) -> None:
-        index = self.count
+        blob = b""
         if tensors:
             widened, metadata = _numpy_ready(tensors)
-            self._atomic(channel.tensors_name(index), lambda path: _save_tensors(widened, path, metadata))
-        text = _dumps(channel.json_safe(facts))
-        self._atomic(channel.reply_name(index), lambda path: Path(path).write_text(text, encoding="utf-8"))
+            blob = _save_tensors(widened, metadata)
+        self._send(channel.reply_frame(_dumps(channel.json_safe(facts)).encode(), blob))
         self.count += 1
 
-    def ready(self) -> None:
-        """Tell the parent that start-up is over: from now on the time limit runs."""
-        self._atomic(channel.READY, lambda path: Path(path).write_text("{}"))
-
     def done(self) -> None:
-        """Mark the end, first removing reply files past our count (planted by user code)."""
-        for path in self.workdir.glob("reply-*.json"):
-            if path.name >= channel.reply_name(self.count):
-                path.unlink()
-        self._atomic(channel.DONE, lambda path: Path(path).write_text(_dumps({"replies": self.count})))
+        """Mark the end: the entry ran through."""
+        self._send(channel.done_frame(self.count))
 
-    def _atomic(self, name: str, write: Callable[[str], object]) -> None:
-        temporary = self.workdir / f".{name}.partial"
-        write(str(temporary))
-        _replace(temporary, self.workdir / name)
+    def _send(self, frame: bytes) -> None:
+        view = memoryview(frame)
+        while view:
+            view = view[_write(self.fd, view) :]
+
+
+def say_ready(fd: int) -> None:
+    """Tell the parent that start-up is over (from now on the time limit runs), and close the pipe."""
+    _write(fd, channel.READY_BYTE)
+    _close(fd)
 
 
 def _numpy_ready(tensors: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
@@ -124,23 +122,23 @@ def load_entry(spec: str) -> Callable[[ModuleType, dict, dict], Iterator[tuple[d
     return getattr(importlib.import_module(module_name), function)
 
 
-def main(workdir: Path) -> None:
-    os.chdir(workdir)
+def main(home: Path, ends: ChildEnds) -> None:
+    os.chdir(home)
     # A write past RLIMIT_FSIZE becomes an OSError in user code rather than a kill.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     # Import the usual entry (the executor) while the parent still lints and plans, not after.
     importlib.import_module(DEFAULT_ENTRY.partition(":")[0])
-    while not (workdir / channel.REQUEST).exists():  # started early: torch is imported, wait for the work
-        time.sleep(REQUEST_POLL_S)
-    request = json.loads((workdir / channel.REQUEST).read_text(encoding="utf-8"))
+    request, inputs_blob = channel.read_request(ends.request)  # started early: waits here for the work
+    os.close(ends.request)
     how_to_load = request.get("load") or loading_request.from_disk(Path(request["module_path"]))
     user_file = Path(how_to_load["path"])
-    inputs = safetensors.torch.load_file(str(workdir / channel.INPUTS))
+    inputs = safetensors.torch.load(inputs_blob)
+    del inputs_blob
     entry = load_entry(request.get("entry", DEFAULT_ENTRY))
-    writer = ReplyWriter(workdir)
+    writer = ReplyWriter(ends.replies)
     confinement = install_filter()
     print(f"confined: {confinement}", file=sys.stderr, flush=True)  # no name of the checker: user code may read it
-    writer.ready()
+    say_ready(ends.ready)
     disguise(user_file)  # as if its author ran it: no sign of the checker in argv or sys.modules
     try:
         loaded = importer.load(how_to_load)
@@ -162,9 +160,9 @@ def main(workdir: Path) -> None:
 if __name__ == "__main__":
     if os.getpid() == 1:  # in bubblewrap (``--as-pid-1``): user code runs as pid 2, as in grade's jail
         unshared.split_init()
-    if len(sys.argv) == 4:
-        jail.drop_privileges(int(sys.argv[2]), int(sys.argv[3]))
-    main(Path(sys.argv[1]))
+    if len(sys.argv) == 7:
+        jail.drop_privileges(int(sys.argv[5]), int(sys.argv[6]))
+    main(Path(sys.argv[1]), ChildEnds.from_args(sys.argv[2:5]))
     sys.stdout.flush()
     sys.stderr.flush()
     _exit(0)

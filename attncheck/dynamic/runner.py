@@ -208,7 +208,7 @@ def prepare(result: FileResult, options: DynamicOptions, seed: int = SEED, sizes
             continue
         binding = bind(target, declarations.get(target.name), result.source.text)
         if binding.ok:
-            pending.append((index, plan(binding, index, seed, sizes)))
+            pending.append((index, plan(binding, index, seed, sizes, compiled=getattr(options, "compile", False))))
         else:
             outcomes[index] = TargetResult(target, "skipped", "; ".join(filter(None, [binding.reason, binding.hint])))
     return Prepared(result, outcomes, pending, loading_request.build(result.source), seed)

@@ -642,7 +642,8 @@ def _tensors(result: Any) -> list[torch.Tensor]:
 
 EAGER = (
     "its torch.compile'd callables run eagerly, the same maths in float64 (compiled flex_attention takes "
-    "no float64 on CPU, and compiling costs tens of seconds a shape)"
+    "no float64 on CPU, and compiling costs tens of seconds a shape; compile = true in [tool.attncheck] "
+    "also runs the compiled path once, in float32)"
 )
 
 

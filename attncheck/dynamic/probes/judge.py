@@ -49,8 +49,9 @@ class Verdict:
 class _Planner:
     """``base.Planner``: one target's tensors, experiments and parent-only arrays, from one generator."""
 
-    def __init__(self, binding: Binding, prefix: str, seed: int, sizes: Sizes):
+    def __init__(self, binding: Binding, prefix: str, seed: int, sizes: Sizes, compiled: bool = False):
         self.binding, self.prefix, self.sizes = binding, prefix, sizes
+        self.compiled = compiled  # ``compile = true``: torch.compile'd code also runs compiled (``compiled_run``)
         self.rng = np.random.default_rng(seed)
         self.tensors: dict[str, np.ndarray] = {}
         self.keep: dict[str, np.ndarray] = {}
@@ -96,9 +97,10 @@ class _Planner:
         return {role: by_role[role] for role in self.roles}
 
 
-def plan(binding: Binding, index: int, seed: int, sizes: Sizes = DEFAULT) -> Plan:
-    """All experiments for one bound target, with their tensors named ``{index}/...``."""
-    planner = _Planner(binding, str(index), seed + index, sizes)
+def plan(binding: Binding, index: int, seed: int, sizes: Sizes = DEFAULT, compiled: bool = False) -> Plan:
+    """All experiments for one bound target, with their tensors named ``{index}/...``; ``compiled``:
+    the run was asked to run torch.compile'd code compiled too (``compile = true``)."""
+    planner = _Planner(binding, str(index), seed + index, sizes, compiled)
     is_class = binding.target.is_class
     self_style = binding.style == "self"
     q_len, k_len = sizes.lengths(self_style)

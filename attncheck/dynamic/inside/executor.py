@@ -257,6 +257,12 @@ class _Target:
                 built[name] = _CallerModule(query.shape[1] // key.shape[1], query.shape[-1])
             elif kind == "scale":
                 built[name] = float(query.shape[-1]) ** -0.5
+            elif kind == "zeros":  # a residual the layer adds to its output
+                built[name] = torch.zeros_like(query)
+            elif kind.startswith("alibi:"):  # BLOOM's (b·h, 1, s) bias, from its model's own helper
+                heads = query.shape[-1] // self.unit["head_dim"]
+                keep = torch.ones(b, s, dtype=torch.long, device=query.device)
+                built[name] = getattr(self.module, kind.removeprefix("alibi:"))(keep, heads, query.dtype)
             else:
                 built[name] = getattr(self.module, kind)(self.unit["head_dim"], s).to(query.device)
         return built

@@ -146,12 +146,12 @@ class Recorder(TorchFunctionMode):
         return result
 
     def _flow(self, scores: tuple[torch.Tensor, ...]) -> None:
-        """At the first scores: which columns of the projections so far reach them (once; best effort,
-        since a forward that forbids a second pass through its graph still runs as written)."""
+        """At the first scores: which columns of the projections so far reach them (once; best effort:
+        this runs inside the user's forward, which must go on as written whatever the graph allows)."""
         if self.to_scores is not None:
             return
         self.to_scores = {}
-        with contextlib.suppress(RuntimeError):
+        with contextlib.suppress(Exception):  # no flow is an answer; a crash here would be blamed on the user
             self.to_scores = columns_to_scores(scores, self.features)
 
     def _parameter(self, tensor: Any) -> str | None:

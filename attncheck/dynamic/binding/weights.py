@@ -90,9 +90,7 @@ def assignments(layers: Sequence[Layer], d_model: int, heads: int) -> list[Assig
     found: list[Assignment] = []
     disagreements: list[int] = []
 
-    def add(
-        q: Linear | None, k: Linear | None, v: Linear | None, text: str, values: ValueRows = ()
-    ) -> None:
+    def add(q: Linear | None, k: Linear | None, v: Linear | None, text: str, values: ValueRows = ()) -> None:
         d_kv = k.weight.shape[0] if k is not None else d_model
         found.append(Assignment(Projections(q, k, v, o), max(d_kv // head_dim, 1), f"{text}, {o_text}"))
         disagreements.append(_flow_disagreement(values))
@@ -105,8 +103,9 @@ def assignments(layers: Sequence[Layer], d_model: int, heads: int) -> list[Assig
         _self(readers["x"], d_model, heads, add)
     if not found:
         found.append(Assignment(Projections(None, None, None, o), heads, f"no Q/K/V projection found, {o_text}"))
+        disagreements.append(0)
     # stable: among assignments the flow cannot tell apart, the order of the names stays
-    return [found[i] for i in sorted(range(len(found)), key=lambda i: disagreements[i] if disagreements else 0)]
+    return [found[i] for i in sorted(range(len(found)), key=disagreements.__getitem__)]
 
 
 ValueRows = Sequence[tuple[Layer, torch.Tensor]]
@@ -124,7 +123,7 @@ def _flow_disagreement(values: ValueRows) -> int:
 
 
 def _rows(layer: Layer, start: int = 0, stop: int | None = None) -> torch.Tensor:
-    """A bool per output row of ``layer``: True on rows [start, stop)."""
+    """A bool per output row of ``layer``: True on rows [start, stop) (none with ``stop=0``)."""
     rows = torch.zeros(layer.out_features, dtype=torch.bool)
     rows[start:stop] = True
     return rows
@@ -179,17 +178,17 @@ def _self(readers: list[Layer], d_model: int, heads: int, add) -> None:
     if len(readers) >= 3:
         for q, k, v in _by_names(itertools.permutations(readers[:3])):
             if q.out_features == d_model and k.out_features == v.out_features:
-                values = ((q, _rows(q, 0, 0)), (k, _rows(k, 0, 0)), (v, _rows(v)))
+                values = ((q, _rows(q, stop=0)), (k, _rows(k, stop=0)), (v, _rows(v)))
                 add(q.linear, k.linear, v.linear, f"Q={q.name}, K={k.name}, V={v.name}", values)
     elif len(readers) == 2:
         for single, fused in itertools.permutations(readers):
             if single.out_features == d_model and fused.out_features % 2 == 0:
                 half = fused.out_features // 2
                 first, second = _slice(fused, 0, half), _slice(fused, half, 2 * half)
-                values = ((single, _rows(single, 0, 0)), (fused, _rows(fused, half)))
+                values = ((single, _rows(single, stop=0)), (fused, _rows(fused, half)))
                 add(single.linear, first, second, f"Q={single.name}, KV={fused.name} (fused)", values)
                 if half == single.out_features:  # TNT's qk and v (an MQA's narrow kv is no qk)
-                    values = ((fused, _rows(fused, 0, 0)), (single, _rows(single)))
+                    values = ((fused, _rows(fused, stop=0)), (single, _rows(single)))
                     add(first, second, single.linear, f"QK={fused.name} (fused), V={single.name}", values)
     elif len(readers) == 1:
         fused = readers[0]

@@ -105,6 +105,7 @@ class Options:
     jobs: int = 1
     targets: dict = field(default_factory=dict)
     unsafe_no_sandbox: bool = False
+    compile: bool = False
 
 
 def checked_target(path: Path) -> tuple[list, object, dict]:

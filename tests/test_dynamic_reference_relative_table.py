@@ -4,7 +4,9 @@ A timm ``WindowAttention`` runs on exactly the Wh·Ww tokens of its window, so t
 with a 1×L window for the probes' L tokens; the reference gathers the module's own table by its
 ``relative_position_index`` buffer (or by Swin's index of a declared window). The mistakes made
 with such a table are each named: read transposed (ATT405), added after the softmax (ATT203), a
-scale by the model width (ATT201).
+scale by the model width (ATT201). The index of a declared window is built by the reference (Swin's,
+or BEiT's with its class token), never read from the module: one that ``__init__`` built from
+key-minus-query offsets is ATT405 too, as is T5's bucket function with its halves swapped.
 """
 
 from __future__ import annotations
@@ -48,16 +50,47 @@ def _declared(tensors: dict, scalars: dict | None = None, heads: int = 2, length
 
 def test_a_table_without_index_buffer_is_gathered_by_the_declared_window():
     table = torch.randn(3 * 5, 2, dtype=torch.float64)
-    ((_, by_window),) = variant_fit.relative_biases(_declared({"relative_table": table}, {"window_size": [2, 3]}))
-    ((_, by_buffer),) = variant_fit.relative_biases(
+    ((_, by_window, reversed_window),) = variant_fit.relative_biases(
+        _declared({"relative_table": table}, {"window_size": [2, 3]})
+    )
+    ((_, by_buffer, reversed_buffer),) = variant_fit.relative_biases(
         _declared({"relative_table": table, "relative_index": variants.swin_index((2, 3))})
     )
-    assert torch.equal(by_window, by_buffer)
+    assert torch.equal(by_window, by_buffer) and torch.equal(reversed_window, reversed_buffer)
+    assert torch.equal(reversed_window, by_window.transpose(1, 2))
+
+
+def test_the_declared_window_builds_the_index_and_the_modules_own_buffer_is_not_read():
+    table = torch.randn(3 * 5, 2, dtype=torch.float64)
+    wrong = variants.swin_index((2, 3)).T  # built in __init__ from key-minus-query offsets
+    ((_, bias, _),) = variant_fit.relative_biases(
+        _declared({"relative_table": table, "relative_index": wrong}, {"window_size": [2, 3]})
+    )
+    assert torch.equal(bias, variants.relative_table_bias(table, variants.swin_index((2, 3))))
+
+
+def test_a_beit_table_is_read_by_beits_index_and_reversed_with_its_class_token_in_place():
+    module = importlib.util.module_from_spec(
+        spec := importlib.util.spec_from_file_location("beit", FIXTURES / "correct" / "variant_beit_relative_table.py")
+    )
+    assert spec is not None and spec.loader is not None
+    spec.loader.exec_module(module)
+    for window in ((1, 6), (2, 3)):
+        assert torch.equal(variants.beit_index(window), module.gen_relative_position_index(window))
+        reversed_index = variants.beit_index(window, reversed_offsets=True)
+        assert torch.equal(reversed_index[1:, 1:], variants.swin_index(window).T)
+        assert torch.equal(reversed_index[0], variants.beit_index(window)[0])
+    table = torch.randn(3 * 5 + 3, 2, dtype=torch.float64)
+    ((_, bias, reversed_bias),) = variant_fit.relative_biases(
+        _declared({"relative_table": table}, {"window_size": [2, 3]}, length=7)
+    )
+    assert torch.equal(bias, variants.relative_table_bias(table, variants.beit_index((2, 3))))
+    assert not torch.equal(reversed_bias, bias.transpose(1, 2))  # the class token's entries are not swapped
 
 
 def test_a_table_without_index_or_window_is_a_centred_1d_table_read_both_ways():
     table = torch.randn(2 * 6 - 1, 2, dtype=torch.float64)  # offsets -5..5
-    readings = dict(variant_fit.relative_biases(_declared({"relative_table": table})))
+    readings = {name: bias for name, bias, _ in variant_fit.relative_biases(_declared({"relative_table": table}))}
     forward, backward = readings["1-D relative-position table (i - j)"], readings["1-D relative-position table (j - i)"]
     assert forward[1, 4, 2] == table[5 + 2, 1] and backward[1, 4, 2] == table[5 - 2, 1]
     assert torch.equal(forward, backward.transpose(1, 2))
@@ -106,6 +139,8 @@ def test_a_learned_1d_relative_table_gathered_in_forward_passes():
         ("variant_swin_bias_transposed_att405.py", "ATT405", "position-bias-transposed"),
         ("variant_swin_bias_after_softmax_att203.py", "ATT203", "score-terms-after-softmax"),
         ("variant_swin_scale_dim_att201.py", "ATT201", "scale-1/sqrt(d_model)"),
+        ("variant_swin_index_reversed_att405.py", "ATT405", "position-bias-transposed"),
+        ("variant_beit_index_reversed_att405.py", "ATT405", "position-bias-transposed"),
     ],
 )
 def test_each_mistake_with_a_relative_table_is_named(name, code, words):

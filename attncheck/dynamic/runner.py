@@ -202,7 +202,8 @@ def prepare(result: FileResult, options: DynamicOptions, seed: int = SEED, sizes
     pending: list[tuple[int, Plan]] = []
     for index, target in enumerate(result.targets):
         try:
-            planned = _planned(target, index, declarations.get(target.name), result.source.text, seed, sizes)
+            planned = _planned(target, index, declarations.get(target.name), result.source.text, seed, sizes,
+                               compiled=getattr(options, "compile", False))
         except Exception as error:  # attncheck's own failure on this target: the others go on
             outcomes[index] = TargetResult(target, "error", _own_failure("bind this target", error))
             continue
@@ -213,15 +214,15 @@ def prepare(result: FileResult, options: DynamicOptions, seed: int = SEED, sizes
     return Prepared(result, outcomes, pending, loading_request.build(result.source), seed)
 
 
-def _planned(target: Target, index: int, declaration: Any, text: str, seed: int, sizes: Sizes
-             ) -> Plan | TargetResult:
+def _planned(target: Target, index: int, declaration: Any, text: str, seed: int, sizes: Sizes, *,
+             compiled: bool = False) -> Plan | TargetResult:
     """One target's plan, or its skip when it cannot be bound."""
     if rope_targets.applies(target) and declaration is None:
         return rope_targets.plan(target, index)  # type: ignore[return-value]
     binding = bind(target, declaration, text)
     if not binding.ok:
         return TargetResult(target, "skipped", "; ".join(filter(None, [binding.reason, binding.hint])))
-    return plan(binding, index, seed, sizes)
+    return plan(binding, index, seed, sizes, compiled=compiled)
 
 
 def _own_failure(doing: str, error: Exception) -> str:

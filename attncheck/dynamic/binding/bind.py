@@ -878,7 +878,7 @@ def _infer_forward(target: Target, code: source_facts.CodeFacts) -> ForwardPlan 
     if named is not None:
         roles, extra = named
     else:
-        generated += _generated_inputs([p.name for p in required if NOT_HIDDEN.search(p.name)], code)
+        generated += _generated_inputs([p.name for p in required], code)
         names = [p.name for p in required if p.name not in dict(generated)]
         supplied = [name for name in names if _CALLER_BIAS.search(name)]
         if supplied:
@@ -946,11 +946,15 @@ def _rotary_pair(target: Target, code: source_facts.CodeFacts) -> tuple[tuple[st
 
 
 _FREQS_HELPER = re.compile(r"freqs_cis|precompute_freqs|precompute_rope", re.IGNORECASE)
+ALIBI_HELPER = "build_alibi_tensor"  # transformers' BLOOM and Falcon: (attention_mask, num_heads, dtype)
+RESIDUAL_NAMES = frozenset({"residual"})  # a tensor the layer adds to its output (BLOOM's dropout_add)
 
 
 def _generated_inputs(names: list[str], code: source_facts.CodeFacts) -> tuple[tuple[str, str], ...]:
-    """Required rotary inputs the child can build: position ids, a start offset, and ``freqs_cis`` from
-    the file's own helper (``precompute_freqs_cis(head_dim, seq_len)``)."""
+    """Required inputs the child can build: position ids, a start offset, ``freqs_cis`` from the
+    file's own helper (``precompute_freqs_cis(head_dim, seq_len)``), the ``alibi`` bias its model
+    builds with the file's ``build_alibi_tensor`` (``alibi:<helper>``; the reference then reads the
+    standard slopes), and zeros for a ``residual`` the layer adds to its output."""
     helper = next((name for name in sorted(code.functions) if _FREQS_HELPER.search(name)), None)
     built: list[tuple[str, str]] = []
     for name in names:
@@ -961,6 +965,10 @@ def _generated_inputs(names: list[str], code: source_facts.CodeFacts) -> tuple[t
             built.append((name, "offset"))
         elif "freqs_cis" in lowered and helper is not None:
             built.append((name, helper))
+        elif lowered == "alibi" and ALIBI_HELPER in code.functions:
+            built.append((name, f"alibi:{ALIBI_HELPER}"))
+        elif lowered in RESIDUAL_NAMES:
+            built.append((name, "zeros"))
     return tuple(built)
 
 

@@ -3,9 +3,13 @@
 Names lie (``self.proj``, ``c_attn``, ``W``), data flow does not: the child
 records, for every projection call, whether it read the query, the key, the
 value, the single input of self-attention, another projection's output, or
-something else (the attention context). From that this module proposes the
+something else (the attention context), and which of its output columns reach
+the scores (``inside.score_flow``). From that this module proposes the
 assignments consistent with the shapes; the parent keeps the one whose
-reference matches.
+reference matches. When none matches (a module with a mistake), the first
+assignment is the one its diagnosis reads: the one whose value rows are the
+columns that do not reach the scores (a fused layer's own q/k/v layout), then the
+one whose layer names agree with their roles.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -28,6 +32,7 @@ class Layer:
     name: str
     read: str
     linear: Linear
+    to_scores: torch.Tensor | None = None  # bool per output column: it reaches the scores (None: unknown)
 
     @property
     def out_features(self) -> int:
@@ -48,7 +53,9 @@ def layers_from(facts: Sequence[Mapping[str, Any]], tensors: Mapping[str, torch.
     layers = []
     for index, fact in enumerate(facts):
         bias = tensors.get(f"layer{index}/bias")
-        layers.append(Layer(fact["name"], fact["read"], Linear(tensors[f"layer{index}/weight"], bias)))
+        flow = tensors.get(f"layer{index}/to_scores")
+        layer = Layer(fact["name"], fact["read"], Linear(tensors[f"layer{index}/weight"], bias))
+        layers.append(layer if flow is None else replace(layer, to_scores=flow.bool()))
     return layers
 
 
@@ -81,13 +88,15 @@ def assignments(layers: Sequence[Layer], d_model: int, heads: int) -> list[Assig
     head_dim = d_model // heads
     readers = {role: [layer for layer in layers if layer.read == role] for role in ("query", "key", "value", "kv", "x")}
     found: list[Assignment] = []
+    disagreements: list[int] = []
 
-    def add(q: Linear | None, k: Linear | None, v: Linear | None, text: str) -> None:
+    def add(q: Linear | None, k: Linear | None, v: Linear | None, text: str, values: ValueRows = ()) -> None:
         d_kv = k.weight.shape[0] if k is not None else d_model
         kv_heads = max(d_kv // head_dim, 1)
         if heads % kv_heads:  # no grouping of the query heads has K/V this wide (6 KV heads for 4)
             return
         found.append(Assignment(Projections(q, k, v, o), kv_heads, f"{text}, {o_text}"))
+        disagreements.append(_flow_disagreement(values))
 
     if readers["query"] or readers["key"] or readers["value"] or readers["kv"]:
         q = readers["query"][0] if readers["query"] else None
@@ -97,7 +106,30 @@ def assignments(layers: Sequence[Layer], d_model: int, heads: int) -> list[Assig
         _self(readers["x"], d_model, heads, add)
     if not found:
         found.append(Assignment(Projections(None, None, None, o), heads, f"no Q/K/V projection found, {o_text}"))
-    return found
+        disagreements.append(0)
+    # stable: among assignments the flow cannot tell apart, the order of the names stays
+    return [found[i] for i in sorted(range(len(found)), key=disagreements.__getitem__)]
+
+
+ValueRows = Sequence[tuple[Layer, torch.Tensor]]
+"""The layers an assignment reads, each with a bool per output row: True where it is taken as a value."""
+
+
+def _flow_disagreement(values: ValueRows) -> int:
+    """How many rows of the layers whose flow the child recorded contradict the assignment: a value
+    row that reaches the scores, or a query or key row that does not (0 when no flow is known)."""
+    return sum(
+        int((layer.to_scores == rows).sum())
+        for layer, rows in values
+        if layer.to_scores is not None and layer.to_scores.shape == rows.shape
+    )
+
+
+def _rows(layer: Layer, start: int = 0, stop: int | None = None) -> torch.Tensor:
+    """A bool per output row of ``layer``: True on rows [start, stop) (none with ``stop=0``)."""
+    rows = torch.zeros(layer.out_features, dtype=torch.bool)
+    rows[start:stop] = True
+    return rows
 
 
 def _cross(q: Layer | None, kv_layers: list[Layer], readers: Mapping[str, list[Layer]], add) -> None:
@@ -149,24 +181,36 @@ def _self(readers: list[Layer], d_model: int, heads: int, add) -> None:
     if len(readers) >= 3:
         for q, k, v in _by_names(itertools.permutations(readers[:3])):
             if q.out_features == d_model and k.out_features == v.out_features:
-                add(q.linear, k.linear, v.linear, f"Q={q.name}, K={k.name}, V={v.name}")
+                values = ((q, _rows(q, stop=0)), (k, _rows(k, stop=0)), (v, _rows(v)))
+                add(q.linear, k.linear, v.linear, f"Q={q.name}, K={k.name}, V={v.name}", values)
     elif len(readers) == 2:
         for single, fused in itertools.permutations(readers):
             if single.out_features == d_model and fused.out_features % 2 == 0:
                 half = fused.out_features // 2
                 first, second = _slice(fused, 0, half), _slice(fused, half, 2 * half)
-                add(single.linear, first, second, f"Q={single.name}, KV={fused.name} (fused)")
+                values = ((single, _rows(single, stop=0)), (fused, _rows(fused, half)))
+                add(single.linear, first, second, f"Q={single.name}, KV={fused.name} (fused)", values)
                 if half == single.out_features:  # TNT's qk and v (an MQA's narrow kv is no qk)
-                    add(first, second, single.linear, f"QK={fused.name} (fused), V={single.name}")
+                    values = ((fused, _rows(fused, stop=0)), (single, _rows(single)))
+                    add(first, second, single.linear, f"QK={fused.name} (fused), V={single.name}", values)
     elif len(readers) == 1:
         fused = readers[0]
         for d_kv in _kv_dims(d_model, heads):
             if fused.out_features == d_model + 2 * d_kv:
                 q, k, v = _split(fused, d_model, d_kv)
-                add(q, k, v, f"QKV={fused.name} (fused, split {d_model}/{d_kv}/{d_kv})")
+                values = ((fused, _rows(fused, d_model + d_kv)),)
+                add(q, k, v, f"QKV={fused.name} (fused, split {d_model}/{d_kv}/{d_kv})", values)
         if fused.out_features == 3 * d_model:
             q, k, v = _per_head(fused, heads)
-            add(q, k, v, f"QKV={fused.name} (fused per head: q, k, v of each head in turn, as GPT-NeoX)")
+            values = ((fused, _per_head_values(fused, heads)),)
+            add(q, k, v, f"QKV={fused.name} (fused per head: q, k, v of each head in turn, as GPT-NeoX)", values)
+
+
+def _per_head_values(layer: Layer, heads: int) -> torch.Tensor:
+    """The value rows of a fused layer laid out head by head: the third part of each head's q, k, v."""
+    rows = torch.zeros(heads, 3, layer.out_features // (3 * heads), dtype=torch.bool)
+    rows[:, 2] = True
+    return rows.flatten()
 
 
 def _per_head(layer: Layer, heads: int) -> tuple[Linear, Linear, Linear]:

@@ -117,6 +117,8 @@ def explain(
         )
         message += f" (output differs from the reference by {found.reference_error:.3g}, tolerance {tol:g})"
         detail = f"behaves like: {' + '.join(m.name for m in chosen)} (within {found.max_error:.3g})"
+        if setting.variant is not None and setting.variant is not settings[0].variant:  # not the fit described
+            detail += f" in the reading {setting.variant.name}"
         return Explanation(chosen[0].code, message, detail, found, tuple(m.code for m in chosen))
     return None
 

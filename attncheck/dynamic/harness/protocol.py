@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import UnionType
-from typing import Any, TypedDict, Union, cast, get_args, get_origin, get_type_hints, is_typeddict
+from typing import Any, NotRequired, TypedDict, Union, cast, get_args, get_origin, get_type_hints, is_typeddict
 
 
 @dataclass(frozen=True)
@@ -91,9 +91,11 @@ class AttemptFacts(TypedDict):
     error: ErrorFacts
 
 
-# A projection the plain run applied (its weight and bias travel as tensors ``layer{i}/...``); "in"
-# is a keyword, hence the functional form.
-LayerFacts = TypedDict("LayerFacts", {"name": str, "read": str, "out": int, "in": int, "bias": bool})
+# A projection the plain run applied (its weight, bias and columns-to-scores flags travel as tensors
+# ``layer{i}/...``); "in" is a keyword, hence the functional form.
+LayerFacts = TypedDict(
+    "LayerFacts", {"name": str, "read": str, "out": int, "in": int, "bias": bool, "to_scores": NotRequired[bool]}
+)
 
 
 class SoftmaxCall(TypedDict):

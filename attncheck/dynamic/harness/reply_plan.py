@@ -3,9 +3,10 @@
 ``channel`` has bounded what was read and ``protocol.reply_facts`` typed the facts; this checks
 that the facts and the tensors agree with each other and with what the parent asked for. The
 experiments reported are ones it planned; each that ran has its output, in float64, of the shape
-its facts state; each recorded projection has its weight (and the bias its facts announce) of the
-stated size; and no tensor comes under a name the child has no reason to send. A reply that
-breaks this would otherwise surface as a KeyError deep in a probe, reported as attncheck's fault.
+its facts state; each recorded projection has its weight (and the bias and columns-to-scores
+flags its facts announce) of the stated size; and no tensor comes under a name the child has no
+reason to send. A reply that breaks this would otherwise surface as a KeyError deep in a probe,
+reported as attncheck's fault.
 """
 
 from __future__ import annotations
@@ -37,9 +38,13 @@ def unplanned(facts: Mapping[str, Any], tensors: Mapping[str, Any], planned: Ite
             wrong = f"the child's reply has a bias for layer {index} that its facts do not state, or lacks one"
         if not wrong and bias is not None:
             wrong = _wrong(tensors, f"layer{index}/bias", [layer["out"]])
+        if not wrong and (f"layer{index}/to_scores" in tensors) != layer.get("to_scores", False):
+            wrong = f"the child's reply has a score flow for layer {index} that its facts do not state, or lacks one"
+        if not wrong and layer.get("to_scores"):
+            wrong = _wrong(tensors, f"layer{index}/to_scores", [layer["out"]])
         if wrong:
             return wrong
-    layer_names = {f"layer{index}/{part}" for index in range(len(layers)) for part in ("weight", "bias")}
+    layer_names = {f"layer{index}/{part}" for index in range(len(layers)) for part in ("weight", "bias", "to_scores")}
     for tensor in tensors:
         known = tensor in layer_names or tensor.startswith(FREE_PREFIXES)
         if not known and not any(tensor.startswith(f"{name}/") for name in names):

@@ -257,6 +257,12 @@ class _Target:
                 built[name] = _CallerModule(query.shape[1] // key.shape[1], query.shape[-1])
             elif kind == "scale":
                 built[name] = float(query.shape[-1]) ** -0.5
+            elif kind == "zeros":  # a residual the layer adds to its output
+                built[name] = torch.zeros_like(query)
+            elif kind.startswith("alibi:"):  # BLOOM's (b·h, 1, s) bias, from its model's own helper
+                heads = query.shape[-1] // self.unit["head_dim"]
+                keep = torch.ones(b, s, dtype=torch.long, device=query.device)
+                built[name] = getattr(self.module, kind.removeprefix("alibi:"))(keep, heads, query.dtype)
             else:
                 built[name] = getattr(self.module, kind)(self.unit["head_dim"], s).to(query.device)
         return built
@@ -642,7 +648,8 @@ def _tensors(result: Any) -> list[torch.Tensor]:
 
 EAGER = (
     "its torch.compile'd callables run eagerly, the same maths in float64 (compiled flex_attention takes "
-    "no float64 on CPU, and compiling costs tens of seconds a shape)"
+    "no float64 on CPU, and compiling costs tens of seconds a shape; compile = true in [tool.attncheck] "
+    "also runs the compiled path once, in float32)"
 )
 
 

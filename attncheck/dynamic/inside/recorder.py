@@ -13,7 +13,8 @@ A projection is recorded wherever its weight is applied, not only as a module:
 Each call records the weight in ``nn.Linear`` layout (out_features, in_features), its bias, and
 what the call read: the query, key, value or single input of the experiment, another
 projection's output, or something else (the attention context). It also records every softmax
-(input shape and dim), however spelled.
+(input shape and dim), however spelled, and, at the first softmax or SDPA call, which output
+columns of each projection reach the scores (``score_flow``: a fused layer's q/k/v layout).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F  # noqa: N812
 from torch.overrides import TorchFunctionMode
+
+from attncheck.dynamic.inside.score_flow import columns_to_scores
 
 Tensors = dict[str, torch.Tensor]
 
@@ -72,6 +75,8 @@ class Recorder(TorchFunctionMode):
         self.calls: list[tuple[str, torch.Tensor, torch.Tensor | None, str]] = []  # name, weight, bias, read
         self.handles = []
         self.outputs: list[torch.Tensor] = []  # kept alive so storage pointers stay unique
+        self.features: dict[int, torch.Tensor] = {}  # call index -> its output, features on the last axis
+        self.to_scores: dict[int, torch.Tensor] | None = None  # call index -> columns that reach the scores
         self.pointers: dict[int, str] = {}
         self.parameters: dict[int, tuple[str, torch.Tensor]] = {}  # storage of a raw parameter -> it, named
         for role, name in roles.items():
@@ -90,17 +95,30 @@ class Recorder(TorchFunctionMode):
 
     def _hook(self, layer_name: str):
         def hook(layer: nn.Module, args: tuple, output: Any) -> None:
-            self._record(layer_name, linear_weight(layer), _detached(getattr(layer, "bias", None)), args, output)
+            features_last = not isinstance(layer, (nn.Conv1d, nn.Conv2d))  # a conv's channels are axis 1
+            self._record(
+                layer_name, linear_weight(layer), _detached(getattr(layer, "bias", None)), args, output, features_last
+            )
 
         return hook
 
-    def _record(self, name: str, weight: torch.Tensor, bias: torch.Tensor | None, args: tuple, output: Any) -> None:
+    def _record(
+        self,
+        name: str,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        args: tuple,
+        output: Any,
+        features_last: bool = True,
+    ) -> None:
         read = "other"
         if args and isinstance(args[0], torch.Tensor):
             read = self.pointers.get(pointer(args[0]), "other")
         self.calls.append((name, weight.detach(), _detached(bias), read))
         if isinstance(output, torch.Tensor):
             self.outputs.append(output)
+            if features_last and output.ndim >= 2 and output.shape[-1] == weight.shape[0]:
+                self.features[len(self.calls) - 1] = output
             self.pointers.setdefault(pointer(output), f"layer:{name}")
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -109,11 +127,13 @@ class Recorder(TorchFunctionMode):
             dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
             if isinstance(dim, int) and len(self.softmax) < 32:
                 self.softmax.append({"shape": list(args[0].shape), "dim": dim % max(args[0].ndim, 1)})
+                self._flow(args[:1])
         if func is F.scaled_dot_product_attention and len(args) >= 2 and len(self.softmax) < 32:
             query, key = args[0], args[1]  # its softmax runs over (..., query, key) scores, on the last axis
             if isinstance(query, torch.Tensor) and isinstance(key, torch.Tensor) and query.ndim >= 2:
                 shape = [*query.shape[:-1], key.shape[-2]]
                 self.softmax.append({"shape": shape, "dim": len(shape) - 1})
+                self._flow((query, key))
         if func is F.multi_head_attention_forward:
             self._multi_head(args, kwargs)
         result = func(*args, **kwargs)
@@ -124,6 +144,15 @@ class Recorder(TorchFunctionMode):
         elif func is torch.einsum:
             self._einsum(args, result)
         return result
+
+    def _flow(self, scores: tuple[torch.Tensor, ...]) -> None:
+        """At the first scores: which columns of the projections so far reach them (once; best effort:
+        this runs inside the user's forward, which must go on as written whatever the graph allows)."""
+        if self.to_scores is not None:
+            return
+        self.to_scores = {}
+        with contextlib.suppress(Exception):  # no flow is an answer; a crash here would be blamed on the user
+            self.to_scores = columns_to_scores(scores, self.features)
 
     def _parameter(self, tensor: Any) -> str | None:
         """The name of the raw parameter ``tensor`` is, or is rows of (``in_proj_weight[32:64]``)."""
@@ -200,10 +229,14 @@ class Recorder(TorchFunctionMode):
             out[f"layer{index}/weight"] = weight.to("cpu", torch.float64)
             if bias is not None:
                 out[f"layer{index}/bias"] = bias.to("cpu", torch.float64)
-            layers.append(
-                {"name": name, "read": read, "out": weight.shape[0], "in": weight.shape[1], "bias": bias is not None}
-            )
-        self.outputs = []
+            flow = (self.to_scores or {}).get(index)
+            if flow is not None:
+                out[f"layer{index}/to_scores"] = flow.to(torch.float64)
+            layers.append({
+                "name": name, "read": read, "out": weight.shape[0], "in": weight.shape[1], "bias": bias is not None,
+                "to_scores": flow is not None,
+            })
+        self.outputs, self.features = [], {}
         return layers
 
 

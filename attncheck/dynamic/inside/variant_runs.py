@@ -12,6 +12,11 @@ planned input is set smaller through the constructor argument or config field it
 on a second instance built with the same seed (so the same weights), and read back: the parent
 judges against the window the run really had, and a window that cannot be set is a skip with why.
 
+With ``compile = true``, the experiment ``compiled`` runs a module whose file or instance holds a
+``torch.compile``'d callable (``flex_attention = torch.compile(flex_attention)``) with Dynamo's
+default stance, inside the ``force_eager`` every other forward of such code runs under: once,
+compiled, in float32 (:func:`compiled_instance`); elsewhere it does not run.
+
 A window attention with a relative-position table (Swin, BEiT) runs on exactly the tokens of its
 window, Wh·Ww (plus BEiT's class token): :func:`window_for_length` builds it once, before the
 binding's first forward, with a window of 1×L (or 1×(L-1)) so it takes the L tokens the probes pass.
@@ -19,6 +24,7 @@ binding's first forward, with a window of 1×L (or 1×(L-1)) so it takes the L t
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +35,7 @@ from attncheck.dynamic.inside.variant_facts import declared_scalars
 from attncheck.dynamic.reference.variant_fit import CHUNK_NAMES, TERMS, WINDOW_NAMES, declared_term
 
 SPARE = 2  # a window is visible when the input is longer than W + SPARE
+COMPILED = "compiled"  # ``Experiment.variant`` of the run that takes the compiled path
 
 
 class NotDeclaredError(Exception):
@@ -40,6 +47,8 @@ def prepare(
 ) -> tuple[nn.Module, dict[str, Any]]:
     """The instance to run on ``length`` tokens and its declared scalars; raises NotDeclaredError."""
     scalars = declared_scalars(instance)
+    if term == COMPILED:
+        return compiled_instance(instance), scalars
     found = declared_term(scalars, term)
     if found is None:
         raise NotDeclaredError(f"the module declares no {TERMS[term]}")
@@ -58,6 +67,28 @@ def prepare(
             f"{smaller} through the constructor or its config did not change what the module holds"
         )
     return rebuilt, again
+
+
+class _CompiledRun(nn.Module):
+    """The user's module, called with Dynamo's default stance: its compiled callables compile."""
+
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        with torch.compiler.set_stance("default"):
+            return self.inner(*args, **kwargs)
+
+
+def compiled_instance(instance: nn.Module) -> nn.Module:
+    """``instance`` wrapped to run its torch.compile'd callables compiled; NotDeclaredError when
+    neither its file nor its attributes hold one."""
+    file = sys.modules.get(type(instance).__module__)
+    namespaces = [vars(instance), vars(file) if file is not None else {}]
+    if not any(hasattr(value, "_torchdynamo_orig_callable") for space in namespaces for value in space.values()):
+        raise NotDeclaredError("the module calls no torch.compile'd callable")
+    return _CompiledRun(instance)
 
 
 RELATIVE_WINDOW_NAMES = ("window_size", "window", "win_size")

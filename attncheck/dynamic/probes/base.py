@@ -74,6 +74,7 @@ class Planner(Protocol):
     sizes: Sizes  # the run's batch and sequence lengths (``sizes.drawn`` under ``attncheck grade``)
     rng: np.random.Generator  # the target's seeded generator, shared in planning order (``registry``)
     keep: dict[str, np.ndarray]  # parent-only arrays the probe's judge reads back from ``Plan.keep``
+    compiled: bool  # ``compile = true``: torch.compile'd code is also run compiled (``compiled_run``)
 
     @property
     def masks(self) -> dict[str, str]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -49,8 +49,9 @@ class Verdict:
 class _Planner:
     """``base.Planner``: one target's tensors, experiments and parent-only arrays, from one generator."""
 
-    def __init__(self, binding: Binding, prefix: str, seed: int, sizes: Sizes):
+    def __init__(self, binding: Binding, prefix: str, seed: int, sizes: Sizes, compiled: bool = False):
         self.binding, self.prefix, self.sizes = binding, prefix, sizes
+        self.compiled = compiled  # ``compile = true``: torch.compile'd code also runs compiled (``compiled_run``)
         self.rng = np.random.default_rng(seed)
         self.tensors: dict[str, np.ndarray] = {}
         self.keep: dict[str, np.ndarray] = {}
@@ -96,9 +97,10 @@ class _Planner:
         return {role: by_role[role] for role in self.roles}
 
 
-def plan(binding: Binding, index: int, seed: int, sizes: Sizes = DEFAULT) -> Plan:
-    """All experiments for one bound target, with their tensors named ``{index}/...``."""
-    planner = _Planner(binding, str(index), seed + index, sizes)
+def plan(binding: Binding, index: int, seed: int, sizes: Sizes = DEFAULT, compiled: bool = False) -> Plan:
+    """All experiments for one bound target, with their tensors named ``{index}/...``; ``compiled``:
+    the run was asked to run torch.compile'd code compiled too (``compile = true``)."""
+    planner = _Planner(binding, str(index), seed + index, sizes, compiled)
     is_class = binding.target.is_class
     self_style = binding.style == "self"
     q_len, k_len = sizes.lengths(self_style)
@@ -137,7 +139,7 @@ class Judge:
         tensors: dict[str, torch.Tensor],
         static_codes: Collection[str] = (),
     ):
-        self.plan, self.facts, self.out = plan, facts, tensors
+        self.plan, self.facts, self.out = plan, _with_built_alibi(facts, plan.binding), tensors
         self.static_codes = static_codes  # codes the static pass found on this target
         self.binding = plan.binding
         self.style = plan.style
@@ -318,6 +320,17 @@ class Judge:
                     properties = [v.check for v in found if v is not verdict]
                     found[i] = replace(verdict, message=_unexplained_message(verdict.message, properties))
         return found
+
+
+def _with_built_alibi(facts: ReplyFacts, binding: Binding) -> ReplyFacts:
+    """The reply of a forward that was given the ALiBi bias its model builds (``alibi:<helper>``, BLOOM's
+    ``build_alibi_tensor``) declares ALiBi: the reference adds it with the standard slopes the helper uses."""
+    forward = binding.forward
+    if forward is None or not any(kind.startswith("alibi:") for _, kind in forward.generated):
+        return facts
+    declared = dict(facts.get("declared") or {})
+    declared["scalars"] = {**declared.get("scalars", {}), "alibi": True}
+    return cast(ReplyFacts, {**facts, "declared": declared})
 
 
 def _unexplained_message(message: str, properties: Sequence[Check]) -> str:

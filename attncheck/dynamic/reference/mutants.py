@@ -36,7 +36,7 @@ from attncheck.dynamic.reference.mha import (
     split_heads,
 )
 from attncheck.dynamic.reference.rope import RopeSpec, apply_rope
-from attncheck.dynamic.reference.variants import Variant, index_grid
+from attncheck.dynamic.reference.variants import PositionBias, Variant, index_grid
 
 
 @dataclass(frozen=True)
@@ -333,10 +333,13 @@ class Stages:
         variant = self.setting.variant
         if variant is not None and variant.score_mods:
             b, h, i, j = index_grid(*scores.shape)
-            if knobs.bias == "transposed":
-                i, j = j, i  # broadcasting keeps the (q, k) layout: the term reads [.., j, i] at (i, j)
             for score_mod in variant.score_mods:
-                scores = score_mod(scores, b, h, i, j)
+                if knobs.bias != "transposed":
+                    scores = score_mod(scores, b, h, i, j)
+                elif isinstance(score_mod, PositionBias):  # by reversed offsets (BEiT's class token stays)
+                    scores = score_mod.transposed(scores, b, h, i, j)
+                else:  # broadcasting keeps the (q, k) layout: the term reads [.., j, i] at (i, j)
+                    scores = score_mod(scores, b, h, j, i)
         return scores
 
     def _softmax(self, scores: torch.Tensor, axis: int) -> torch.Tensor:

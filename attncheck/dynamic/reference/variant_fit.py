@@ -201,28 +201,39 @@ def _masks(declared: Declared) -> list[tuple[str, tuple[variants.MaskMod, ...], 
     return [("", (), False)]
 
 
-def relative_biases(declared: Declared) -> list[tuple[str, torch.Tensor]]:
-    """(description, (h, q, k) bias) of a relative-position table: gathered by the module's own
-    ``relative_position_index`` or, without one, by Swin's index of its declared 2-D window; a table
-    with neither is a 1-D one (2M-1 offsets, centred) read both ways, i - j and j - i, since a
-    learned table has no direction of its own. Empty when it declares no table, or one that does
-    not span these query and key lengths."""
+def relative_biases(declared: Declared) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+    """(description, (h, q, k) bias, the bias read by reversed offsets) of a relative-position table:
+    gathered by the standard index of
+    the 2-D window the module declares (Swin's, or BEiT's with its class token, by the table's size),
+    never by the module's own ``relative_position_index``, which ``__init__`` may have built wrongly
+    (read transposed, it is ATT405), unless the window or the table's size is not a known one; a
+    table with neither index nor window is a 1-D one (2M-1 offsets, centred) read both ways, i - j
+    and j - i, since a learned table has no direction of its own. Empty when it declares no table,
+    or one that does not span these query and key lengths."""
     table = declared.tensor("relative_table")
     if table is None or table.shape[1] != declared.heads:
         return []
     index = declared.tensor("relative_index")
+    reversed_index = index.T if index is not None else None
     window = declared.scalar(("window_size",))
-    if index is None and isinstance(window, list) and len(window) == 2:
-        index = variants.swin_index((int(window[0]), int(window[1])))
-    if index is not None:
-        fits = tuple(index.shape) == (declared.q_len, declared.k_len) and int(index.max()) < len(table)
-        return [("relative-position table", variants.relative_table_bias(table, index))] if fits else []
+    if isinstance(window, list) and len(window) == 2:
+        standard = variants.standard_relative_index((int(window[0]), int(window[1])), len(table))
+        index, reversed_index = (index, reversed_index) if standard is None else standard
+    if index is not None and reversed_index is not None:
+        if tuple(index.shape) != (declared.q_len, declared.k_len) or int(index.max()) >= len(table):
+            return []
+        bias, reversed_bias = (variants.relative_table_bias(table, i) for i in (index, reversed_index))
+        return [("relative-position table", bias, reversed_bias)]
     centre = (len(table) - 1) // 2
     offsets = torch.arange(declared.q_len).view(-1, 1) - torch.arange(declared.k_len).view(1, -1)  # i - j
     if len(table) % 2 == 0 or centre < max(declared.q_len, declared.k_len) - 1:
         return []
     return [
-        (f"1-D relative-position table ({text})", variants.relative_table_bias(table, centre + sign * offsets))
+        (
+            f"1-D relative-position table ({text})",
+            variants.relative_table_bias(table, centre + sign * offsets),
+            variants.relative_table_bias(table, centre - sign * offsets),
+        )
         for text, sign in (("i - j", 1), ("j - i", -1))
     ]
 
@@ -251,9 +262,9 @@ def _biases(declared: Declared, scale: float) -> list[tuple[str, tuple[variants.
     relative = relative_biases(declared)
     if relative:
         options = [
-            (f"{text} + {name}".lstrip(" +"), (*mods, variants.position_bias(bias)))
+            (f"{text} + {name}".lstrip(" +"), (*mods, variants.position_bias(bias, reversed_bias)))
             for text, mods in options
-            for name, bias in relative
+            for name, bias, reversed_bias in relative
         ]
     return options
 

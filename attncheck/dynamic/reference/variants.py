@@ -166,10 +166,29 @@ def softcap(cap: float) -> ScoreMod:
     return lambda s, b, h, i, j: cap * torch.tanh(s / cap)
 
 
-def position_bias(bias: torch.Tensor) -> ScoreMod:
+@dataclass(frozen=True, eq=False)
+class PositionBias:
+    """A bias already laid out as (h, q, k) (T5's ``position_bias``, Swin's gathered table), a score_mod;
+    ``reversed_bias`` is the one an index built from key-minus-query offsets gathers (the mutant
+    ``position-bias-transposed`` reads it), which for BEiT is not the transpose: its class-token
+    entries keep their places."""
+
+    bias: torch.Tensor
+    reversed_bias: torch.Tensor | None = None
+
+    def __call__(self, s: torch.Tensor, b: torch.Tensor, h: torch.Tensor, i: torch.Tensor, j: torch.Tensor):
+        return s + self.bias[h, i, j]
+
+    def transposed(self, s: torch.Tensor, b: torch.Tensor, h: torch.Tensor, i: torch.Tensor, j: torch.Tensor):
+        """This term read the other way round: [h, j, i] unless a reversed bias is known."""
+        if self.reversed_bias is None:
+            return self(s, b, h, j, i)
+        return s + self.reversed_bias[h, i, j]
+
+
+def position_bias(bias: torch.Tensor, reversed_bias: torch.Tensor | None = None) -> ScoreMod:
     """A bias table already laid out as (h, q, k) (T5's ``position_bias``, Swin's gathered table)."""
-    table = bias.to(torch.float64)
-    return lambda s, b, h, i, j: s + table[h, i, j]
+    return PositionBias(bias.to(torch.float64), None if reversed_bias is None else reversed_bias.to(torch.float64))
 
 
 def relative_table_bias(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -185,6 +204,33 @@ def swin_index(window: tuple[int, int]) -> torch.Tensor:
     coords = torch.stack([rows.flatten(), cols.flatten()])  # (2, N)
     relative = coords[:, :, None] - coords[:, None, :]  # (2, N, N): query minus key
     return (relative[0] + window[0] - 1) * (2 * window[1] - 1) + relative[1] + window[1] - 1
+
+
+def beit_index(window: tuple[int, int], reversed_offsets: bool = False) -> torch.Tensor:
+    """BEiT's (Wh·Ww + 1)² index: Swin's for the patches (of key-minus-query offsets where
+    ``reversed_offsets``), and the table's last three entries for the class token (as a query: E - 3,
+    as a key: E - 2, to itself: E - 1, with E = (2Wh-1)(2Ww-1) + 3)."""
+    entries = (2 * window[0] - 1) * (2 * window[1] - 1) + 3
+    tokens = window[0] * window[1] + 1
+    index = torch.zeros(tokens, tokens, dtype=torch.long)
+    patches = swin_index(window)
+    index[1:, 1:] = patches.T if reversed_offsets else patches
+    index[0, :] = entries - 3
+    index[:, 0] = entries - 2
+    index[0, 0] = entries - 1
+    return index
+
+
+def standard_relative_index(window: tuple[int, int], entries: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The index a table of ``entries`` rows is read by in a Wh×Ww window, and the one built from
+    key-minus-query offsets instead: Swin's for (2Wh-1)(2Ww-1) rows, BEiT's for three more (its class
+    token); None for any other size."""
+    offsets = (2 * window[0] - 1) * (2 * window[1] - 1)
+    if entries == offsets:
+        return swin_index(window), swin_index(window).T
+    if entries == offsets + 3:
+        return beit_index(window), beit_index(window, reversed_offsets=True)
+    return None
 
 
 def t5_buckets(relative: torch.Tensor, bidirectional: bool, num_buckets: int, max_distance: int) -> torch.Tensor:

@@ -21,6 +21,7 @@ from attncheck.dynamic.binding.weights import Assignment
 from attncheck.dynamic.harness.protocol import Experiment, ReplyFacts
 from attncheck.dynamic.probes.sizes import DEFAULT, Sizes
 from attncheck.dynamic.reference import mha as reference
+from attncheck.dynamic.reference.pooling import QueryRows
 from attncheck.dynamic.reference.rope import RopeSpec
 from attncheck.dynamic.reference.variant_fit import Candidate
 from attncheck.dynamic.reference.variants import Variant
@@ -110,6 +111,7 @@ class JudgeView(Protocol):
     out: dict[str, torch.Tensor]
     experiments: dict[str, Experiment]
     unmodelled: str  # why the reference cannot model this target, noted by the reference probe
+    pooling: QueryRows | None  # the input rows a class-token pooling module queries with
 
     def is_causal(self) -> tuple[bool, str]: ...
     def docs(self) -> str: ...

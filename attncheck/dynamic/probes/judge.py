@@ -29,7 +29,7 @@ from attncheck.dynamic.probes.base import Fit, Plan
 from attncheck.dynamic.probes.registry import all_probes, planning_order
 from attncheck.dynamic.probes.sizes import DEFAULT, Sizes
 from attncheck.dynamic.reference import mha as reference
-from attncheck.dynamic.reference import unmodelled, variant_fit, variants
+from attncheck.dynamic.reference import pooling, unmodelled, variant_fit, variants
 from attncheck.dynamic.reference.tolerance import max_error
 from attncheck.findings import Check
 
@@ -148,6 +148,7 @@ class Judge:
         self.found_codes: list[str | None] = []  # codes of the checks judged so far (base.JudgeView)
         self.declared_readings: list[Fit] = []  # when nothing fits: the declared variant's readings, closest first
         self.unmodelled = ""  # why the reference cannot model this target (the target is skipped, never ATT903)
+        self.pooling: pooling.QueryRows | None = None  # the input rows a class-token pooling module queries with
 
     # -- helpers
 
@@ -164,10 +165,14 @@ class Judge:
         query = self.inputs[roles.get("query", roles.get("x"))]
         key = self.inputs[roles.get("key", roles.get("kv", roles.get("x")))]
         value = self.inputs[roles.get("value", roles.get("kv", roles.get("x")))]
+        if self.pooling is not None:
+            query = self.pooling.of(query)
         return query, key, value
 
     def reference(self, name: str, keep: torch.Tensor | None, fit: Fit) -> torch.Tensor:
         query, key, value = self.role_inputs(name)
+        if self.pooling is not None and keep is not None and keep.ndim == 4:
+            keep = self.pooling.keep_rows(keep)
         if self.style == "function":
             causal = reference.causal_keep(query.shape[2], key.shape[2], fit.causal)
             if causal is not None:
@@ -262,6 +267,19 @@ class Judge:
         self.declared_readings = natural if declared else []
         return natural[0]
 
+    def _pooled_fit(self, got: tuple[int, ...]) -> Fit | None:
+        """The best fit of a class-token pooling module (its output fewer positions, each a softmax row over
+        every key), with ``pooling`` set to the rows it queries with; None (and no pooling) otherwise."""
+        count = pooling.pooled_rows(self.facts.get("softmax"), got, self.expected_shape())
+        if count is None:
+            return None
+        errors = []
+        for rows in pooling.choices(count):
+            self.pooling = rows
+            errors.append((self.best_fit().error, rows))
+        self.pooling = min(errors, key=lambda pair: pair[0])[1]
+        return self.best_fit()  # again, so that the declared readings are those of the rows chosen
+
     def _errors(self, fits: list[Fit]) -> list[Fit]:
         output = self.output("plain")
         return [replace(fit, error=max_error(output, self.reference("plain", None, fit))) for fit in fits]
@@ -294,13 +312,17 @@ class Judge:
         mapping = self.fit.assignment.description if self.fit.assignment else "bare function"
         rope = f"; rotary: {explain.rope_text(self.fit.rope)}" if self.fit.rope else ""
         variant = f"; declared variant: {self.fit.variant.name}" if self.fit.variant else ""
-        return f"{mapping}; causal: {self.fit.causal}{rope}{variant}"
+        pooled = f"; {self.pooling.text}" if self.pooling is not None and self.fit.error <= self.tol else ""
+        return f"{mapping}; causal: {self.fit.causal}{rope}{variant}{pooled}"
 
     def verdicts(self) -> list[Verdict]:
         """Every probe's checks; an unexplained mismatch (ATT903) lists the properties that held and
         failed, and gives way to a specific mistake another check named."""
-        shape_ok = tuple(self.facts["experiments"]["plain"]["shape"]) == self.expected_shape()
+        got = tuple(self.facts["experiments"]["plain"]["shape"])
+        shape_ok = got == self.expected_shape()
         self.fit = self.best_fit() if shape_ok else None
+        if not shape_ok and self.style != "function":
+            self.fit = self._pooled_fit(got)
         found: list[Verdict] = []
         for probe in all_probes():
             self.found_codes = [v.code for v in found]

@@ -41,7 +41,7 @@ def judge(view: JudgeView) -> list[Outcome]:
 
 def _shape(view: JudgeView) -> Outcome:
     got, expected = tuple(view.facts["experiments"]["plain"]["shape"]), view.expected_shape()
-    detail = f"output shape {got}, expected {expected}"
+    detail = f"output shape {got}, expected {expected}" + (f" ({view.pooling.text})" if view.pooling else "")
     pooled = None if got == expected else unmodelled.own_queries(view.facts.get("softmax"), got, expected)
     if pooled:
         view.unmodelled = pooled
@@ -82,7 +82,10 @@ def _reference(view: JudgeView) -> Outcome:
 
 def _unmodelled_construct(view: JudgeView) -> str:
     """Why the reference cannot model the plain output ('' when it could have), a scale set on
-    purpose included (``unmodelled.reason``, which every skip of a mismatch goes through)."""
+    purpose included (``unmodelled.reason``, which every skip of a mismatch goes through); a pooling module
+    that no rows of its input explain pools with queries of its own."""
+    if view.pooling is not None:
+        return unmodelled.own_queries_text(view.pooling.count)
     rescaled = None
     if "ATT201" not in view.static_codes and view.fit is not None and view.style != "function":
         query, key, value = view.role_inputs("plain")

@@ -78,9 +78,14 @@ def own_queries(softmax: Sequence[dict[str, Any]] | None, got: Sequence[int], ex
         return None
     if not any(len(call["shape"]) >= 2 and call["shape"][-2] == got[1] for call in softmax or ()):
         return None
+    return own_queries_text(got[1])
+
+
+def own_queries_text(count: int) -> str:
+    """Why a pooling module whose queries are no rows of its input (learned queries, a mean) is skipped."""
     return (
-        f"the module attends with {got[1]} queries of its own (attention pooling: learned queries, or the class "
-        "token's alone), not one per input token: the reference does not model pooling"
+        f"the module attends with {count} queries of its own (attention pooling by learned queries or a summary "
+        "of the input, not by its class token), not one per input token: the reference does not model them"
     )
 
 

@@ -1,0 +1,38 @@
+"""Class-token pooling: which rows query, and that the reference for them is the first row of self-attention."""
+
+from __future__ import annotations
+
+import torch
+
+from attncheck.dynamic.reference import mha, pooling
+
+
+def test_pooled_rows_needs_fewer_positions_each_a_softmax_row_over_every_key():
+    rows = [{"shape": [2, 4, 1, 7], "dim": 3}]
+    assert pooling.pooled_rows(rows, (2, 1, 32), (2, 7, 32)) == 1
+    assert pooling.pooled_rows(rows, (2, 1, 16), (2, 7, 32)) is None  # another width: a real shape error
+    assert pooling.pooled_rows([{"shape": [2, 4, 7, 7], "dim": 3}], (2, 1, 32), (2, 7, 32)) is None  # a lost axis
+    assert pooling.pooled_rows([{"shape": [2, 4, 1, 3], "dim": 3}], (2, 1, 32), (2, 7, 32)) is None  # not every key
+    assert pooling.pooled_rows(rows, (2, 9, 32), (2, 7, 32)) is None  # more positions than tokens: no rows
+
+
+def test_query_rows_take_the_class_token_first_or_last():
+    tokens = torch.arange(2 * 5 * 3, dtype=torch.float64).reshape(2, 5, 3)
+    first, last = pooling.choices(1)
+    assert torch.equal(first.of(tokens), tokens[:, :1])
+    assert torch.equal(last.of(tokens), tokens[:, -1:])
+    keep = torch.rand(2, 1, 5, 5) > 0.5
+    assert torch.equal(first.keep_rows(keep), keep[..., :1, :])
+    assert torch.equal(last.keep_rows(keep), keep[..., -1:, :])
+    assert "first token" in first.text
+
+
+def test_class_token_reference_is_the_first_row_of_self_attention():
+    torch.manual_seed(0)
+    d, heads = 8, 2
+    proj = mha.Projections(*(mha.Linear(torch.randn(d, d, dtype=torch.float64)) for _ in range(4)))
+    x = torch.randn(3, 6, d, dtype=torch.float64)
+    full = mha.mha(x, x, x, proj, heads)
+    pooled = mha.mha(pooling.QueryRows(1, "first").of(x), x, x, proj, heads)
+    assert pooled.shape == (3, 1, d)
+    torch.testing.assert_close(pooled, full[:, :1])

@@ -115,6 +115,8 @@ def _tensors(instance: nn.Module, out: dict[str, torch.Tensor]) -> list[str]:
             role = "relative_table"
         elif leaf == "relative_position_index":
             role = "relative_index"
+        elif leaf == "temperature" and tensor.is_floating_point():  # XCiT's per-head channel temperature
+            role = "temperature"
         if role and f"declared/{role}" not in out:
             out[f"declared/{role}"] = tensor.detach().to("cpu", torch.float64 if tensor.is_floating_point() else None)
             roles.append(role)

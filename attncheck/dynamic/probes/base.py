@@ -21,6 +21,7 @@ from attncheck.dynamic.binding.weights import Assignment
 from attncheck.dynamic.harness.protocol import Experiment, ReplyFacts
 from attncheck.dynamic.probes.sizes import DEFAULT, Sizes
 from attncheck.dynamic.reference import mha as reference
+from attncheck.dynamic.reference.channel import ChannelForm
 from attncheck.dynamic.reference.pooling import QueryRows
 from attncheck.dynamic.reference.rope import RopeSpec
 from attncheck.dynamic.reference.variant_fit import Candidate
@@ -53,6 +54,7 @@ class Fit:
     error: float
     rope: RopeSpec | None = None
     declared: Candidate | None = None  # the variant the module declares, when plain does not fit
+    channel: ChannelForm | None = None  # attention over channels (DaViT, XCiT), when the softmax runs there
 
     @property
     def variant(self) -> Variant | None:

@@ -28,8 +28,8 @@ from attncheck.dynamic.probes import precision
 from attncheck.dynamic.probes.base import Fit, Plan
 from attncheck.dynamic.probes.registry import all_probes, planning_order
 from attncheck.dynamic.probes.sizes import DEFAULT, Sizes
+from attncheck.dynamic.reference import channel, pooling, unmodelled, variant_fit, variants
 from attncheck.dynamic.reference import mha as reference
-from attncheck.dynamic.reference import pooling, unmodelled, variant_fit, variants
 from attncheck.dynamic.reference.tolerance import max_error
 from attncheck.findings import Check
 
@@ -179,6 +179,8 @@ class Judge:
                 keep = causal if keep is None else keep & causal
             return variants.attend(query, key, value, fit.variant or variants.PLAIN, keep).transpose(1, 2)
         assert fit.assignment is not None
+        if fit.channel is not None:
+            return fit.channel(query, key, value, fit.assignment.projections)
         return reference.mha(
             query,
             key,
@@ -259,8 +261,13 @@ class Judge:
             ]
         declared = [] if matching else self._declared_fits(candidates, options, rotary)
         matching = matching or [fit for fit in declared if fit.error <= self.tol]
+        over_channels = [] if matching else self._channel_fits(candidates)
+        matching = matching or [fit for fit in over_channels if fit.error <= self.tol]
         if matching:
             return matching[0]
+        if over_channels:  # the closest reading of the channel attention, against which its mistakes are named
+            self.declared_readings = []
+            return min(over_channels, key=lambda fit: fit.error)
         # Nothing matches: describe the layers in their natural order rather than the least-bad shuffle,
         # inside the variant the module declares (so a mistake is named against that variant).
         natural = sorted((fit for fit in declared or fits if fit.assignment is candidates[0]), key=lambda f: f.error)
@@ -307,13 +314,24 @@ class Judge:
             fits += [Fit(a, c, 0.0, rope, candidate) for a in candidates for c in causal_options for rope in ropes]
         return self._errors(fits)
 
+    def _channel_fits(self, candidates: list[Assignment | None]) -> list[Fit]:
+        """Fits of attention over channels (its softmax over (head_dim, head_dim) scores), in the readings the
+        module's scale or temperature admit; empty for token attention."""
+        q_len, k_len = self.lengths()
+        heads = channel.channel_heads(self.facts.get("softmax"), self.binding.dims.width, q_len, k_len)
+        if self.style != "self" or heads is None:
+            return []
+        forms = channel.forms(self.facts.get("declared"), self.out, heads, self.binding.dims.width, q_len)
+        return self._errors([Fit(a, "none", 0.0, channel=form) for a in candidates if a is not None for form in forms])
+
     def describe_fit(self) -> str:
         assert self.fit is not None
         mapping = self.fit.assignment.description if self.fit.assignment else "bare function"
         rope = f"; rotary: {explain.rope_text(self.fit.rope)}" if self.fit.rope else ""
         variant = f"; declared variant: {self.fit.variant.name}" if self.fit.variant else ""
         pooled = f"; {self.pooling.text}" if self.pooling is not None and self.fit.error <= self.tol else ""
-        return f"{mapping}; causal: {self.fit.causal}{rope}{variant}{pooled}"
+        over_channels = f"; {self.fit.channel.text}" if self.fit.channel is not None else ""
+        return f"{mapping}; causal: {self.fit.causal}{rope}{variant}{pooled}{over_channels}"
 
     def verdicts(self) -> list[Verdict]:
         """Every probe's checks; an unexplained mismatch (ATT903) lists the properties that held and

@@ -98,6 +98,11 @@ def _norm(layer: nn.Module, out: dict[str, torch.Tensor], key: str) -> dict[str,
     return {"kind": kind, "eps": float(eps), "bias": isinstance(bias, torch.Tensor), "offset": offset}
 
 
+def _is_token_norm(layer: nn.Module) -> bool:
+    """A layer or RMS norm over each token's features (not a batch or group norm, whose statistics span tokens)."""
+    return isinstance(layer, nn.LayerNorm) or type(layer).__name__.endswith(("RMSNorm", "LayerNorm"))
+
+
 def _tensors(instance: nn.Module, out: dict[str, torch.Tensor]) -> list[str]:
     """Buffers and parameters that carry a variant, copied into ``out`` under ``declared/<role>``."""
     roles = []
@@ -168,9 +173,19 @@ def declarations(instance: nn.Module, out: dict[str, torch.Tensor]) -> dict[str,
         described = _norm(layer, out, f"declared/{role}_norm") if layer is not None else None
         if described is not None:
             norms[role] = described
+    post_norms = {}
+    for name, layer in children.items():  # a norm the forward may apply to its output plus its input (TVP)
+        if name in NORM_NAMES["q"] + NORM_NAMES["k"] or not _is_token_norm(layer):
+            continue
+        described = _norm(layer, out, f"declared/post/{name}")
+        if described is not None:
+            post_norms[name] = described
     seen = {name for name, _ in instance.named_modules()} | set(vars(instance))
     if config is not None:
         seen |= set(vars(config)) if hasattr(config, "__dict__") else set()
     leaves = {name.rsplit(".", 1)[-1] for name in seen}
     unmodelled = sorted({why for name, why in UNMODELLED.items() if name in leaves} | _talking_heads(instance))
-    return {"scalars": scalars, "tensors": _tensors(instance, out), "norms": norms, "unmodelled": unmodelled}
+    return {
+        "scalars": scalars, "tensors": _tensors(instance, out), "norms": norms, "post_norms": post_norms,
+        "unmodelled": unmodelled,
+    }

@@ -23,6 +23,7 @@ from attncheck.dynamic.probes.sizes import DEFAULT, Sizes
 from attncheck.dynamic.reference import mha as reference
 from attncheck.dynamic.reference.channel import ChannelForm
 from attncheck.dynamic.reference.pooling import QueryRows
+from attncheck.dynamic.reference.post_norm import PostHook
 from attncheck.dynamic.reference.rope import RopeSpec
 from attncheck.dynamic.reference.variant_fit import Candidate
 from attncheck.dynamic.reference.variants import Variant
@@ -114,6 +115,7 @@ class JudgeView(Protocol):
     experiments: dict[str, Experiment]
     unmodelled: str  # why the reference cannot model this target, noted by the reference probe
     pooling: QueryRows | None  # the input rows a class-token pooling module queries with
+    post_norm: tuple[str, PostHook] | None  # the module's own norm(output + input) and its layer's name (TVP)
 
     def is_causal(self) -> tuple[bool, str]: ...
     def docs(self) -> str: ...

@@ -28,7 +28,7 @@ from attncheck.dynamic.probes import precision
 from attncheck.dynamic.probes.base import Fit, Plan
 from attncheck.dynamic.probes.registry import all_probes, planning_order
 from attncheck.dynamic.probes.sizes import DEFAULT, Sizes
-from attncheck.dynamic.reference import channel, pooling, unmodelled, variant_fit, variants
+from attncheck.dynamic.reference import channel, pooling, post_norm, unmodelled, variant_fit, variants
 from attncheck.dynamic.reference import mha as reference
 from attncheck.dynamic.reference.tolerance import max_error
 from attncheck.findings import Check
@@ -149,6 +149,7 @@ class Judge:
         self.declared_readings: list[Fit] = []  # when nothing fits: the declared variant's readings, closest first
         self.unmodelled = ""  # why the reference cannot model this target (the target is skipped, never ATT903)
         self.pooling: pooling.QueryRows | None = None  # the input rows a class-token pooling module queries with
+        self.post_norm = self._post_norm()
 
     # -- helpers
 
@@ -181,7 +182,7 @@ class Judge:
         assert fit.assignment is not None
         if fit.channel is not None:
             return fit.channel(query, key, value, fit.assignment.projections)
-        return reference.mha(
+        attended = reference.mha(
             query,
             key,
             value,
@@ -194,6 +195,14 @@ class Judge:
             qk_norm=fit.qk_norm,
             variant=fit.variant,
         )
+        return attended if self.post_norm is None else self.post_norm[1](attended, query)
+
+    def _post_norm(self) -> tuple[str, post_norm.PostHook] | None:
+        """The module's own norm of its output plus its input, when its forward ends so (TVP); None otherwise."""
+        if not self.binding.post_norm:
+            return None
+        found = post_norm.hooks(self.facts.get("declared"), self.out, self.binding.dims.width)
+        return found[0] if found else None
 
     def lengths(self) -> tuple[int, int]:
         """(query, key) lengths of the plain run."""
@@ -331,7 +340,8 @@ class Judge:
         variant = f"; declared variant: {self.fit.variant.name}" if self.fit.variant else ""
         pooled = f"; {self.pooling.text}" if self.pooling is not None and self.fit.error <= self.tol else ""
         over_channels = f"; {self.fit.channel.text}" if self.fit.channel is not None else ""
-        return f"{mapping}; causal: {self.fit.causal}{rope}{variant}{pooled}{over_channels}"
+        norm = f"; then the module's {self.post_norm[0]}(output + input)" if self.post_norm is not None else ""
+        return f"{mapping}; causal: {self.fit.causal}{rope}{variant}{pooled}{over_channels}{norm}"
 
     def verdicts(self) -> list[Verdict]:
         """Every probe's checks; an unexplained mismatch (ATT903) lists the properties that held and

@@ -103,8 +103,6 @@ LEGITIMATE_SKIPS: dict[tuple[str, str], str] = {
     "of the input are the queries, which the reference does not model",
     ("correct/pool_class_token.py", "MeanQueryPool"): "pooling by the mean of the tokens: no rows of the "
     "input are the queries, which the reference does not model",
-    ("correct/bind_vision_transformer_forms.py", "TalkingHeadAttn"): "talking heads: scores mixed across heads "
-    "by heads x heads projections, which the reference does not model",
     ("buggy/lecture_heads_global_width_scale_c_att201.py", "MultiHeadAttention"): "the lecture's heads as "
     "separate Head modules, concatenated: each Head is its own target (and is checked, here ATT201), the list "
     "of them is not assembled into one reference",

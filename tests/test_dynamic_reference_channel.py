@@ -74,9 +74,9 @@ def test_mistakes_change_what_the_module_would_compute():
     proj, _, _ = _projections()
     x = torch.randn(2, TOKENS, WIDTH, dtype=torch.float64)
     form = channel.forms({}, {}, HEADS, WIDTH, TOKENS)[0]
-    found = channel.mistakes(form, WIDTH)
+    found = form.mistakes(WIDTH)
     assert {m.code for m in found} == {"ATT201", "ATT202"}
     for mistake in found:
         assert not torch.allclose(mistake.form(x, x, x, proj), form(x, x, x, proj))
     normalised = next(f for f in channel.forms({}, {}, HEADS, WIDTH, TOKENS) if f.normalised)
-    assert [m.code for m in channel.mistakes(normalised, WIDTH)] == ["ATT202"]  # its temperature has no scale
+    assert [m.code for m in normalised.mistakes(WIDTH)] == ["ATT202"]  # its temperature has no scale

@@ -145,21 +145,6 @@ def declared_scalars(instance: nn.Module) -> dict[str, Any]:
     return scalars
 
 
-TALKING_HEADS = "talking heads (scores mixed across heads by a heads x heads projection)"
-
-
-def _talking_heads(instance: nn.Module) -> set[str]:
-    """Talking-heads attention (CaiT's ``proj_l``/``proj_w``): a child projection that maps the module's
-    head count to itself, applied to the scores across the heads axis."""
-    heads = next((getattr(instance, n) for n in ("num_heads", "heads", "n_heads", "n_head") if hasattr(instance, n)), 0)
-    if not isinstance(heads, int) or isinstance(heads, bool) or heads < 2:
-        return set()
-    for layer in instance.children():
-        if isinstance(layer, nn.Linear) and layer.in_features == layer.out_features == heads:
-            return {TALKING_HEADS}
-    return set()
-
-
 def declarations(instance: nn.Module, out: dict[str, torch.Tensor]) -> dict[str, Any]:
     """The variant facts of a built module: scalars of the module, its config, then its submodules
     (in that priority),
@@ -184,7 +169,7 @@ def declarations(instance: nn.Module, out: dict[str, torch.Tensor]) -> dict[str,
     if config is not None:
         seen |= set(vars(config)) if hasattr(config, "__dict__") else set()
     leaves = {name.rsplit(".", 1)[-1] for name in seen}
-    unmodelled = sorted({why for name, why in UNMODELLED.items() if name in leaves} | _talking_heads(instance))
+    unmodelled = sorted({why for name, why in UNMODELLED.items() if name in leaves})
     return {
         "scalars": scalars, "tensors": _tensors(instance, out), "norms": norms, "post_norms": post_norms,
         "unmodelled": unmodelled,

@@ -21,7 +21,7 @@ from attncheck.dynamic.binding.weights import Assignment
 from attncheck.dynamic.harness.protocol import Experiment, ReplyFacts
 from attncheck.dynamic.probes.sizes import DEFAULT, Sizes
 from attncheck.dynamic.reference import mha as reference
-from attncheck.dynamic.reference.channel import ChannelForm
+from attncheck.dynamic.reference.forms import Form
 from attncheck.dynamic.reference.pooling import QueryRows
 from attncheck.dynamic.reference.post_norm import PostHook
 from attncheck.dynamic.reference.rope import RopeSpec
@@ -55,7 +55,7 @@ class Fit:
     error: float
     rope: RopeSpec | None = None
     declared: Candidate | None = None  # the variant the module declares, when plain does not fit
-    channel: ChannelForm | None = None  # attention over channels (DaViT, XCiT), when the softmax runs there
+    form: Form | None = None  # a whole form the token reference does not compute (channel attention, talking heads)
 
     @property
     def variant(self) -> Variant | None:
@@ -108,6 +108,7 @@ class JudgeView(Protocol):
     found_codes: Sequence[str | None]  # codes of the checks judged before this probe
     fit: Fit | None
     declared_readings: Sequence[Fit]  # when nothing fits: the declared variant's readings, closest first
+    form_readings: Sequence[Fit]  # when nothing fits: the readings of the form the module computes, closest first
     binding: Binding
     plan: Plan
     facts: ReplyFacts  # the child's reply for this target, checked

@@ -28,8 +28,17 @@ from attncheck.dynamic.probes import precision
 from attncheck.dynamic.probes.base import Fit, Plan
 from attncheck.dynamic.probes.registry import all_probes, planning_order
 from attncheck.dynamic.probes.sizes import DEFAULT, Sizes
-from attncheck.dynamic.reference import channel, pooling, post_norm, unmodelled, variant_fit, variants
+from attncheck.dynamic.reference import (
+    channel,
+    pooling,
+    post_norm,
+    talking_heads,
+    unmodelled,
+    variant_fit,
+    variants,
+)
 from attncheck.dynamic.reference import mha as reference
+from attncheck.dynamic.reference.forms import Form
 from attncheck.dynamic.reference.tolerance import max_error
 from attncheck.findings import Check
 
@@ -147,6 +156,7 @@ class Judge:
         self.fit: Fit | None = None
         self.found_codes: list[str | None] = []  # codes of the checks judged so far (base.JudgeView)
         self.declared_readings: list[Fit] = []  # when nothing fits: the declared variant's readings, closest first
+        self.form_readings: list[Fit] = []  # when nothing fits: the readings of the module's form, closest first
         self.unmodelled = ""  # why the reference cannot model this target (the target is skipped, never ATT903)
         self.pooling: pooling.QueryRows | None = None  # the input rows a class-token pooling module queries with
         self.post_norm = self._post_norm()
@@ -180,8 +190,8 @@ class Judge:
                 keep = causal if keep is None else keep & causal
             return variants.attend(query, key, value, fit.variant or variants.PLAIN, keep).transpose(1, 2)
         assert fit.assignment is not None
-        if fit.channel is not None:
-            return fit.channel(query, key, value, fit.assignment.projections)
+        if fit.form is not None:
+            return fit.form(query, key, value, fit.assignment.projections, keep)
         attended = reference.mha(
             query,
             key,
@@ -270,13 +280,14 @@ class Judge:
             ]
         declared = [] if matching else self._declared_fits(candidates, options, rotary)
         matching = matching or [fit for fit in declared if fit.error <= self.tol]
-        over_channels = [] if matching else self._channel_fits(candidates)
-        matching = matching or [fit for fit in over_channels if fit.error <= self.tol]
+        whole = [] if matching else self._form_fits(candidates)
+        matching = matching or [fit for fit in whole if fit.error <= self.tol]
         if matching:
             return matching[0]
-        if over_channels:  # the closest reading of the channel attention, against which its mistakes are named
+        if whole:  # the closest reading of the form the module computes, against which its mistakes are named
             self.declared_readings = []
-            return min(over_channels, key=lambda fit: fit.error)
+            self.form_readings = sorted(whole, key=lambda fit: fit.error)
+            return self.form_readings[0]
         # Nothing matches: describe the layers in their natural order rather than the least-bad shuffle,
         # inside the variant the module declares (so a mistake is named against that variant).
         natural = sorted((fit for fit in declared or fits if fit.assignment is candidates[0]), key=lambda f: f.error)
@@ -323,15 +334,20 @@ class Judge:
             fits += [Fit(a, c, 0.0, rope, candidate) for a in candidates for c in causal_options for rope in ropes]
         return self._errors(fits)
 
-    def _channel_fits(self, candidates: list[Assignment | None]) -> list[Fit]:
-        """Fits of attention over channels (its softmax over (head_dim, head_dim) scores), in the readings the
-        module's scale or temperature admit; empty for token attention."""
-        q_len, k_len = self.lengths()
-        heads = channel.channel_heads(self.facts.get("softmax"), self.binding.dims.width, q_len, k_len)
-        if self.style != "self" or heads is None:
+    def _form_fits(self, candidates: list[Assignment | None]) -> list[Fit]:
+        """Fits of a whole form the module computes, in the readings its parameters admit: attention over
+        channels (its softmax over (head_dim, head_dim) scores), talking heads (recorded (h, h) layers that
+        read neither input); empty for plain token attention."""
+        if self.style != "self":
             return []
-        forms = channel.forms(self.facts.get("declared"), self.out, heads, self.binding.dims.width, q_len)
-        return self._errors([Fit(a, "none", 0.0, channel=form) for a in candidates if a is not None for form in forms])
+        q_len, k_len = self.lengths()
+        width = self.binding.dims.width
+        forms: list[Form] = []
+        heads = channel.channel_heads(self.facts.get("softmax"), width, q_len, k_len)
+        if heads is not None:
+            forms += channel.forms(self.facts.get("declared"), self.out, heads, width, q_len)
+        forms += talking_heads.forms(layers_from(self.facts.get("layers", []), self.out), width)
+        return self._errors([Fit(a, "none", 0.0, form=form) for a in candidates if a is not None for form in forms])
 
     def describe_fit(self) -> str:
         assert self.fit is not None
@@ -339,9 +355,9 @@ class Judge:
         rope = f"; rotary: {explain.rope_text(self.fit.rope)}" if self.fit.rope else ""
         variant = f"; declared variant: {self.fit.variant.name}" if self.fit.variant else ""
         pooled = f"; {self.pooling.text}" if self.pooling is not None and self.fit.error <= self.tol else ""
-        over_channels = f"; {self.fit.channel.text}" if self.fit.channel is not None else ""
+        whole = f"; {self.fit.form.text}" if self.fit.form is not None else ""
         norm = f"; then the module's {self.post_norm[0]}(output + input)" if self.post_norm is not None else ""
-        return f"{mapping}; causal: {self.fit.causal}{rope}{variant}{pooled}{over_channels}{norm}"
+        return f"{mapping}; causal: {self.fit.causal}{rope}{variant}{pooled}{whole}{norm}"
 
     def verdicts(self) -> list[Verdict]:
         """Every probe's checks; an unexplained mismatch (ATT903) lists the properties that held and

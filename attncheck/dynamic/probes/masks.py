@@ -104,6 +104,8 @@ def judge(view: JudgeView) -> list[Outcome]:
         return []  # no reference to try mask conventions against
     if not wanted(view.binding):
         return [(Check("reference-masked", "skipped", "forward takes no mask"), None, "")]
+    if view.fit is not None and view.fit.form is not None and view.fit.form.masked:
+        return [(Check("reference-masked", "skipped", view.fit.form.masked), None, "")]
     combos = [f"{s}/{c}" for s in SHAPES for c in CONVENTIONS]
     ran = [c for c in combos if view.ran(f"mask/{c}")]
     refused = _refused_mask(view, combos, ran)

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from attncheck.dynamic import codes
 from attncheck.dynamic.binding.weights import Assignment, assignments, layers_from
-from attncheck.dynamic.diagnosis import channel as channel_diagnosis
-from attncheck.dynamic.diagnosis import explain
+from attncheck.dynamic.diagnosis import explain, forms
 from attncheck.dynamic.probes.base import (
     FunctionProbe,
     JudgeView,
@@ -67,10 +66,7 @@ def _reference(view: JudgeView) -> Outcome:
     detail += view.describe_fit()
     if worst <= view.tol:
         return Check("reference", "passed", detail), None, ""
-    if view.fit.channel is not None:
-        found = channel_diagnosis.diagnose(view)
-    else:
-        found = explain.diagnose_judge(view, ["plain", "self"])
+    found = forms.diagnose(view) if view.fit.form is not None else explain.diagnose_judge(view, ["plain", "self"])
     if found is not None:
         return Check("reference", "failed", f"{detail}; {found.detail}"), found.code, found.message
     why = _unmodelled_construct(view)

@@ -7,7 +7,7 @@ projection plays which part (DaViT: ``kᵀ v`` applied to ``q``; XCiT: ``qᵀ k`
 and in the temperature: a declared scale (1/sqrt(head_dim)), 1/sqrt(tokens) (DaViT's
 ``dynamic_scale``), or XCiT's learned per-head ``temperature`` on l2-normalised q and k. The
 reference reads each from the module (its projections, its ``scale``, its ``temperature``
-parameter), so :func:`forms` lists only the readings those admit, and :func:`mistakes` the
+parameter), so :func:`forms` lists only the readings those admit, and ``ChannelForm.mistakes`` the
 mistakes a channel attention can make within them.
 """
 
@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch.nn import functional as F  # noqa: N812
 
+from attncheck.dynamic.reference.forms import Mistake, project
 from attncheck.dynamic.reference.mha import Projections, merge_heads, split_heads
 
 PARTS = "qkv"
@@ -40,9 +41,12 @@ class ChannelForm:
     softmax_axis: int = -1  # -1: over b's channels, as the module means; -2 is the softmax-axis mistake
     name: str = ""
 
-    def __call__(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, proj: Projections) -> torch.Tensor:
-        """The module's output on batch-first (b, n, d) inputs."""
-        projected = [_apply(layer, x) for layer, x in ((proj.q, query), (proj.k, key), (proj.v, value))]
+    def __call__(
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, proj: Projections,
+        keep: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The module's output on batch-first (b, n, d) inputs (``keep`` has no meaning here: see ``masked``)."""
+        projected = [project(layer, x) for layer, x in ((proj.q, query), (proj.k, key), (proj.v, value))]
         a, b, c = (split_heads(projected[i], self.heads) for i in self.order)  # (b, h, n, dh)
         if self.normalised:
             a, b = F.normalize(a, dim=-2), F.normalize(b, dim=-2)  # along the tokens
@@ -52,16 +56,36 @@ class ChannelForm:
         scores = torch.einsum("bhnc,bhne->bhce", a, b) * factor  # (b, h, dh, dh)
         weights = torch.softmax(scores, dim=self.softmax_axis)
         out = torch.einsum("bhce,bhne->bhnc", weights, c)
-        return _apply(proj.o, merge_heads(out))
+        return project(proj.o, merge_heads(out))
+
+    @property
+    def masked(self) -> str:
+        return "channel attention has no (query, key) scores for a key mask to hide"
 
     @property
     def text(self) -> str:
         a, b, c = (PARTS[i] for i in self.order)
         return f"channel attention: softmax({a}ᵀ{b} · {self.name}) over channels, applied to {c}"
 
-
-def _apply(layer: Any, x: torch.Tensor) -> torch.Tensor:
-    return x if layer is None else layer(x)
+    def mistakes(self, width: int) -> list[Mistake]:
+        """The softmax over the other channel axis (ATT202); the scores left unscaled or scaled by the model
+        width (ATT201), where the form has a scale of its own."""
+        found = [
+            Mistake("ATT202", "softmax-over-a-channels", "takes the softmax over the channels of a (dim=-2) instead "
+                    "of those of b", "take the softmax over the last axis of the (dh, dh) scores (dim=-1).",
+                    replace(self, softmax_axis=-2)),
+        ]
+        if self.normalised:  # its temperature is no scale the code could have got wrong
+            return found
+        if not math.isclose(self.scale, 1.0):
+            found.append(Mistake("ATT201", "channel-scores-unscaled", f"leaves the (dh, dh) scores unscaled instead "
+                                 f"of scaling them by {self.name}", "multiply the scores by the scale the module "
+                                 "declares.", replace(self, scale=1.0)))
+        if not math.isclose(self.scale, width**-0.5):
+            found.append(Mistake("ATT201", "channel-scale-1/sqrt(d_model)", f"scales the scores by 1/sqrt(d_model "
+                                 f"{width}) instead of {self.name}", "scale by 1/sqrt(head_dim), the channels one "
+                                 "head mixes.", replace(self, scale=width**-0.5)))
+        return found
 
 
 def channel_heads(softmax: Sequence[Mapping[str, Any]] | None, width: int, q_len: int, k_len: int) -> int | None:
@@ -99,34 +123,3 @@ def forms(declared_facts: Mapping[str, Any] | None, tensors: Mapping[str, torch.
         found += [ChannelForm(order, heads, scale, name=name) for name, scale in scales]
         found += [ChannelForm(order, heads, 1.0, t, normalised=True, name=name) for name, t in temperatures]
     return found
-
-
-@dataclass(frozen=True)
-class Mistake:
-    """A channel attention with one mistake: its catalogue code, name and what it does."""
-
-    code: str
-    name: str
-    what: str
-    fix: str
-    form: ChannelForm
-
-
-def mistakes(form: ChannelForm, width: int) -> list[Mistake]:
-    """The mistakes of ``form``: the softmax over the other channel axis (ATT202), the scores left
-    unscaled or scaled by the model width (ATT201)."""
-    found = [
-        Mistake("ATT202", "softmax-over-a-channels", "takes the softmax over the channels of a (dim=-2) instead "
-                "of those of b", "take the softmax over the last axis of the (dh, dh) scores (dim=-1).",
-                replace(form, softmax_axis=-2)),
-    ]
-    if not form.normalised:
-        found += [
-            Mistake("ATT201", "channel-scores-unscaled", f"leaves the (dh, dh) scores unscaled instead of "
-                    f"scaling them by {form.name}", "multiply the scores by the scale the module declares.",
-                    replace(form, scale=1.0)),
-            Mistake("ATT201", "channel-scale-1/sqrt(d_model)", f"scales the scores by 1/sqrt(d_model {width}) "
-                    f"instead of {form.name}", "scale by 1/sqrt(head_dim), the channels one head mixes.",
-                    replace(form, scale=width**-0.5)),
-        ]
-    return [m for m in found if not math.isclose(m.form.scale, form.scale) or m.form.softmax_axis != -1]

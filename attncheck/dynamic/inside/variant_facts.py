@@ -23,17 +23,18 @@ SCALARS = (
     "softcap", "attn_logit_softcapping", "logit_softcap", "scaling", "scale", "softmax_scale",
     "query_pre_attn_scalar", "relative_attention_num_buckets", "relative_attention_max_distance",
     "is_decoder", "has_relative_attention_bias", "alibi", "use_alibi", "alibi_form", "attention_scaling",
-    "use_sliding_window",
+    "use_sliding_window", "lambda_init",
 )  # fmt: skip
 """Attribute names whose number (or flag) says what the variant is, on the module or its config."""
 
 DICTS = ("rope_scaling", "rope_parameters")
 
+LAMBDAS = ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2", "lambda_a", "lambda_b")
+"""Differential attention's λ parameters (``reference.differential`` reads them back by these names)."""
+
 UNMODELLED = {
     "kv_a_proj_with_mqa": "MLA latent key/value projections (DeepSeek-V2/V3)",
     "kv_lora_rank": "MLA latent key/value projections (DeepSeek-V2/V3)",
-    "lambda_q1": "differential attention (two softmax maps subtracted)",
-    "lambda_init": "differential attention (two softmax maps subtracted)",
     "feature_map": "linear attention (a kernel feature map instead of softmax)",
     "block_table": "paged KV cache (block_table)",
     "mrope_section": "multimodal M-RoPE position streams (mrope_section)",
@@ -100,7 +101,7 @@ def _norm(layer: nn.Module, out: dict[str, torch.Tensor], key: str) -> dict[str,
 
 def _is_token_norm(layer: nn.Module) -> bool:
     """A layer or RMS norm over each token's features (not a batch or group norm, whose statistics span tokens)."""
-    return isinstance(layer, nn.LayerNorm) or type(layer).__name__.endswith(("RMSNorm", "LayerNorm"))
+    return isinstance(layer, nn.LayerNorm) or type(layer).__name__.lower().endswith(("rmsnorm", "layernorm"))
 
 
 def _tensors(instance: nn.Module, out: dict[str, torch.Tensor]) -> list[str]:
@@ -122,6 +123,8 @@ def _tensors(instance: nn.Module, out: dict[str, torch.Tensor]) -> list[str]:
             role = "relative_index"
         elif leaf == "temperature" and tensor.is_floating_point():  # XCiT's per-head channel temperature
             role = "temperature"
+        elif leaf in LAMBDAS and tensor.is_floating_point():  # differential attention's λ
+            role = leaf
         if role and f"declared/{role}" not in out:
             out[f"declared/{role}"] = tensor.detach().to("cpu", torch.float64 if tensor.is_floating_point() else None)
             roles.append(role)

@@ -30,6 +30,7 @@ from attncheck.dynamic.probes.registry import all_probes, planning_order
 from attncheck.dynamic.probes.sizes import DEFAULT, Sizes
 from attncheck.dynamic.reference import (
     channel,
+    differential,
     pooling,
     post_norm,
     talking_heads,
@@ -337,7 +338,7 @@ class Judge:
     def _form_fits(self, candidates: list[Assignment | None]) -> list[Fit]:
         """Fits of a whole form the module computes, in the readings its parameters admit: attention over
         channels (its softmax over (head_dim, head_dim) scores), talking heads (recorded (h, h) layers that
-        read neither input); empty for plain token attention."""
+        read neither input), differential attention (its λ parameters); empty for plain token attention."""
         if self.style != "self":
             return []
         q_len, k_len = self.lengths()
@@ -347,6 +348,7 @@ class Judge:
         if heads is not None:
             forms += channel.forms(self.facts.get("declared"), self.out, heads, width, q_len)
         forms += talking_heads.forms(layers_from(self.facts.get("layers", []), self.out), width)
+        forms += differential.forms(self.facts.get("declared"), self.out, width)
         return self._errors([Fit(a, "none", 0.0, form=form) for a in candidates if a is not None for form in forms])
 
     def describe_fit(self) -> str:

@@ -99,8 +99,6 @@ _HEADER = re.compile(r"^#\s*dynamic:\s*(none|ATT\d{3}(?:\s*,\s*ATT\d{3})*)\s*$",
 LEGITIMATE_SKIPS: dict[tuple[str, str], str] = {
     ("correct/variant_mla_latent_kv.py", "LatentAttention"): "MLA latent KV: the reference has one projection per "
     "Q/K/V; the skip must name the construct (test_an_unmodelled_variant_is_skipped_with_its_name)",
-    ("correct/pool_class_token.py", "LearnedQueryPool"): "pooling by a learned query (a parameter): no rows "
-    "of the input are the queries, which the reference does not model",
     ("correct/pool_class_token.py", "MeanQueryPool"): "pooling by the mean of the tokens: no rows of the "
     "input are the queries, which the reference does not model",
     ("buggy/lecture_heads_global_width_scale_c_att201.py", "MultiHeadAttention"): "the lecture's heads as "

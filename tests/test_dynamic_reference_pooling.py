@@ -18,7 +18,7 @@ def test_pooled_rows_needs_fewer_positions_each_a_softmax_row_over_every_key():
 
 def test_query_rows_take_the_class_token_first_or_last():
     tokens = torch.arange(2 * 5 * 3, dtype=torch.float64).reshape(2, 5, 3)
-    first, last = pooling.choices(1)
+    first, last = pooling.choices(1, [], {})
     assert torch.equal(first.of(tokens), tokens[:, :1])
     assert torch.equal(last.of(tokens), tokens[:, -1:])
     keep = torch.rand(2, 1, 5, 5) > 0.5
@@ -36,3 +36,21 @@ def test_class_token_reference_is_the_first_row_of_self_attention():
     pooled = mha.mha(pooling.QueryRows(1, "first").of(x), x, x, proj, heads)
     assert pooled.shape == (3, 1, d)
     torch.testing.assert_close(pooled, full[:, :1])
+
+
+def test_learned_queries_are_a_parameter_a_projection_read():
+    from attncheck.dynamic.binding.weights import Layer
+
+    queries = torch.randn(2, 8, dtype=torch.float64)
+    layers = [{"name": "to_q", "read": "param:queries", "out": 8, "in": 8, "bias": False},
+              {"name": "to_kv", "read": "x", "out": 16, "in": 8, "bias": False}]
+    *rows, learned = pooling.choices(2, layers, {"declared/param/queries": queries})
+    assert [r.end for r in rows] == ["first", "last"]  # type: ignore[attr-defined]
+    tokens = torch.randn(3, 5, 8, dtype=torch.float64)
+    assert torch.equal(learned.of(tokens), queries.expand(3, 2, 8))
+    linear = mha.Linear(torch.eye(8, dtype=torch.float64))
+    recorded = [Layer("to_q", "param:queries", linear), Layer("to_kv", "x", linear)]
+    reads = [layer.read for layer in learned.layers(recorded)]
+    assert reads == ["query", "kv"]  # cross-attention from the parameter to the input
+    assert "2 learned queries (queries)" in learned.text
+    assert pooling.choices(3, layers, {"declared/param/queries": queries})[2:] == []  # not 3 queries of width 8

@@ -22,7 +22,7 @@ from attncheck.dynamic.harness.protocol import Experiment, ReplyFacts
 from attncheck.dynamic.probes.sizes import DEFAULT, Sizes
 from attncheck.dynamic.reference import mha as reference
 from attncheck.dynamic.reference.forms import Form
-from attncheck.dynamic.reference.pooling import QueryRows
+from attncheck.dynamic.reference.pooling import Queries
 from attncheck.dynamic.reference.post_norm import PostHook
 from attncheck.dynamic.reference.rope import RopeSpec
 from attncheck.dynamic.reference.variant_fit import Candidate
@@ -115,7 +115,7 @@ class JudgeView(Protocol):
     out: dict[str, torch.Tensor]
     experiments: dict[str, Experiment]
     unmodelled: str  # why the reference cannot model this target, noted by the reference probe
-    pooling: QueryRows | None  # the input rows a class-token pooling module queries with
+    pooling: Queries | None  # the queries a pooling module attends with (its class token's, or its own)
     post_norm: tuple[str, PostHook] | None  # the module's own norm(output + input) and its layer's name (TVP)
 
     def is_causal(self) -> tuple[bool, str]: ...

@@ -159,7 +159,7 @@ class Judge:
         self.declared_readings: list[Fit] = []  # when nothing fits: the declared variant's readings, closest first
         self.form_readings: list[Fit] = []  # when nothing fits: the readings of the module's form, closest first
         self.unmodelled = ""  # why the reference cannot model this target (the target is skipped, never ATT903)
-        self.pooling: pooling.QueryRows | None = None  # the input rows a class-token pooling module queries with
+        self.pooling: pooling.Queries | None = None  # the queries a pooling module attends with
         self.post_norm = self._post_norm()
 
     # -- helpers
@@ -267,6 +267,8 @@ class Judge:
             candidates: list[Assignment | None] = [None]
         else:
             layers = layers_from(self.facts.get("layers", []), self.out)
+            if self.pooling is not None:
+                layers = self.pooling.layers(layers)
             candidates = list(assignments(layers, self.binding.dims.width, self.binding.dims.heads))
         fits = self._errors([Fit(a, c, 0.0) for a in candidates for c in options])
         matching = [fit for fit in fits if fit.error <= self.tol]
@@ -296,13 +298,13 @@ class Judge:
         return natural[0]
 
     def _pooled_fit(self, got: tuple[int, ...]) -> Fit | None:
-        """The best fit of a class-token pooling module (its output fewer positions, each a softmax row over
-        every key), with ``pooling`` set to the rows it queries with; None (and no pooling) otherwise."""
+        """The best fit of a pooling module (its output fewer positions, each a softmax row over every key),
+        with ``pooling`` set to the queries it attends with (rows of its input, or its own); None otherwise."""
         count = pooling.pooled_rows(self.facts.get("softmax"), got, self.expected_shape())
         if count is None:
             return None
         errors = []
-        for rows in pooling.choices(count):
+        for rows in pooling.choices(count, self.facts.get("layers", []), self.out):
             self.pooling = rows
             errors.append((self.best_fit().error, rows))
         self.pooling = min(errors, key=lambda pair: pair[0])[1]

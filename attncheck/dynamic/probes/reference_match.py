@@ -41,7 +41,10 @@ def judge(view: JudgeView) -> list[Outcome]:
 
 def _shape(view: JudgeView) -> Outcome:
     got, expected = tuple(view.facts["experiments"]["plain"]["shape"]), view.expected_shape()
-    detail = f"output shape {got}, expected {expected}" + (f" ({view.pooling.text})" if view.pooling else "")
+    fitted = view.pooling is not None and view.fit is not None and view.fit.error <= view.tol
+    detail = f"output shape {got}, expected {expected}"
+    if fitted and view.pooling is not None:
+        detail += f" ({view.pooling.text})"
     pooled = None if got == expected else unmodelled.own_queries(view.facts.get("softmax"), got, expected)
     if pooled:
         view.unmodelled = pooled

@@ -82,10 +82,11 @@ def own_queries(softmax: Sequence[dict[str, Any]] | None, got: Sequence[int], ex
 
 
 def own_queries_text(count: int) -> str:
-    """Why a pooling module whose queries are no rows of its input (learned queries, a mean) is skipped."""
+    """Why a pooling module whose queries are neither rows of its input nor a parameter it reads is skipped."""
     return (
-        f"the module attends with {count} queries of its own (attention pooling by learned queries or a summary "
-        "of the input, not by its class token), not one per input token: the reference does not model them"
+        f"the module attends with {count} queries of its own (attention pooling by queries that are neither its "
+        "class token nor a parameter it projects, e.g. the mean of its tokens), not one per input token: the "
+        "reference does not model them"
     )
 
 

@@ -101,6 +101,10 @@ LEGITIMATE_SKIPS: dict[tuple[str, str], str] = {
     "Q/K/V; the skip must name the construct (test_an_unmodelled_variant_is_skipped_with_its_name)",
     ("correct/pool_class_token.py", "MeanQueryPool"): "pooling by the mean of the tokens: no rows of the "
     "input are the queries, which the reference does not model",
+    ("correct/pool_class_token.py", "PrependedClsToken"): "a class token of its own prepended inside and "
+    "attended through nn.MultiheadAttention: its queries are no rows of the input, which the reference does not model",
+    ("correct/pool_class_token.py", "QueryVectorPool"): "a query vector used without a projection: the "
+    "recorder sees no projection read it, so its queries are not known",
     ("buggy/lecture_heads_global_width_scale_c_att201.py", "MultiHeadAttention"): "the lecture's heads as "
     "separate Head modules, concatenated: each Head is its own target (and is checked, here ATT201), the list "
     "of them is not assembled into one reference",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from attncheck.dynamic.reference import mha, pooling
+from attncheck.dynamic.reference import mha, pooling, unmodelled
 
 
 def test_pooled_rows_needs_fewer_positions_each_a_softmax_row_over_every_key():
@@ -54,3 +54,16 @@ def test_learned_queries_are_a_parameter_a_projection_read():
     assert reads == ["query", "kv"]  # cross-attention from the parameter to the input
     assert "2 learned queries (queries)" in learned.text
     assert pooling.choices(3, layers, {"declared/param/queries": queries})[2:] == []  # not 3 queries of width 8
+
+
+def test_a_pooled_output_whose_softmax_is_out_of_sight_is_pooling_not_a_wrong_shape():
+    assert "1 queries of its own" in unmodelled.own_queries([], (2, 1, 32), (2, 7, 32))
+    assert unmodelled.own_queries([], (2, 9, 32), (2, 7, 32)) is None  # more positions: no pooling
+    assert unmodelled.own_queries([{"shape": [2, 4, 7, 7]}], (2, 1, 32), (2, 7, 32)) is None  # a softmax per token
+
+
+def test_one_score_per_token_pools_additively():
+    additive = [{"shape": [2, 7], "dim": 1}]  # v · tanh(W x): a softmax over the tokens, no (token, token) scores
+    assert "1 queries of its own" in unmodelled.own_queries(additive, (2, 1, 32), (2, 7, 32))
+    with_scores = [*additive, {"shape": [2, 4, 7, 7], "dim": 3}]
+    assert unmodelled.own_queries(with_scores, (2, 1, 32), (2, 7, 32)) is None

@@ -540,6 +540,8 @@ def _run_experiment(target: _Target, experiment: Experiment, facts: dict, out: T
                     direction = target.tensors[cotangent]
                     if output.ndim == direction.ndim and output.shape[-2] < direction.shape[-2]:
                         direction = direction[..., : output.shape[-2], :]  # attention pooling: fewer positions
+                    elif output.ndim == direction.ndim - 1:
+                        direction = direction[:, 0]  # pooled to one position, its axis squeezed: (b, d)
                     (output * direction).sum().backward()
                 facts["grads"] = {
                     n: (None if p.grad is None else float(p.grad.norm()))

@@ -168,9 +168,17 @@ class Judge:
         return self.facts["experiments"].get(name, {}).get("ok", False)
 
     def output(self, name: str) -> torch.Tensor:
-        """An experiment's output with rows as (batch, query, ...)."""
+        """An experiment's output with rows as (batch, query, ...); a module's (b, d) output, pooled to one
+        position with its axis squeezed, as (b, 1, d)."""
         out = self.out[f"{name}/out"]
+        if self.style != "function" and out.ndim == 2:
+            return out.unsqueeze(1)
         return out.transpose(1, 2) if self.style == "function" and out.ndim == 4 else out
+
+    def plain_shape(self) -> tuple[int, ...]:
+        """The plain run's output shape as :meth:`output` lays it out."""
+        shape = tuple(self.facts["experiments"]["plain"]["shape"])
+        return (shape[0], 1, shape[1]) if self.style != "function" and len(shape) == 2 else shape
 
     def role_inputs(self, name: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         roles = self.experiments[name].inputs
@@ -366,7 +374,7 @@ class Judge:
     def verdicts(self) -> list[Verdict]:
         """Every probe's checks; an unexplained mismatch (ATT903) lists the properties that held and
         failed, and gives way to a specific mistake another check named."""
-        got = tuple(self.facts["experiments"]["plain"]["shape"])
+        got = self.plain_shape()
         shape_ok = got == self.expected_shape()
         self.fit = self.best_fit() if shape_ok else None
         if not shape_ok and self.style != "function":

@@ -40,7 +40,7 @@ def judge(view: JudgeView) -> list[Outcome]:
 
 
 def _shape(view: JudgeView) -> Outcome:
-    got, expected = tuple(view.facts["experiments"]["plain"]["shape"]), view.expected_shape()
+    got, expected = view.plain_shape(), view.expected_shape()
     fitted = view.pooling is not None and view.fit is not None and view.fit.error <= view.tol
     detail = f"output shape {got}, expected {expected}"
     if fitted and view.pooling is not None:

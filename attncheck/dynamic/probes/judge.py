@@ -295,10 +295,12 @@ class Judge:
         matching = matching or [fit for fit in whole if fit.error <= self.tol]
         if matching:
             return matching[0]
-        if whole:  # the closest reading of the form the module computes, against which its mistakes are named
+        whole = sorted(whole, key=lambda fit: fit.error)
+        if whole and whole[0].error < min(fit.error for fit in declared or fits):
+            # the module is closer to that form than to token attention: its mistakes are named against the form
             self.declared_readings = []
-            self.form_readings = sorted(whole, key=lambda fit: fit.error)
-            return self.form_readings[0]
+            self.form_readings = whole
+            return whole[0]
         # Nothing matches: describe the layers in their natural order rather than the least-bad shuffle,
         # inside the variant the module declares (so a mistake is named against that variant).
         natural = sorted((fit for fit in declared or fits if fit.assignment is candidates[0]), key=lambda f: f.error)

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from attncheck.dynamic.binding import source_facts
-from attncheck.dynamic.binding.bind import PACKAGE_CONFIG, POST_NORM_RESIDUAL, bind, cache_param
+from attncheck.dynamic.binding.bind import PACKAGE_CONFIG, bind, cache_param
 from attncheck.dynamic.diagnosis import fault
 from attncheck.dynamic.inside import model_mask
 from attncheck.dynamic.inside.executor import _heads_first, _probabilities
@@ -159,7 +159,7 @@ def test_an_attention_function_gets_its_calling_module_and_scale_and_returns_hea
     assert _heads_first(torch.zeros(2, 4, 5, 8), query).shape == (2, 4, 5, 8)
 
 
-def test_a_block_output_inside_the_attention_class_is_a_precise_skip():
+def test_a_post_norm_residual_inside_the_attention_class_is_bound_for_the_reference_to_apply():
     text = """
 import torch
 from torch import nn
@@ -177,7 +177,8 @@ class PostNormAttention(nn.Module):
         return self.layer_norm(self.dense(out) + hidden_states)
 """
     binding = bind(next(t for t in _targets(text) if t.name == "PostNormAttention"), source=text)
-    assert binding.reason == POST_NORM_RESIDUAL
+    assert binding.ok and not binding.reason
+    assert binding.post_norm  # the reference applies the module's layer_norm to its output plus its input
 
 
 def test_only_a_rotary_class_built_from_a_config_makes_the_rotary_pair():

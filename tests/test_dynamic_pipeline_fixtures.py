@@ -99,10 +99,12 @@ _HEADER = re.compile(r"^#\s*dynamic:\s*(none|ATT\d{3}(?:\s*,\s*ATT\d{3})*)\s*$",
 LEGITIMATE_SKIPS: dict[tuple[str, str], str] = {
     ("correct/variant_mla_latent_kv.py", "LatentAttention"): "MLA latent KV: the reference has one projection per "
     "Q/K/V; the skip must name the construct (test_an_unmodelled_variant_is_skipped_with_its_name)",
-    ("correct/bind_vision_transformer_forms.py", "ClassAttn"): "CaiT's class attention: only the class token "
-    "queries, an output of one position; pooling, which the reference does not model",
-    ("correct/bind_vision_transformer_forms.py", "TalkingHeadAttn"): "talking heads: scores mixed across heads "
-    "by heads x heads projections, which the reference does not model",
+    ("correct/pool_class_token.py", "MeanQueryPool"): "pooling by the mean of the tokens: no rows of the "
+    "input are the queries, which the reference does not model",
+    ("correct/pool_class_token.py", "PrependedClsToken"): "a class token of its own prepended inside and "
+    "attended through nn.MultiheadAttention: its queries are no rows of the input, which the reference does not model",
+    ("correct/pool_class_token.py", "QueryVectorPool"): "a query vector used without a projection: the "
+    "recorder sees no projection read it, so its queries are not known",
     ("buggy/lecture_heads_global_width_scale_c_att201.py", "MultiHeadAttention"): "the lecture's heads as "
     "separate Head modules, concatenated: each Head is its own target (and is checked, here ATT201), the list "
     "of them is not assembled into one reference",

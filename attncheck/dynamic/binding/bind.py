@@ -410,6 +410,7 @@ class Binding:
     code_not_causal: bool = False  # every causal switch in the code is off (is_causal=False, causal=False)
     declared_variant: DeclaredVariant | None = None  # the declaration's kv_heads, rope, rope_base
     names_dropout: bool = True  # the code spells a dropout: a config's rates may be its own
+    post_norm: bool = False  # forward returns ``self.norm(out + input)``: the reference applies the module's norm
 
     @property
     def filled_hint(self) -> str:
@@ -502,8 +503,6 @@ def bind(target: Target, declaration: Mapping[str, Any] | None = None, source: s
             return _skip(target, forward)
     if (target.is_class and not forward.per_head) or forward.rank == 3:  # (b, s, d) inputs, not per-head ones
         forward = replace(forward, sequence_first=layout.sequence_first(code, docs, forward.roles[0][0]))
-        if target.is_class and code.post_norm_residual:
-            return _skip(target, POST_NORM_RESIDUAL)
         if target.is_class and code.heads_as_modules:  # nothing to declare: no hint
             return Binding(target, reason=HEADS_AS_MODULES.format(head=code.heads_as_modules))
     not_causal = code.causal_off
@@ -532,7 +531,7 @@ def bind(target: Target, declaration: Mapping[str, Any] | None = None, source: s
     if variant is not None and variant.kv_heads is not None:
         candidates = tuple(_with_kv_heads(c, variant.kv_heads) for c in candidates)
     return Binding(target, candidates, forward, dims, mask, causal, code_not_causal=not_causal,
-                   declared_variant=variant, names_dropout=code.names_dropout)
+                   declared_variant=variant, names_dropout=code.names_dropout, post_norm=code.post_norm_residual)
 
 
 def _with_kv_heads(candidate: InitCandidate, kv_heads: int) -> InitCandidate:
@@ -568,12 +567,6 @@ def _with_mask_order(
     conventions = sorted(_NEUTRAL_CONVENTIONS, key=lambda c: c != convention)
     neutral = tuple((s, c) for c in conventions for s in shapes)
     return replace(forward, neutral=neutral)
-
-
-POST_NORM_RESIDUAL = (
-    "forward ends in a norm of its output plus its input (a block's residual and post-norm inside the "
-    "attention class), which the reference does not model: it checks attention alone"
-)
 
 
 _CHANNEL_AXIS = re.compile(r"^(_|c|ch|chs|channels?|dim|d|n_?embd|embed_dim|hidden_dim|in_channels)$", re.IGNORECASE)

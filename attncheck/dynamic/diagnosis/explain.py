@@ -25,6 +25,7 @@ from attncheck.dynamic.diagnosis.diagnose import Diagnosis, diagnose
 from attncheck.dynamic.probes.base import Fit, JudgeView
 from attncheck.dynamic.reference.mha import Causal, Projections, RopeHook
 from attncheck.dynamic.reference.mutants import MUTANTS, Case, Mutant, Setting
+from attncheck.dynamic.reference.post_norm import PostHook
 from attncheck.dynamic.reference.rope import RopeSpec, rope_hook
 
 FUNCTION_KNOBS = frozenset({"inputs", "split", "merge", "output"})
@@ -76,12 +77,15 @@ def setting_for(
     kv_heads: int | None,
     rope: RopeSpec | None,
     fit: Fit | None = None,
+    post: PostHook | None = None,
 ) -> Setting:
     """The diagnosis setting; ``projections`` None is a bare function (identity projections).
-    ``fit`` (a ``probes.Fit``) adds the variant the module declares and its q/k norm."""
+    ``fit`` (a ``probes.Fit``) adds the variant the module declares and its q/k norm; ``post`` the
+    module's own norm(output + input)."""
     proj = projections if projections is not None else Projections(None, None, None, None)
     variant, qk_norm = (fit.variant, fit.qk_norm) if fit is not None else (None, None)
-    return Setting(proj, heads, kv_heads if kv_heads and kv_heads != heads else None, rope, variant, qk_norm)
+    kv = kv_heads if kv_heads and kv_heads != heads else None
+    return Setting(proj, heads, kv, rope, variant, qk_norm, post)
 
 
 def mutants_for(style: str) -> tuple[Mutant, ...]:
@@ -183,7 +187,8 @@ def settings_for_judge(judge: JudgeView) -> list[Setting]:
             specs = list(rope_candidates(judge.binding.dims.d_model // heads))
         else:
             specs = [None]
-        settings += [setting_for(projections, heads, kv_heads, spec, reading) for spec in specs]
+        post = judge.post_norm[1] if judge.post_norm is not None else None
+        settings += [setting_for(projections, heads, kv_heads, spec, reading, post) for spec in specs]
     return settings
 
 

@@ -543,7 +543,12 @@ def _run_experiment(target: _Target, experiment: Experiment, facts: dict, out: T
             output, weights = _split_output(result, target, experiment)
             if cotangent is not None and isinstance(instance, nn.Module):
                 if output.requires_grad:  # else no parameter reaches the output: every grad stays None
-                    (output * target.tensors[cotangent]).sum().backward()
+                    direction = target.tensors[cotangent]
+                    if output.ndim == direction.ndim and output.shape[-2] < direction.shape[-2]:
+                        direction = direction[..., : output.shape[-2], :]  # attention pooling: fewer positions
+                    elif output.ndim == direction.ndim - 1:
+                        direction = direction[:, 0]  # pooled to one position, its axis squeezed: (b, d)
+                    (output * direction).sum().backward()
                 facts["grads"] = {
                     n: (None if p.grad is None else float(p.grad.norm()))
                     for n, p in instance.named_parameters()

@@ -12,9 +12,11 @@ A projection is recorded wherever its weight is applied, not only as a module:
 
 Each call records the weight in ``nn.Linear`` layout (out_features, in_features), its bias, and
 what the call read: the query, key, value or single input of the experiment, another
-projection's output, or something else (the attention context). It also records every softmax
-(input shape and dim), however spelled, and, at the first softmax or SDPA call, which output
-columns of each projection reach the scores (``score_flow``: a fused layer's q/k/v layout).
+projection's output, one of the module's own parameters (``param:<name>``: learned pooling
+queries, sent back as ``declared/param/<name>``), or something else (the attention context). It
+also records every softmax (input shape and dim), however spelled, and, at the first softmax or
+SDPA call, which output columns of each projection reach the scores (``score_flow``: a fused
+layer's q/k/v layout).
 """
 
 from __future__ import annotations
@@ -79,6 +81,7 @@ class Recorder(TorchFunctionMode):
         self.to_scores: dict[int, torch.Tensor] | None = None  # call index -> columns that reach the scores
         self.pointers: dict[int, str] = {}
         self.parameters: dict[int, tuple[str, torch.Tensor]] = {}  # storage of a raw parameter -> it, named
+        self.read_parameters: dict[str, torch.Tensor] = {}  # parameters a projection may read as its input
         for role, name in roles.items():
             self.pointers.setdefault(pointer(tensors[name]), role)
         if isinstance(instance, nn.Module):
@@ -90,6 +93,9 @@ class Recorder(TorchFunctionMode):
             for name, param in instance.named_parameters():
                 if pointer(param) not in hooked and param.ndim in (1, 2):
                     self.parameters.setdefault(pointer(param), (name, param))
+                if pointer(param) not in hooked and param.ndim >= 2:  # read as an input: learned queries
+                    self.pointers.setdefault(pointer(param), f"param:{name}")
+                    self.read_parameters[name] = param
         self.__enter__()
         self.active = True
 
@@ -236,6 +242,9 @@ class Recorder(TorchFunctionMode):
                 "name": name, "read": read, "out": weight.shape[0], "in": weight.shape[1], "bias": bias is not None,
                 "to_scores": flow is not None,
             })
+            param = self.read_parameters.get(read.removeprefix("param:"))
+            if read.startswith("param:") and param is not None:
+                out[f"declared/{read.replace(':', '/', 1)}"] = param.detach().to("cpu", torch.float64)
         self.outputs, self.features = [], {}
         return layers
 

@@ -23,17 +23,18 @@ SCALARS = (
     "softcap", "attn_logit_softcapping", "logit_softcap", "scaling", "scale", "softmax_scale",
     "query_pre_attn_scalar", "relative_attention_num_buckets", "relative_attention_max_distance",
     "is_decoder", "has_relative_attention_bias", "alibi", "use_alibi", "alibi_form", "attention_scaling",
-    "use_sliding_window",
+    "use_sliding_window", "lambda_init",
 )  # fmt: skip
 """Attribute names whose number (or flag) says what the variant is, on the module or its config."""
 
 DICTS = ("rope_scaling", "rope_parameters")
 
+LAMBDAS = ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2", "lambda_a", "lambda_b")
+"""Differential attention's λ parameters (``reference.differential`` reads them back by these names)."""
+
 UNMODELLED = {
     "kv_a_proj_with_mqa": "MLA latent key/value projections (DeepSeek-V2/V3)",
     "kv_lora_rank": "MLA latent key/value projections (DeepSeek-V2/V3)",
-    "lambda_q1": "differential attention (two softmax maps subtracted)",
-    "lambda_init": "differential attention (two softmax maps subtracted)",
     "feature_map": "linear attention (a kernel feature map instead of softmax)",
     "block_table": "paged KV cache (block_table)",
     "mrope_section": "multimodal M-RoPE position streams (mrope_section)",
@@ -98,6 +99,11 @@ def _norm(layer: nn.Module, out: dict[str, torch.Tensor], key: str) -> dict[str,
     return {"kind": kind, "eps": float(eps), "bias": isinstance(bias, torch.Tensor), "offset": offset}
 
 
+def _is_token_norm(layer: nn.Module) -> bool:
+    """A layer or RMS norm over each token's features (not a batch or group norm, whose statistics span tokens)."""
+    return isinstance(layer, nn.LayerNorm) or type(layer).__name__.lower().endswith(("rmsnorm", "layernorm"))
+
+
 def _tensors(instance: nn.Module, out: dict[str, torch.Tensor]) -> list[str]:
     """Buffers and parameters that carry a variant, copied into ``out`` under ``declared/<role>``."""
     roles = []
@@ -115,6 +121,10 @@ def _tensors(instance: nn.Module, out: dict[str, torch.Tensor]) -> list[str]:
             role = "relative_table"
         elif leaf == "relative_position_index":
             role = "relative_index"
+        elif leaf == "temperature" and tensor.is_floating_point():  # XCiT's per-head channel temperature
+            role = "temperature"
+        elif leaf in LAMBDAS and tensor.is_floating_point():  # differential attention's λ
+            role = leaf
         if role and f"declared/{role}" not in out:
             out[f"declared/{role}"] = tensor.detach().to("cpu", torch.float64 if tensor.is_floating_point() else None)
             roles.append(role)
@@ -138,21 +148,6 @@ def declared_scalars(instance: nn.Module) -> dict[str, Any]:
     return scalars
 
 
-TALKING_HEADS = "talking heads (scores mixed across heads by a heads x heads projection)"
-
-
-def _talking_heads(instance: nn.Module) -> set[str]:
-    """Talking-heads attention (CaiT's ``proj_l``/``proj_w``): a child projection that maps the module's
-    head count to itself, applied to the scores across the heads axis."""
-    heads = next((getattr(instance, n) for n in ("num_heads", "heads", "n_heads", "n_head") if hasattr(instance, n)), 0)
-    if not isinstance(heads, int) or isinstance(heads, bool) or heads < 2:
-        return set()
-    for layer in instance.children():
-        if isinstance(layer, nn.Linear) and layer.in_features == layer.out_features == heads:
-            return {TALKING_HEADS}
-    return set()
-
-
 def declarations(instance: nn.Module, out: dict[str, torch.Tensor]) -> dict[str, Any]:
     """The variant facts of a built module: scalars of the module, its config, then its submodules
     (in that priority),
@@ -166,9 +161,19 @@ def declarations(instance: nn.Module, out: dict[str, torch.Tensor]) -> dict[str,
         described = _norm(layer, out, f"declared/{role}_norm") if layer is not None else None
         if described is not None:
             norms[role] = described
+    post_norms = {}
+    for name, layer in children.items():  # a norm the forward may apply to its output plus its input (TVP)
+        if name in NORM_NAMES["q"] + NORM_NAMES["k"] or not _is_token_norm(layer):
+            continue
+        described = _norm(layer, out, f"declared/post/{name}")
+        if described is not None:
+            post_norms[name] = described
     seen = {name for name, _ in instance.named_modules()} | set(vars(instance))
     if config is not None:
         seen |= set(vars(config)) if hasattr(config, "__dict__") else set()
     leaves = {name.rsplit(".", 1)[-1] for name in seen}
-    unmodelled = sorted({why for name, why in UNMODELLED.items() if name in leaves} | _talking_heads(instance))
-    return {"scalars": scalars, "tensors": _tensors(instance, out), "norms": norms, "unmodelled": unmodelled}
+    unmodelled = sorted({why for name, why in UNMODELLED.items() if name in leaves})
+    return {
+        "scalars": scalars, "tensors": _tensors(instance, out), "norms": norms, "post_norms": post_norms,
+        "unmodelled": unmodelled,
+    }

@@ -21,6 +21,9 @@ from attncheck.dynamic.binding.weights import Assignment
 from attncheck.dynamic.harness.protocol import Experiment, ReplyFacts
 from attncheck.dynamic.probes.sizes import DEFAULT, Sizes
 from attncheck.dynamic.reference import mha as reference
+from attncheck.dynamic.reference.forms import Form
+from attncheck.dynamic.reference.pooling import Queries
+from attncheck.dynamic.reference.post_norm import PostHook
 from attncheck.dynamic.reference.rope import RopeSpec
 from attncheck.dynamic.reference.variant_fit import Candidate
 from attncheck.dynamic.reference.variants import Variant
@@ -52,6 +55,7 @@ class Fit:
     error: float
     rope: RopeSpec | None = None
     declared: Candidate | None = None  # the variant the module declares, when plain does not fit
+    form: Form | None = None  # a whole form the token reference does not compute (channel attention, talking heads)
 
     @property
     def variant(self) -> Variant | None:
@@ -105,16 +109,20 @@ class JudgeView(Protocol):
     found_codes: Sequence[str | None]  # codes of the checks judged before this probe
     fit: Fit | None
     declared_readings: Sequence[Fit]  # when nothing fits: the declared variant's readings, closest first
+    form_readings: Sequence[Fit]  # when nothing fits: the readings of the form the module computes, closest first
     binding: Binding
     plan: Plan
     facts: ReplyFacts  # the child's reply for this target, checked
     out: dict[str, torch.Tensor]
     experiments: dict[str, Experiment]
     unmodelled: str  # why the reference cannot model this target, noted by the reference probe
+    pooling: Queries | None  # the queries a pooling module attends with (its class token's, or its own)
+    post_norm: tuple[str, PostHook] | None  # the module's own norm(output + input) and its layer's name (TVP)
 
     def is_causal(self) -> tuple[bool, str]: ...
     def docs(self) -> str: ...
     def expected_shape(self) -> tuple[int, ...]: ...
+    def plain_shape(self) -> tuple[int, ...]: ...  # the plain run's output shape, a squeezed pooling as (b, 1, d)
     def lengths(self) -> tuple[int, int]: ...  # (query, key) lengths of the plain run
     def describe_fit(self) -> str: ...
     def ran(self, name: str) -> bool: ...

@@ -28,8 +28,18 @@ from attncheck.dynamic.probes import precision
 from attncheck.dynamic.probes.base import Fit, Plan
 from attncheck.dynamic.probes.registry import all_probes, planning_order
 from attncheck.dynamic.probes.sizes import DEFAULT, Sizes
+from attncheck.dynamic.reference import (
+    channel,
+    differential,
+    pooling,
+    post_norm,
+    talking_heads,
+    unmodelled,
+    variant_fit,
+    variants,
+)
 from attncheck.dynamic.reference import mha as reference
-from attncheck.dynamic.reference import unmodelled, variant_fit, variants
+from attncheck.dynamic.reference.forms import Form
 from attncheck.dynamic.reference.tolerance import max_error
 from attncheck.findings import Check
 
@@ -149,7 +159,10 @@ class Judge:
         self.fit: Fit | None = None
         self.found_codes: list[str | None] = []  # codes of the checks judged so far (base.JudgeView)
         self.declared_readings: list[Fit] = []  # when nothing fits: the declared variant's readings, closest first
+        self.form_readings: list[Fit] = []  # when nothing fits: the readings of the module's form, closest first
         self.unmodelled = ""  # why the reference cannot model this target (the target is skipped, never ATT903)
+        self.pooling: pooling.Queries | None = None  # the queries a pooling module attends with
+        self.post_norm = self._post_norm()
 
     # -- helpers
 
@@ -157,26 +170,40 @@ class Judge:
         return self.facts["experiments"].get(name, {}).get("ok", False)
 
     def output(self, name: str) -> torch.Tensor:
-        """An experiment's output with rows as (batch, query, ...)."""
+        """An experiment's output with rows as (batch, query, ...); a module's (b, d) output, pooled to one
+        position with its axis squeezed, as (b, 1, d)."""
         out = self.out[f"{name}/out"]
+        if self.style != "function" and out.ndim == 2:
+            return out.unsqueeze(1)
         return out.transpose(1, 2) if self.style == "function" and out.ndim == 4 else out
+
+    def plain_shape(self) -> tuple[int, ...]:
+        """The plain run's output shape as :meth:`output` lays it out."""
+        shape = tuple(self.facts["experiments"]["plain"]["shape"])
+        return (shape[0], 1, shape[1]) if self.style != "function" and len(shape) == 2 else shape
 
     def role_inputs(self, name: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         roles = self.experiments[name].inputs
         query = self.inputs[roles.get("query", roles.get("x"))]
         key = self.inputs[roles.get("key", roles.get("kv", roles.get("x")))]
         value = self.inputs[roles.get("value", roles.get("kv", roles.get("x")))]
+        if self.pooling is not None:
+            query = self.pooling.of(query)
         return query, key, value
 
     def reference(self, name: str, keep: torch.Tensor | None, fit: Fit) -> torch.Tensor:
         query, key, value = self.role_inputs(name)
+        if self.pooling is not None and keep is not None and keep.ndim == 4:
+            keep = self.pooling.keep_rows(keep)
         if self.style == "function":
             causal = reference.causal_keep(query.shape[2], key.shape[2], fit.causal)
             if causal is not None:
                 keep = causal if keep is None else keep & causal
             return variants.attend(query, key, value, fit.variant or variants.PLAIN, keep).transpose(1, 2)
         assert fit.assignment is not None
-        return reference.mha(
+        if fit.form is not None:
+            return fit.form(query, key, value, fit.assignment.projections, keep)
+        attended = reference.mha(
             query,
             key,
             value,
@@ -189,6 +216,14 @@ class Judge:
             qk_norm=fit.qk_norm,
             variant=fit.variant,
         )
+        return attended if self.post_norm is None else self.post_norm[1](attended, query)
+
+    def _post_norm(self) -> tuple[str, post_norm.PostHook] | None:
+        """The module's own norm of its output plus its input, when its forward ends so (TVP); None otherwise."""
+        if not self.binding.post_norm:
+            return None
+        found = post_norm.hooks(self.facts.get("declared"), self.out, self.binding.dims.width)
+        return found[0] if found else None
 
     def lengths(self) -> tuple[int, int]:
         """(query, key) lengths of the plain run."""
@@ -242,6 +277,8 @@ class Judge:
             candidates: list[Assignment | None] = [None]
         else:
             layers = layers_from(self.facts.get("layers", []), self.out)
+            if self.pooling is not None:
+                layers = self.pooling.layers(layers)
             candidates = list(assignments(layers, self.binding.dims.width, self.binding.dims.heads))
         fits = self._errors([Fit(a, c, 0.0) for a in candidates for c in options])
         matching = [fit for fit in fits if fit.error <= self.tol]
@@ -256,13 +293,34 @@ class Judge:
             ]
         declared = [] if matching else self._declared_fits(candidates, options, rotary)
         matching = matching or [fit for fit in declared if fit.error <= self.tol]
+        whole = [] if matching else self._form_fits(candidates)
+        matching = matching or [fit for fit in whole if fit.error <= self.tol]
         if matching:
             return matching[0]
+        whole = sorted(whole, key=lambda fit: fit.error)
+        if whole and whole[0].error < min(fit.error for fit in declared or fits):
+            # the module is closer to that form than to token attention: its mistakes are named against the form
+            self.declared_readings = []
+            self.form_readings = whole
+            return whole[0]
         # Nothing matches: describe the layers in their natural order rather than the least-bad shuffle,
         # inside the variant the module declares (so a mistake is named against that variant).
         natural = sorted((fit for fit in declared or fits if fit.assignment is candidates[0]), key=lambda f: f.error)
         self.declared_readings = natural if declared else []
         return natural[0]
+
+    def _pooled_fit(self, got: tuple[int, ...]) -> Fit | None:
+        """The best fit of a pooling module (its output fewer positions, each a softmax row over every key),
+        with ``pooling`` set to the queries it attends with (rows of its input, or its own); None otherwise."""
+        count = pooling.pooled_rows(self.facts.get("softmax"), got, self.expected_shape())
+        if count is None:
+            return None
+        errors = []
+        for rows in pooling.choices(count, self.facts.get("layers", []), self.out):
+            self.pooling = rows
+            errors.append((self.best_fit().error, rows))
+        self.pooling = min(errors, key=lambda pair: pair[0])[1]
+        return self.best_fit()  # again, so that the declared readings are those of the rows chosen
 
     def _errors(self, fits: list[Fit]) -> list[Fit]:
         output = self.output("plain")
@@ -291,18 +349,40 @@ class Judge:
             fits += [Fit(a, c, 0.0, rope, candidate) for a in candidates for c in causal_options for rope in ropes]
         return self._errors(fits)
 
+    def _form_fits(self, candidates: list[Assignment | None]) -> list[Fit]:
+        """Fits of a whole form the module computes, in the readings its parameters admit: attention over
+        channels (its softmax over (head_dim, head_dim) scores), talking heads (recorded (h, h) layers that
+        read neither input), differential attention (its λ parameters); empty for plain token attention."""
+        if self.style != "self":
+            return []
+        q_len, k_len = self.lengths()
+        width = self.binding.dims.width
+        forms: list[Form] = []
+        heads = channel.channel_heads(self.facts.get("softmax"), width, q_len, k_len)
+        if heads is not None:
+            forms += channel.forms(self.facts.get("declared"), self.out, heads, width, q_len)
+        forms += talking_heads.forms(layers_from(self.facts.get("layers", []), self.out), width)
+        forms += differential.forms(self.facts.get("declared"), self.out, width)
+        return self._errors([Fit(a, "none", 0.0, form=form) for a in candidates if a is not None for form in forms])
+
     def describe_fit(self) -> str:
         assert self.fit is not None
         mapping = self.fit.assignment.description if self.fit.assignment else "bare function"
         rope = f"; rotary: {explain.rope_text(self.fit.rope)}" if self.fit.rope else ""
         variant = f"; declared variant: {self.fit.variant.name}" if self.fit.variant else ""
-        return f"{mapping}; causal: {self.fit.causal}{rope}{variant}"
+        pooled = f"; {self.pooling.text}" if self.pooling is not None and self.fit.error <= self.tol else ""
+        whole = f"; {self.fit.form.text}" if self.fit.form is not None else ""
+        norm = f"; then the module's {self.post_norm[0]}(output + input)" if self.post_norm is not None else ""
+        return f"{mapping}; causal: {self.fit.causal}{rope}{variant}{pooled}{whole}{norm}"
 
     def verdicts(self) -> list[Verdict]:
         """Every probe's checks; an unexplained mismatch (ATT903) lists the properties that held and
         failed, and gives way to a specific mistake another check named."""
-        shape_ok = tuple(self.facts["experiments"]["plain"]["shape"]) == self.expected_shape()
+        got = self.plain_shape()
+        shape_ok = got == self.expected_shape()
         self.fit = self.best_fit() if shape_ok else None
+        if not shape_ok and self.style != "function":
+            self.fit = self._pooled_fit(got)
         found: list[Verdict] = []
         for probe in all_probes():
             self.found_codes = [v.code for v in found]

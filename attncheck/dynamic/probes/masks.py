@@ -105,6 +105,8 @@ def judge(view: JudgeView) -> list[Outcome]:
         return []  # no reference to try mask conventions against
     if not wanted(view.binding):
         return [(Check("reference-masked", "skipped", "forward takes no mask"), None, "")]
+    if view.fit is not None and view.fit.form is not None and view.fit.form.masked:
+        return [(Check("reference-masked", "skipped", view.fit.form.masked), None, "")]
     combos = [f"{s}/{c}" for s in SHAPES for c in CONVENTIONS]
     rank = view.binding.forward.mask_rank if view.binding.forward else None
     # a mask of another rank than the one the code tiles it to may run (``.repeat`` prepends axes) but

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from attncheck.dynamic import codes
 from attncheck.dynamic.binding.weights import Assignment, assignments, layers_from
-from attncheck.dynamic.diagnosis import explain
+from attncheck.dynamic.diagnosis import explain, forms
 from attncheck.dynamic.probes.base import (
     FunctionProbe,
     JudgeView,
@@ -40,8 +40,11 @@ def judge(view: JudgeView) -> list[Outcome]:
 
 
 def _shape(view: JudgeView) -> Outcome:
-    got, expected = tuple(view.facts["experiments"]["plain"]["shape"]), view.expected_shape()
+    got, expected = view.plain_shape(), view.expected_shape()
+    fitted = view.pooling is not None and view.fit is not None and view.fit.error <= view.tol
     detail = f"output shape {got}, expected {expected}"
+    if fitted and view.pooling is not None:
+        detail += f" ({view.pooling.text})"
     pooled = None if got == expected else unmodelled.own_queries(view.facts.get("softmax"), got, expected)
     if pooled:
         view.unmodelled = pooled
@@ -66,7 +69,7 @@ def _reference(view: JudgeView) -> Outcome:
     detail += view.describe_fit()
     if worst <= view.tol:
         return Check("reference", "passed", detail), None, ""
-    found = explain.diagnose_judge(view, ["plain", "self"])
+    found = forms.diagnose(view) if view.fit.form is not None else explain.diagnose_judge(view, ["plain", "self"])
     if found is not None:
         return Check("reference", "failed", f"{detail}; {found.detail}"), found.code, found.message
     why = _unmodelled_construct(view)
@@ -82,7 +85,10 @@ def _reference(view: JudgeView) -> Outcome:
 
 def _unmodelled_construct(view: JudgeView) -> str:
     """Why the reference cannot model the plain output ('' when it could have), a scale set on
-    purpose included (``unmodelled.reason``, which every skip of a mismatch goes through)."""
+    purpose included (``unmodelled.reason``, which every skip of a mismatch goes through); a pooling module
+    that no rows of its input explain pools with queries of its own."""
+    if view.pooling is not None:
+        return unmodelled.own_queries_text(view.pooling.count)
     rescaled = None
     if "ATT201" not in view.static_codes and view.fit is not None and view.style != "function":
         query, key, value = view.role_inputs("plain")

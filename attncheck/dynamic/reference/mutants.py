@@ -35,6 +35,7 @@ from attncheck.dynamic.reference.mha import (
     merge_heads,
     split_heads,
 )
+from attncheck.dynamic.reference.post_norm import PostHook
 from attncheck.dynamic.reference.rope import RopeSpec, apply_rope
 from attncheck.dynamic.reference.variants import PositionBias, Variant, index_grid
 
@@ -77,6 +78,7 @@ class Setting:
     rope: RopeSpec | None = None
     variant: Variant | None = None
     qk_norm: RopeHook | None = None
+    post: PostHook | None = None  # the module's own norm(output + input), applied after the output projection
 
 
 class InapplicableError(ValueError):
@@ -379,7 +381,11 @@ class Stages:
         """(b, q, d) output of the mutated reference."""
         weights = self.attention_weights(knobs)
         merged = _merge(weights @ self.qkv(knobs)[2], knobs.merge)
-        return merged if knobs.output == "raw" else _project(self.setting.proj.o, merged)
+        return self._post(merged if knobs.output == "raw" else _project(self.setting.proj.o, merged))
+
+    def _post(self, out: torch.Tensor) -> torch.Tensor:
+        """The module's residual and post-norm around one output or a stack of them."""
+        return out if self.setting.post is None else self.setting.post(out, self.case.query)
 
     def outputs(self, candidates: Sequence[Knobs]) -> list[torch.Tensor | None]:
         """The outputs of many mutants, None where one cannot be built.
@@ -407,7 +413,7 @@ class Stages:
                 per_head = per_head.transpose(2, 3)
             for i, merged in zip(indices, per_head.reshape(n, b, q, h * dh), strict=True):
                 if candidates[i].output == "raw":
-                    results[i] = merged
+                    results[i] = self._post(merged)
                 else:
                     to_project.append((i, merged))
         # Mutants that skip the input projection merge to another width: project each width apart.
@@ -416,7 +422,7 @@ class Stages:
             by_shape.setdefault(tuple(merged.shape), []).append((i, merged))
         for group in by_shape.values():
             projected = _project(self.setting.proj.o, torch.stack([merged for _, merged in group]))
-            for (i, _), out in zip(group, projected, strict=True):
+            for (i, _), out in zip(group, self._post(projected), strict=True):
                 results[i] = out
         return results
 

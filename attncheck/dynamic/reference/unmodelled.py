@@ -73,14 +73,27 @@ def other_axis(softmax: Sequence[dict[str, Any]] | None, q_len: int, k_len: int)
 
 def own_queries(softmax: Sequence[dict[str, Any]] | None, got: Sequence[int], expected: Sequence[int]) -> str | None:
     """Why an output of another length is no mistake: the module attends with queries of its own (attention
-    pooling with learned queries), its softmax rows being the output's positions; None otherwise."""
+    pooling with learned queries), its softmax rows being the output's positions; or it pools to fewer
+    positions through a softmax out of sight (``nn.MultiheadAttention``'s, then ``out[:, 0]``) or through one
+    score per token (additive pooling: a softmax over the tokens and no (token, token) scores); None otherwise."""
     if len(got) != 3 or len(expected) != 3 or got[0] != expected[0] or got[2] != expected[2] or got[1] == expected[1]:
         return None
-    if not any(len(call["shape"]) >= 2 and call["shape"][-2] == got[1] for call in softmax or ()):
-        return None
+    calls = [call for call in softmax or () if call["shape"]]
+    fewer = got[1] < expected[1]
+    per_token = any(tuple(call["shape"][-2:]) == (expected[1], expected[1]) for call in calls)
+    over_tokens = any(call["shape"][call.get("dim", -1)] == expected[1] for call in calls)
+    rows = any(len(call["shape"]) >= 2 and call["shape"][-2] == got[1] for call in calls)
+    if rows or (fewer and not calls) or (fewer and over_tokens and not per_token):
+        return own_queries_text(got[1])
+    return None
+
+
+def own_queries_text(count: int) -> str:
+    """Why a pooling module whose queries are neither rows of its input nor a parameter it reads is skipped."""
     return (
-        f"the module attends with {got[1]} queries of its own (attention pooling: learned queries, or the class "
-        "token's alone), not one per input token: the reference does not model pooling"
+        f"the module attends with {count} queries of its own (attention pooling by queries that are neither its "
+        "class token nor a parameter it projects, e.g. the mean of its tokens), not one per input token: the "
+        "reference does not model them"
     )
 
 

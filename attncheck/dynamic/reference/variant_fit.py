@@ -310,9 +310,10 @@ def candidates(declared: Declared, static_codes: Collection[str], rotary: bool) 
 # ---------------------------------------------------------------- q/k norm
 
 
-def _normalise(
+def normalise(
     x: torch.Tensor, fact: Mapping[str, Any], weight: torch.Tensor, bias: torch.Tensor | None
 ) -> torch.Tensor:
+    """A norm layer the child described (``variant_facts._norm``: layer or RMS, eps, offset) over the last axis."""
     if fact["kind"] == "layer":
         x = (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + fact["eps"])
     else:
@@ -335,7 +336,7 @@ def qk_norm_hook(declared: Declared) -> RopeHook | None:
         weight = declared.tensors[f"declared/{role}_norm/weight"]
         bias = declared.tensors.get(f"declared/{role}_norm/bias")
         if weight.numel() == x.shape[-1]:
-            return _normalise(x, fact, weight, bias)
-        return split_heads(_normalise(merge_heads(x), fact, weight, bias), x.shape[1])
+            return normalise(x, fact, weight, bias)
+        return split_heads(normalise(merge_heads(x), fact, weight, bias), x.shape[1])
 
     return lambda q, k: (apply(q, "q"), apply(k, "k"))

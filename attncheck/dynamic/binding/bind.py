@@ -505,7 +505,10 @@ def bind(target: Target, declaration: Mapping[str, Any] | None = None, source: s
             return _skip(target, POST_NORM_RESIDUAL)
         if target.is_class and code.heads_as_modules:  # nothing to declare: no hint
             return Binding(target, reason=HEADS_AS_MODULES.format(head=code.heads_as_modules))
-    not_causal = code.causal_off
+    elif forward.per_head:
+        forward = replace(forward, sequence_first=layout.sequence_first_heads(code, forward.roles[0][0]))
+    # A required mask is always given: code causal only without one (ChatGLM's core) leaves causality to it.
+    not_causal = code.causal_off or bool(forward.mask_required and forward.mask_name in code.causal_without)
     if not target.is_class:
         dims = Dims(D_MODEL, 1) if forward.rank == 3 else Dims()
         return Binding(
@@ -688,11 +691,15 @@ def _is_per_head_class(target: Target, forward: ForwardPlan, code: source_facts.
     module, so it gets per-head (batch, heads, seq, head_dim) inputs. A projection-free one may take
     its inputs' width (``d_k``, ``dim_head``, ``temperature=d_k ** 0.5``): it is given the width it is fed.
     A size that defaults to None (x-transformers' ``Attend(heads=None)``, for optional talking heads)
-    builds no projection.
+    builds no projection. A core built from its model's config that builds no layer and turns its inputs
+    from (seq, batch, heads, head_dim) itself takes per-head inputs (ChatGLM's ``CoreAttention(config)``).
     """
     if not target.is_class or [role for _, role in forward.roles] != ["query", "key", "value"]:
         return False
-    sized = MODEL_DIM_NAMES | HEAD_NAMES | CONFIG_NAMES
+    sized = MODEL_DIM_NAMES | HEAD_NAMES
+    if code.found and not code.builds_layers and layout.sequence_first_heads(code, forward.roles[0][0]):
+        return not any(param.name.lower() in sized and param.default != "None" for param in target.init_params)
+    sized |= CONFIG_NAMES
     if not (code.found and not code.builds_layers):
         sized |= HEAD_DIM_NAMES
     return not any(param.name.lower() in sized and param.default != "None" for param in target.init_params)

@@ -54,6 +54,12 @@ class CodeFacts:
     mha_batch_first: bool | None = None  # the ``batch_first`` of the ``nn.MultiheadAttention`` __init__ builds
     transposes_input: bool = False  # forward swaps its first two axes itself (``x.transpose(0, 1)``)
     bmm_operands: frozenset[str] = frozenset()  # forward arguments passed to ``torch.bmm``: 3-D tensors
+    # Forward argument -> the axes its forward permutes it by (``q.permute(1, 2, 0, 3)``, also over a list of
+    # arguments: ``[k.permute(...) for k in [q, k, v]]``): the layout the code turns its input from.
+    permuted: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    # Forward arguments whose absence alone makes the module causal: every causal spelling (``is_causal=True``,
+    # a triangle) sits under ``if <argument> is None`` (ChatGLM's core is causal when no mask is given).
+    causal_without: frozenset[str] = frozenset()
 
     @property
     def ranks(self) -> dict[str, int]:
@@ -105,6 +111,8 @@ def read(source: str, name: str, line: int) -> CodeFacts:
         mha_batch_first=_mha_batch_first(init) if init is not None else None,
         transposes_input=forward is not None and _transposes_input(forward),
         bmm_operands=_bmm_operands(forward) if forward is not None else frozenset(),
+        permuted=_permuted(forward) if forward is not None else {},
+        causal_without=_causal_without(forward) if forward is not None else frozenset(),
         names_dropout=_names_dropout(node),
         fields_read=_fields_read(init) if init is not None else {},
         global_width=_global_width(tree, init) if init is not None else None,
@@ -321,6 +329,42 @@ def _causal_by_caller(node: ast.AST, stored: frozenset[str]) -> bool:
     return dispatches or not uses_flag
 
 
+def _causal_without(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
+    """The forward arguments ``a`` such that every causal spelling of the forward (a causal keyword not set
+    to False, ``tril``/``triu``) lies in the body of an ``if`` whose test requires ``a is None``."""
+    params = set(_arguments(forward))
+    spellings = [node for node in ast.walk(forward) if _spells_causal(node)]
+    if not spellings:
+        return frozenset()
+    guarded: dict[int, set[str]] = {}  # id of a node under an ``if a is None`` body -> those a
+    for node in ast.walk(forward):
+        if isinstance(node, ast.If):
+            names = _required_none(node.test) & params
+            for inner in (n for statement in node.body for n in ast.walk(statement)):
+                guarded.setdefault(id(inner), set()).update(names)
+    return frozenset(set.intersection(*(guarded.get(id(node), set()) for node in spellings)))
+
+
+def _spells_causal(node: ast.AST) -> bool:
+    if isinstance(node, ast.Call) and _callee(node) in ("tril", "triu", "tril_", "triu_"):
+        return True
+    if isinstance(node, ast.keyword) and node.arg and "causal" in node.arg.lower():
+        return not (isinstance(node.value, ast.Constant) and node.value.value is False)
+    return False
+
+
+def _required_none(test: ast.expr) -> set[str]:
+    """The names an ``if`` test requires to be None: ``a is None``, or one term of an ``and``."""
+    terms = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+    return {
+        term.left.id
+        for term in terms
+        if isinstance(term, ast.Compare) and isinstance(term.left, ast.Name) and len(term.ops) == 1
+        and isinstance(term.ops[0], ast.Is) and isinstance(term.comparators[0], ast.Constant)
+        and term.comparators[0].value is None
+    }
+
+
 def _causal_off(node: ast.AST, functions: list[ast.FunctionDef | ast.AsyncFunctionDef]) -> bool:
     """Every ``causal`` spelling is off: ``is_causal=False``, or an attribute or argument that
     only ever holds a ``causal=False`` default of the constructor or of the forward (timm's
@@ -451,6 +495,29 @@ def _defaults(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, ast.expr]
     positional = [*args.posonlyargs, *args.args]
     found = dict(zip([a.arg for a in positional[len(positional) - len(args.defaults):]], args.defaults, strict=True))
     found.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None})
+    return found
+
+
+def _permuted(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, tuple[int, ...]]:
+    """Forward argument -> the constant axes of a ``.permute(...)`` called on it, directly or through the
+    variable of a comprehension over a list of arguments (ChatGLM's ``[k.permute(1, 2, 0, 3) for k in
+    [query_layer, key_layer, value_layer]]``)."""
+    params = set(_arguments(forward))
+    aliases = {name: {name} for name in params}  # a comprehension variable -> the arguments it runs over
+    for node in ast.walk(forward):
+        if isinstance(node, ast.comprehension) and isinstance(node.target, ast.Name):
+            items = node.iter.elts if isinstance(node.iter, (ast.List, ast.Tuple)) else []
+            over = {item.id for item in items if isinstance(item, ast.Name) and item.id in params}
+            if over and len(over) == len(items):
+                aliases[node.target.id] = over
+    found: dict[str, tuple[int, ...]] = {}
+    for node in ast.walk(forward):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "permute"):
+            continue
+        owner = node.func.value
+        axes = tuple(a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, int))
+        if isinstance(owner, ast.Name) and owner.id in aliases and len(axes) == len(node.args):
+            found.update(dict.fromkeys(aliases[owner.id], axes))
     return found
 
 

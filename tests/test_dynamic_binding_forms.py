@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from attncheck.dynamic.binding import source_facts
-from attncheck.dynamic.binding.bind import bind, config_value, image_layout
+from attncheck.dynamic.binding.bind import INPUT_RESIDUAL, METHOD_OUTSIDE_CLASS, bind, config_value, image_layout
 from attncheck.dynamic.binding.mask_docs import documented_float, documented_shape
 from attncheck.dynamic.inside.recorder import _einsum_weight
 from attncheck.dynamic.runner import check_file
@@ -357,3 +357,45 @@ def test_two_batch_axes_unpacked_before_the_tokens_are_a_4d_input_skipped_with_w
     )
     binding = bind(_target(path, "PointAttention"), None, path.read_text())
     assert "two batch axes (batch_size, point_batch_size)" in binding.reason
+
+
+@pytest.mark.parametrize(
+    ("body", "residual"),
+    [
+        ("identity = x\n    x = self.norm(x)\n    return self.proj(x) + identity", True),  # diffusers' VAE block
+        ("h = self.attention(x)\n    return x + self.proj_out(h)", True),  # VidTok: x never reassigned
+        ("identity = x\n    x = self.norm(x)\n    identity = x\n    return self.proj(x) + identity", False),
+        ("x = self.norm(x)\n    return x + self.proj(x)", False),  # x is no longer the input
+        ("out = self.attn(x)\n    return self.proj(out)", False),
+    ],
+)
+def test_an_input_added_back_is_read_as_a_block_residual(body, residual):
+    source = f"def forward(self, x):\n    {body}\n"
+    assert source_facts.read(source, "forward", 1).input_residual is residual
+
+
+def test_a_vae_attention_block_is_skipped_with_its_residual_named():
+    """Before, the harness fed the GroupNorm a (b, s, d) guess and skipped on its crash (HunyuanImage), or could
+    not size ``in_channels`` passed to a helper (VidTok)."""
+    findings, results = check_file(
+        file_result(FIXTURES / "correct" / "bind_vae_attention_block.py"), Options(device="cpu"), in_process_child
+    )
+    assert findings == [] and [r.status for r in results] == ["skipped"]
+    assert results[0].reason.startswith(INPUT_RESIDUAL)
+
+
+def test_a_forward_written_outside_its_class_is_skipped_with_why(tmp_path):
+    """transformers' ``exporter_dynamo._reshaped_vision_attention_forward(self, hidden_states, cu_seqlens)``
+    is patched onto vision attention classes: called as a function, the input went to ``self``."""
+    path = write_module(
+        tmp_path,
+        """
+        import torch
+
+        def patched_attention_forward(self, hidden_states, cu_seqlens):
+            q, k, v = self.qkv(hidden_states).chunk(3, dim=-1)
+            return self.proj(torch.softmax(q @ k.transpose(-2, -1), dim=-1) @ v)
+        """,
+    )
+    findings, results = check_file(file_result(path), Options(device="cpu"), in_process_child)
+    assert findings == [] and [(r.status, r.reason) for r in results] == [("skipped", METHOD_OUTSIDE_CLASS)]

@@ -487,6 +487,8 @@ def bind(target: Target, declaration: Mapping[str, Any] | None = None, source: s
     causal = declaration.get("causal")
     code = source_facts.read(source, target.name, target.line) if source else source_facts.CodeFacts()
     declared = "forward" in declaration
+    if not target.is_class and target.forward_params and target.forward_params[0].name == "self":
+        return Binding(target, reason=METHOD_OUTSIDE_CLASS)  # nothing to declare: no hint
     forward = _declared_forward(target, declaration["forward"]) if declared else _infer_forward(target, code)
     if isinstance(forward, str):
         return _skip(target, forward)
@@ -503,6 +505,8 @@ def bind(target: Target, declaration: Mapping[str, Any] | None = None, source: s
         forward = replace(forward, sequence_first=layout.sequence_first(code, docs, forward.roles[0][0]))
         if target.is_class and code.post_norm_residual:
             return _skip(target, POST_NORM_RESIDUAL)
+        if target.is_class and code.input_residual:
+            return _skip(target, INPUT_RESIDUAL)
         if target.is_class and code.heads_as_modules:  # nothing to declare: no hint
             return Binding(target, reason=HEADS_AS_MODULES.format(head=code.heads_as_modules))
     elif forward.per_head:
@@ -588,6 +592,17 @@ def image_layout(names: tuple[str, ...]) -> ImageLayout | None:
     if _CHANNEL_AXIS.match(names[3]) and all(_SPATIAL_AXIS.match(n) for n in names[1:3]):
         return "bhwc"
     return None
+
+
+METHOD_OUTSIDE_CLASS = (
+    "a method written outside its class (its first parameter is self: a forward patched onto the classes "
+    "that use it); it reads its module's own layers, so it is checked through those classes"
+)
+INPUT_RESIDUAL = (
+    "forward adds its input back to what it computed (a block's residual inside the attention class, as a "
+    "VAE or U-Net attention block's GroupNorm, attention, residual), which the reference does not model: it "
+    "checks attention alone"
+)
 
 
 def _with_rank(target: Target, forward: ForwardPlan, code: source_facts.CodeFacts) -> ForwardPlan | str:

@@ -38,6 +38,9 @@ class CodeFacts:
     forward_doc: str = ""
     functions: frozenset[str] = frozenset()  # the file's top-level functions (``precompute_freqs_cis``)
     config_classes: frozenset[str] = frozenset()  # top-level classes built from a config (``LlamaRotaryEmbedding``)
+    # forward returns its input added to what it computed (``return x + identity``, ``identity = x`` kept from
+    # before the norm): the residual of a VAE / U-Net attention block (GroupNorm, attention, residual)
+    input_residual: bool = False
     post_norm_residual: bool = False  # forward ends in ``self.norm(out + hidden_states)``: a block's output
     choices: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # init argument -> strings compared with
     causal_by_caller: bool = False  # stores ``self.is_causal`` for its caller, and applies no causality itself
@@ -106,6 +109,7 @@ def read(source: str, name: str, line: int) -> CodeFacts:
         functions=frozenset(n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))),
         config_classes=frozenset(n.name for n in tree.body if isinstance(n, ast.ClassDef) and _built_from_config(n)),
         post_norm_residual=forward is not None and _post_norm_residual(forward),
+        input_residual=forward is not None and _input_residual(forward),
         builds_layers=init is not None and _builds_layers(init),
         batch_first=_batch_first(init) if init is not None else None,
         mha_batch_first=_mha_batch_first(init) if init is not None else None,
@@ -289,6 +293,29 @@ def _post_norm_residual(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> bool
         added = node.args[0]
         if isinstance(added, ast.BinOp) and isinstance(added.op, ast.Add) and params[0] in _names(added):
             return True
+    return False
+
+
+def _input_residual(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """A ``return a + b`` where one side still holds the forward's first input: the input itself, never
+    reassigned, or a name that copied it (``identity = x``) before the input was reassigned."""
+    params = _arguments(forward)
+    if not params:
+        return False
+    statements = [node for node in ast.walk(forward) if isinstance(node, (ast.Assign, ast.Return))]
+    statements.sort(key=lambda node: (node.lineno, node.col_offset))
+    holding = {params[0]}
+    for node in statements:
+        if isinstance(node, ast.Return):
+            value = node.value
+            if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add):
+                sides = [side.id for side in (value.left, value.right) if isinstance(side, ast.Name)]
+                if any(name in holding for name in sides):
+                    return True
+            continue
+        targets = {t.id for t in node.targets if isinstance(t, ast.Name)}
+        copies = isinstance(node.value, ast.Name) and node.value.id in holding
+        holding = (holding - targets) | (targets if copies else set())
     return False
 
 

@@ -336,27 +336,17 @@ def test_of_several_package_configs_the_one_with_every_field_the_class_reads_is_
     assert source_facts.read(code, "A", 1).fields_read == {"config": ("hidden_size", "attention_downsample_rate")}
 
 
-def test_two_batch_axes_unpacked_before_the_tokens_are_a_4d_input_skipped_with_why(tmp_path):
-    path = write_module(
-        tmp_path,
-        """
-        import torch
-        from torch import nn
-
-        class PointAttention(nn.Module):
-            def __init__(self, dim, num_heads):
-                super().__init__()
-                self.heads = num_heads
-                self.q_proj, self.k_proj = nn.Linear(dim, dim), nn.Linear(dim, dim)
-
-            def forward(self, query, key, value):
-                batch_size, point_batch_size = query.shape[:2]
-                q = self.q_proj(query).view(batch_size * point_batch_size, -1, self.heads, 8)
-                return torch.softmax(q @ q.transpose(-2, -1), dim=-1)
-        """,
-    )
+def test_two_batch_axes_unpacked_before_the_tokens_are_fed_as_one_group():
+    """SAM's ``batch_size, point_batch_size = query.shape[:2]``: before, skipped as a 4-D input (and the
+    reference could not read its downsampled q/k/v); now one point group, (batch, 1, tokens, hidden), whose
+    output is read back, and the heads are as wide as the query projection makes them."""
+    path = FIXTURES / "correct" / "bind_point_batch_downsampled.py"
     binding = bind(_target(path, "PointAttention"), None, path.read_text())
-    assert "two batch axes (batch_size, point_batch_size)" in binding.reason
+    assert binding.ok and binding.forward.rank == 4 and binding.forward.to_request()["rank"] == 4
+    findings, results = check_file(file_result(path), Options(device="cpu"), in_process_child)
+    assert findings == [] and [r.status for r in results] == ["passed"]
+    reference = next(c.detail for c in results[0].checks if c.name == "reference")
+    assert "Q=q_proj, K=k_proj, V=v_proj, O=o_proj" in reference
 
 
 @pytest.mark.parametrize(

@@ -355,6 +355,8 @@ class ForwardPlan:
     position_name: str | None = None  # an optional forward parameter that sets token positions
     position_kind: PositionKind | None = None  # "ids": a tensor of positions; "offset": an int added to them
     rank: int = 0  # 3: a function on (batch, seq, dim), called with the one head of (batch, 1, seq, dim) inputs
+    # 4: a class on (batch, groups, seq, dim), two batch axes before the tokens (SAM's point batch): the child
+    # feeds each (batch, seq, dim) input as one group, (batch, 1, seq, dim), and reads that group's output back
     # A class on feature maps: "bchw" (channels first) or "bhwc" (channels last); the child lays each
     # (batch, seq, dim) input out as a 1 x seq map and reads the output map back as a sequence.
     image: ImageLayout | None = None
@@ -607,15 +609,13 @@ INPUT_RESIDUAL = (
 
 def _with_rank(target: Target, forward: ForwardPlan, code: source_facts.CodeFacts) -> ForwardPlan | str:
     """Inputs of the rank the code unpacks: a function on 3-D tensors gets 3-D ones; a class on a
-    feature map (``B, C, H, W = x.shape``) gets its sequence as a 1 x seq map; a class whose input is
-    unpacked into 2 or 4+ other names is not sequence attention the reference models."""
+    feature map (``B, C, H, W = x.shape``) gets its sequence as a 1 x seq map; a class with two batch axes
+    before the tokens gets one group of them; a class whose input is unpacked into 2 or 4+ other names is
+    not sequence attention the reference models."""
     first = forward.roles[0][0]
     leading = [name for name in code.unpacked.get(first, ()) if "batch" in name.lower()]
-    if target.is_class and len(leading) > 1:  # SAM's ``batch_size, point_batch_size = query.shape[:2]``
-        return (
-            f"forward unpacks {first}.shape into two batch axes ({', '.join(leading)}) before the tokens: "
-            "a 4-D input, and the reference models (batch, seq, dim) sequences"
-        )
+    if target.is_class and len(leading) == 2:  # SAM's ``batch_size, point_batch_size = query.shape[:2]``
+        return replace(forward, rank=4)
     states = [name for name, _ in forward.roles if name in code.additive_states]
     if states:
         return (

@@ -214,6 +214,8 @@ class _Target:
         args = [_lowered(self.tensors[experiment.inputs[role]], dtype) for _, role in plan["roles"]]
         if plan.get("rank") == 3:  # a function on (batch, seq, dim): the one head of (batch, 1, seq, dim)
             args = [arg.squeeze(1) for arg in args]
+        elif plan.get("rank") == 4:  # two batch axes before the tokens: one group, (batch, 1, seq, dim)
+            args = [arg.unsqueeze(1) for arg in args]
         if plan.get("image"):
             args = [_as_map(arg, plan["image"]) for arg in args]
         kwargs = dict(plan["extra"])
@@ -586,6 +588,8 @@ def _split_output(result: Any, target: _Target, experiment: Experiment) -> tuple
         items[0] = _batch_first(items[0], target.tensors[next(iter(experiment.inputs.values()))])
     if target.unit["forward"].get("rank") == 3:  # back to the (batch, 1, seq, dim) the parent planned
         items = [t.unsqueeze(1) if isinstance(t, torch.Tensor) and t.ndim == 3 else t for t in items]
+    elif target.unit["forward"].get("rank") == 4 and items[0].ndim == 4:  # the one group's (batch, seq, dim)
+        items[0] = items[0].squeeze(1)
     if target.unit["forward"].get("image") and items[0].ndim == 4:
         items[0] = _as_sequence(items[0], target.unit["forward"]["image"])
     roles = dict(experiment.inputs)

@@ -10,7 +10,15 @@ import pytest
 import torch
 
 from attncheck.dynamic.binding import source_facts
-from attncheck.dynamic.binding.bind import INPUT_RESIDUAL, METHOD_OUTSIDE_CLASS, bind, config_value, image_layout
+from attncheck.dynamic.binding.bind import (
+    CONVOLUTION_ONLY,
+    INPUT_RESIDUAL,
+    METHOD_OUTSIDE_CLASS,
+    UPSAMPLED,
+    bind,
+    config_value,
+    image_layout,
+)
 from attncheck.dynamic.binding.mask_docs import documented_float, documented_shape
 from attncheck.dynamic.inside.recorder import _einsum_weight
 from attncheck.dynamic.runner import check_file
@@ -389,3 +397,36 @@ def test_a_forward_written_outside_its_class_is_skipped_with_why(tmp_path):
     )
     findings, results = check_file(file_result(path), Options(device="cpu"), in_process_child)
     assert findings == [] and [(r.status, r.reason) for r in results] == [("skipped", METHOD_OUTSIDE_CLASS)]
+
+
+def test_convolution_attention_forms_are_skipped_with_their_construct_named():
+    """timm's NextViT ``ConvAttention`` computes no attention; LowFormer's attends over downsampled tokens and
+    upsamples its output. Before, both were fed a (b, s, d) guess their convolutions rejected."""
+    findings, results = check_file(
+        file_result(FIXTURES / "correct" / "bind_convolution_attention_forms.py"), Options(device="cpu"),
+        in_process_child,
+    )
+    reasons = {r.target.name: (r.status, r.reason) for r in results}
+    assert findings == []
+    assert reasons["MultiHeadConvAttention"] == ("skipped", CONVOLUTION_ONLY)
+    assert reasons["DownsampledConvAttention"][0] == "skipped"
+    assert reasons["DownsampledConvAttention"][1].startswith(UPSAMPLED)
+
+
+@pytest.mark.parametrize(
+    ("forward", "only"),
+    [
+        ("return self.proj(self.act(self.conv(x)))", True),
+        ("return self.proj(helper(self.conv(x)))", False),  # a function of the file may attend
+        ("return self.proj(self.conv(x) @ x)", False),
+        ("return self.pool(self.conv(x))", False),  # built by a class that is no plain layer (Attn)
+    ],
+)
+def test_a_class_of_convolutions_alone_is_read_as_computing_no_attention(forward, only):
+    pool = "Attn(c)" if "pool" in forward else "nn.AvgPool2d(2)"
+    source = (
+        "class A(nn.Module):\n    def __init__(self, c):\n        self.conv = nn.Conv2d(c, c, 3)\n"
+        f"        self.act = nn.ReLU()\n        self.proj = nn.Conv2d(c, c, 1)\n        self.pool = {pool}\n"
+        f"    def forward(self, x):\n        {forward}\n"
+    )
+    assert source_facts.read(source, "A", 1).convolution_only is only

@@ -509,6 +509,10 @@ def bind(target: Target, declaration: Mapping[str, Any] | None = None, source: s
             return _skip(target, POST_NORM_RESIDUAL)
         if target.is_class and code.input_residual:
             return _skip(target, INPUT_RESIDUAL)
+        if target.is_class and code.convolution_only:  # nothing to declare: no hint
+            return Binding(target, reason=CONVOLUTION_ONLY)
+        if target.is_class and code.upsamples:
+            return _skip(target, UPSAMPLED)
         if target.is_class and code.heads_as_modules:  # nothing to declare: no hint
             return Binding(target, reason=HEADS_AS_MODULES.format(head=code.heads_as_modules))
     elif forward.per_head:
@@ -599,6 +603,15 @@ def image_layout(names: tuple[str, ...]) -> ImageLayout | None:
 METHOD_OUTSIDE_CLASS = (
     "a method written outside its class (its first parameter is self: a forward patched onto the classes "
     "that use it); it reads its module's own layers, so it is checked through those classes"
+)
+CONVOLUTION_ONLY = (
+    "computes no attention: no softmax, attention call or product of tensors in the class, only convolution, "
+    "norm and activation layers (a convolution named attention, as NextViT's multi-head convolutional attention)"
+)
+UPSAMPLED = (
+    "its output is upsampled (a transposed convolution, nn.Upsample or a pixel shuffle): it attends over tokens a "
+    "strided convolution downsampled first, which the reference does not model: it attends over the input's own "
+    "tokens"
 )
 INPUT_RESIDUAL = (
     "forward adds its input back to what it computed (a block's residual inside the attention class, as a "

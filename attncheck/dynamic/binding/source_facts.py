@@ -13,6 +13,7 @@ This module uses the standard ``ast`` module only; the binder consults it before
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -41,6 +42,12 @@ class CodeFacts:
     # forward returns its input added to what it computed (``return x + identity``, ``identity = x`` kept from
     # before the norm): the residual of a VAE / U-Net attention block (GroupNorm, attention, residual)
     input_residual: bool = False
+    # The class computes no attention: no softmax, attention call or product of tensors anywhere in it, and its
+    # forward calls only convolution, norm, activation, pooling and dropout layers (NextViT's ConvAttention)
+    convolution_only: bool = False
+    # Its output is upsampled (a transposed convolution, nn.Upsample, interpolate): it attends over tokens a
+    # strided convolution downsampled first (LowFormer's ConvAttention)
+    upsamples: bool = False
     post_norm_residual: bool = False  # forward ends in ``self.norm(out + hidden_states)``: a block's output
     choices: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # init argument -> strings compared with
     causal_by_caller: bool = False  # stores ``self.is_causal`` for its caller, and applies no causality itself
@@ -110,6 +117,8 @@ def read(source: str, name: str, line: int) -> CodeFacts:
         config_classes=frozenset(n.name for n in tree.body if isinstance(n, ast.ClassDef) and _built_from_config(n)),
         post_norm_residual=forward is not None and _post_norm_residual(forward),
         input_residual=forward is not None and _input_residual(forward),
+        convolution_only=isinstance(node, ast.ClassDef) and forward is not None and _convolution_only(node, forward),
+        upsamples=isinstance(node, ast.ClassDef) and _upsamples(node),
         builds_layers=init is not None and _builds_layers(init),
         batch_first=_batch_first(init) if init is not None else None,
         mha_batch_first=_mha_batch_first(init) if init is not None else None,
@@ -317,6 +326,44 @@ def _input_residual(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
         copies = isinstance(node.value, ast.Name) and node.value.id in holding
         holding = (holding - targets) | (targets if copies else set())
     return False
+
+
+_ATTENDS = re.compile(r"^(mm|bmm|baddbmm|matmul|einsum)$|softmax|att|sdpa|flash|mha", re.IGNORECASE)
+_PLAIN_LAYER = re.compile(r"Conv|Norm|Act|ReLU|GELU|SiLU|Hardswish|Identity|Dropout|Pool|_layer$|^act|^norm")
+_UPSAMPLING = re.compile(r"^(ConvTranspose\dd|Upsample|PixelShuffle)$")  # layers: not a bias table's interpolate
+_BUILTINS = frozenset({"len", "int", "float", "tuple", "list", "range", "isinstance", "getattr", "super", "min", "max"})
+
+
+def _convolution_only(node: ast.ClassDef, forward: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """No attention anywhere in the class, no function of the file called from its forward (which could
+    attend), and every ``self.<layer>(...)`` its forward calls was built in __init__ as a convolution, norm,
+    activation, pooling or dropout layer (or from a ``*_layer`` argument)."""
+    for child in ast.walk(node):
+        if isinstance(child, ast.BinOp) and isinstance(child.op, ast.MatMult):
+            return False
+        if isinstance(child, ast.Call) and _ATTENDS.search(_callee(child)):
+            return False
+    if any(isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id not in _BUILTINS
+           for c in ast.walk(forward)):
+        return False
+    built = {}
+    for child in ast.walk(node):
+        if isinstance(child, ast.Assign) and isinstance(child.value, ast.Call):
+            for target in child.targets:
+                if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
+                    built[target.attr] = _callee(child.value)
+    called = [
+        child.func.attr
+        for child in ast.walk(forward)
+        if isinstance(child, ast.Call) and isinstance(child.func, ast.Attribute)
+        and isinstance(child.func.value, ast.Name) and child.func.value.id == "self"
+    ]
+    return bool(called) and all(_PLAIN_LAYER.search(built.get(name, "")) for name in called)
+
+
+def _upsamples(node: ast.ClassDef) -> bool:
+    """The class builds an upsampling layer (``nn.ConvTranspose2d``, ``nn.Upsample``, ``nn.PixelShuffle``)."""
+    return any(isinstance(child, ast.Call) and _UPSAMPLING.search(_callee(child)) for child in ast.walk(node))
 
 
 def _choices(init: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, tuple[str, ...]]:

@@ -614,8 +614,8 @@ UPSAMPLED = (
     "tokens"
 )
 INPUT_RESIDUAL = (
-    "forward adds its input back to what it computed (a block's residual inside the attention class, as a "
-    "VAE or U-Net attention block's GroupNorm, attention, residual), which the reference does not model: it "
+    "forward adds its input back to what it computed (the residual of a block inside the attention class, as "
+    "in a VAE or U-Net attention block: GroupNorm, attention, residual), which the reference does not model: it "
     "checks attention alone"
 )
 

@@ -365,6 +365,7 @@ def test_two_batch_axes_unpacked_before_the_tokens_are_fed_as_one_group():
         ("identity = x\n    x = self.norm(x)\n    identity = x\n    return self.proj(x) + identity", False),
         ("x = self.norm(x)\n    return x + self.proj(x)", False),  # x is no longer the input
         ("out = self.attn(x)\n    return self.proj(out)", False),
+        ("return x + 1", False),  # a constant added: no block's residual (the hostile monkeypatch_torch fixture)
     ],
 )
 def test_an_input_added_back_is_read_as_a_block_residual(body, residual):

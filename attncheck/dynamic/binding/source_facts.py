@@ -318,8 +318,10 @@ def _input_residual(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
         if isinstance(node, ast.Return):
             value = node.value
             if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add):
-                sides = [side.id for side in (value.left, value.right) if isinstance(side, ast.Name)]
-                if any(name in holding for name in sides):
+                sides = (value.left, value.right)
+                kept = [isinstance(side, ast.Name) and side.id in holding for side in sides]
+                computed = [isinstance(side, (ast.Name, ast.Call, ast.BinOp, ast.Subscript)) for side in sides]
+                if any(kept[i] and computed[1 - i] and not kept[1 - i] for i in (0, 1)):  # not ``x + 1``
                     return True
             continue
         targets = {t.id for t in node.targets if isinstance(t, ast.Name)}

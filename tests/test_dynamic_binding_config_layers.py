@@ -6,6 +6,9 @@ Nothing here needs transformers (test_dynamic_binding_transformers checks the re
 
 from __future__ import annotations
 
+import dataclasses
+import types
+
 import numpy as np
 import torch
 
@@ -13,7 +16,7 @@ from attncheck.dynamic.binding import source_facts
 from attncheck.dynamic.binding.bind import PACKAGE_CONFIG, bind, cache_param
 from attncheck.dynamic.diagnosis import fault
 from attncheck.dynamic.inside import model_mask
-from attncheck.dynamic.inside.executor import _heads_first, _probabilities
+from attncheck.dynamic.inside.executor import _build_config, _heads_first, _probabilities
 from attncheck.dynamic.probes.masks import _mask_in
 from attncheck.dynamic.reference import unmodelled
 from tests.dynamic_support import FIXTURES, file_result
@@ -216,3 +219,22 @@ def test_attention_pooling_with_its_own_queries_is_unmodelled_not_a_wrong_shape(
     assert "1 queries of its own" in unmodelled.own_queries(pooled, (2, 1, 32), (2, 7, 32))
     assert unmodelled.own_queries([{"shape": [2, 4, 7, 7]}], (2, 1, 32), (2, 7, 32)) is None  # a lost axis
     assert unmodelled.own_queries(pooled, (2, 1, 16), (2, 7, 32)) is None  # another width: a real shape error
+
+
+def test_a_config_with_its_own_init_under_a_dataclass_base_gets_the_small_sizes():
+    """transformers 5 makes ``PretrainedConfig`` a dataclass: ChatGLM's config (Kolors) subclasses it with its
+    own ``__init__(hidden_size=4096, kv_channels=128, ...)``. Its fields are that constructor's, not only the
+    base's; before, the layer was built 4096 wide and the harness's 32-wide input failed."""
+
+    @dataclasses.dataclass
+    class Base:
+        return_dict: bool = True
+
+    class GLMConfig(Base):
+        def __init__(self, hidden_size=4096, kv_channels=128, num_attention_heads=32, **kwargs):
+            super().__init__(**kwargs)
+            self.hidden_size, self.kv_channels, self.num_attention_heads = hidden_size, kv_channels, num_attention_heads
+
+    config = _build_config(types.SimpleNamespace(GLMConfig=GLMConfig), "GLMConfig", 0.0)
+    assert (config.hidden_size, config.kv_channels, config.num_attention_heads) == (32, 8, 4)
+    assert config.return_dict is True

@@ -10,7 +10,15 @@ import pytest
 import torch
 
 from attncheck.dynamic.binding import source_facts
-from attncheck.dynamic.binding.bind import bind, config_value, image_layout
+from attncheck.dynamic.binding.bind import (
+    CONVOLUTION_ONLY,
+    INPUT_RESIDUAL,
+    METHOD_OUTSIDE_CLASS,
+    UPSAMPLED,
+    bind,
+    config_value,
+    image_layout,
+)
 from attncheck.dynamic.binding.mask_docs import documented_float, documented_shape
 from attncheck.dynamic.inside.recorder import _einsum_weight
 from attncheck.dynamic.runner import check_file
@@ -336,24 +344,90 @@ def test_of_several_package_configs_the_one_with_every_field_the_class_reads_is_
     assert source_facts.read(code, "A", 1).fields_read == {"config": ("hidden_size", "attention_downsample_rate")}
 
 
-def test_two_batch_axes_unpacked_before_the_tokens_are_a_4d_input_skipped_with_why(tmp_path):
+def test_two_batch_axes_unpacked_before_the_tokens_are_fed_as_one_group():
+    """SAM's ``batch_size, point_batch_size = query.shape[:2]``: before, skipped as a 4-D input (and the
+    reference could not read its downsampled q/k/v); now one point group, (batch, 1, tokens, hidden), whose
+    output is read back, and the heads are as wide as the query projection makes them."""
+    path = FIXTURES / "correct" / "bind_point_batch_downsampled.py"
+    binding = bind(_target(path, "PointAttention"), None, path.read_text())
+    assert binding.ok and binding.forward.rank == 4 and binding.forward.to_request()["rank"] == 4
+    findings, results = check_file(file_result(path), Options(device="cpu"), in_process_child)
+    assert findings == [] and [r.status for r in results] == ["passed"]
+    reference = next(c.detail for c in results[0].checks if c.name == "reference")
+    assert "Q=q_proj, K=k_proj, V=v_proj, O=o_proj" in reference
+
+
+@pytest.mark.parametrize(
+    ("body", "residual"),
+    [
+        ("identity = x\n    x = self.norm(x)\n    return self.proj(x) + identity", True),  # diffusers' VAE block
+        ("h = self.attention(x)\n    return x + self.proj_out(h)", True),  # VidTok: x never reassigned
+        ("identity = x\n    x = self.norm(x)\n    identity = x\n    return self.proj(x) + identity", False),
+        ("x = self.norm(x)\n    return x + self.proj(x)", False),  # x is no longer the input
+        ("out = self.attn(x)\n    return self.proj(out)", False),
+        ("return x + 1", False),  # a constant added: no block's residual (the hostile monkeypatch_torch fixture)
+    ],
+)
+def test_an_input_added_back_is_read_as_a_block_residual(body, residual):
+    source = f"def forward(self, x):\n    {body}\n"
+    assert source_facts.read(source, "forward", 1).input_residual is residual
+
+
+def test_a_vae_attention_block_is_skipped_with_its_residual_named():
+    """Before, the harness fed the GroupNorm a (b, s, d) guess and skipped on its crash (HunyuanImage), or could
+    not size ``in_channels`` passed to a helper (VidTok)."""
+    findings, results = check_file(
+        file_result(FIXTURES / "correct" / "bind_vae_attention_block.py"), Options(device="cpu"), in_process_child
+    )
+    assert findings == [] and [r.status for r in results] == ["skipped"]
+    assert results[0].reason.startswith(INPUT_RESIDUAL)
+
+
+def test_a_forward_written_outside_its_class_is_skipped_with_why(tmp_path):
+    """transformers' ``exporter_dynamo._reshaped_vision_attention_forward(self, hidden_states, cu_seqlens)``
+    is patched onto vision attention classes: called as a function, the input went to ``self``."""
     path = write_module(
         tmp_path,
         """
         import torch
-        from torch import nn
 
-        class PointAttention(nn.Module):
-            def __init__(self, dim, num_heads):
-                super().__init__()
-                self.heads = num_heads
-                self.q_proj, self.k_proj = nn.Linear(dim, dim), nn.Linear(dim, dim)
-
-            def forward(self, query, key, value):
-                batch_size, point_batch_size = query.shape[:2]
-                q = self.q_proj(query).view(batch_size * point_batch_size, -1, self.heads, 8)
-                return torch.softmax(q @ q.transpose(-2, -1), dim=-1)
+        def patched_attention_forward(self, hidden_states, cu_seqlens):
+            q, k, v = self.qkv(hidden_states).chunk(3, dim=-1)
+            return self.proj(torch.softmax(q @ k.transpose(-2, -1), dim=-1) @ v)
         """,
     )
-    binding = bind(_target(path, "PointAttention"), None, path.read_text())
-    assert "two batch axes (batch_size, point_batch_size)" in binding.reason
+    findings, results = check_file(file_result(path), Options(device="cpu"), in_process_child)
+    assert findings == [] and [(r.status, r.reason) for r in results] == [("skipped", METHOD_OUTSIDE_CLASS)]
+
+
+def test_convolution_attention_forms_are_skipped_with_their_construct_named():
+    """timm's NextViT ``ConvAttention`` computes no attention; LowFormer's attends over downsampled tokens and
+    upsamples its output. Before, both were fed a (b, s, d) guess their convolutions rejected."""
+    findings, results = check_file(
+        file_result(FIXTURES / "correct" / "bind_convolution_attention_forms.py"), Options(device="cpu"),
+        in_process_child,
+    )
+    reasons = {r.target.name: (r.status, r.reason) for r in results}
+    assert findings == []
+    assert reasons["MultiHeadConvAttention"] == ("skipped", CONVOLUTION_ONLY)
+    assert reasons["DownsampledConvAttention"][0] == "skipped"
+    assert reasons["DownsampledConvAttention"][1].startswith(UPSAMPLED)
+
+
+@pytest.mark.parametrize(
+    ("forward", "only"),
+    [
+        ("return self.proj(self.act(self.conv(x)))", True),
+        ("return self.proj(helper(self.conv(x)))", False),  # a function of the file may attend
+        ("return self.proj(self.conv(x) @ x)", False),
+        ("return self.pool(self.conv(x))", False),  # built by a class that is no plain layer (Attn)
+    ],
+)
+def test_a_class_of_convolutions_alone_is_read_as_computing_no_attention(forward, only):
+    pool = "Attn(c)" if "pool" in forward else "nn.AvgPool2d(2)"
+    source = (
+        "class A(nn.Module):\n    def __init__(self, c):\n        self.conv = nn.Conv2d(c, c, 3)\n"
+        f"        self.act = nn.ReLU()\n        self.proj = nn.Conv2d(c, c, 1)\n        self.pool = {pool}\n"
+        f"    def forward(self, x):\n        {forward}\n"
+    )
+    assert source_facts.read(source, "A", 1).convolution_only is only

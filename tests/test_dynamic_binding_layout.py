@@ -183,3 +183,58 @@ def test_per_head_inputs_have_no_sequence_first_layout(tmp_path):
     assert _binding(path, "time_major").forward.sequence_first == "forward unpacks q's shape as (t, b, d)"
     findings, results = check_file(file_result(path), Options(device="cpu"), in_process_child)
     assert findings == [] and [r.status for r in results] == ["passed", "passed"]
+
+
+GLM = FIXTURES / "correct" / "bind_sequence_first_glm.py"
+
+
+def test_a_config_built_core_that_permutes_sequence_first_heads_gets_them():
+    """ChatGLM's ``CoreAttention(config, layer_number)`` builds no layer and turns (seq, batch, heads,
+    head_dim) q, k, v into (batch, heads, seq, head_dim) itself: per-head, sequence-first inputs."""
+    binding = _binding(GLM, "CoreAttention")
+    assert binding.forward.per_head
+    assert binding.forward.sequence_first == (
+        "forward permutes query_layer from (seq, batch, heads, head_dim) to (batch, heads, seq, head_dim)"
+    )
+    assert binding.candidates[0].config is not None  # still built from its config, with the small sizes
+
+
+def test_a_permute_is_read_through_a_comprehension_over_the_arguments():
+    source = textwrap.dedent(
+        """
+        def forward(self, q, k, v, other):
+            q, k, v = [t.permute(1, 2, 0, 3) for t in [q, k, v]]
+            other = other.permute(0, 2, 1)
+        """
+    )
+    facts = source_facts.read(source, "forward", 1)
+    assert facts.permuted == {"q": (1, 2, 0, 3), "k": (1, 2, 0, 3), "v": (1, 2, 0, 3), "other": (0, 2, 1)}
+
+
+@pytest.mark.parametrize(
+    ("condition", "causal_without"),
+    [
+        ("mask is None and q.shape[2] == k.shape[2]", {"mask"}),  # ChatGLM: causal only without a mask
+        ("mask is None", {"mask"}),
+        ("q.shape[2] == k.shape[2]", set()),  # causal whatever the mask
+        ("mask is not None", set()),
+    ],
+)
+def test_a_module_causal_only_without_its_mask_is_read(condition, causal_without):
+    source = textwrap.dedent(
+        f"""
+        def forward(self, q, k, v, mask):
+            if {condition}:
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return F.scaled_dot_product_attention(q, k, v, mask)
+        """
+    )
+    assert source_facts.read(source, "forward", 1).causal_without == causal_without
+
+
+def test_a_required_mask_leaves_causality_to_the_mask():
+    """The harness always passes a required mask, so a core causal only when it gets None is judged without
+    causality (before: the real ChatGLM core got a false ATT906 under an all-keep mask)."""
+    assert _binding(GLM, "CoreAttention").code_not_causal
+    findings, results = check_file(file_result(GLM), Options(device="cpu"), in_process_child)
+    assert findings == [] and [r.status for r in results] == ["passed", "passed"]

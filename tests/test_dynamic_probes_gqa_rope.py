@@ -9,6 +9,7 @@ import pytest
 
 from attncheck.dynamic.probes import rope_functions as rope_targets
 from attncheck.dynamic.runner import check_file
+from attncheck.findings import Severity
 from attncheck.sources import Source
 from attncheck.static.engine import lint
 from attncheck.static.rules import all_rules
@@ -163,3 +164,18 @@ def test_head_dependency_probe_names_the_grouping(relative, target, status, word
     _, results = _check(relative)
     check = next(c for c in results[target].checks if c.name == "gqa-grouping")
     assert check.status == status and words in check.detail
+
+
+def test_consistent_tiling_is_a_warning_and_an_error_once_the_file_loads_weights(tmp_path):
+    """The catalogue: K/V tiled the same way everywhere is consistent while no pretrained checkpoint is loaded
+    (x-transformers trains its own weights so; pass 3 reported it as an error)."""
+    findings, results = _check("buggy/dyn_gqa_tiled_copies_outermost.py")
+    assert results["Attention"].status == "failed"
+    (tiled,) = [f for f in findings if f.code == "ATT401"]
+    assert tiled.severity == Severity.WARNING and "no pretrained checkpoint is loaded" in tiled.message
+    text = (FIXTURES / "buggy" / "dyn_gqa_tiled_copies_outermost.py").read_text()
+    loading = tmp_path / "tiled_then_loaded.py"
+    loading.write_text(text + "\n\ndef load(model, path):\n    model.load_state_dict(torch.load(path))\n")
+    result = lint(Source(str(loading), loading.read_text()), all_rules())
+    findings, _ = check_file(result, Options(), in_process_child)
+    assert [f.severity for f in findings if f.code == "ATT401"] == [Severity.ERROR]

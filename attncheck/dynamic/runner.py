@@ -33,8 +33,9 @@ from attncheck.dynamic.probes.base import Plan
 from attncheck.dynamic.probes.judge import Judge, plan
 from attncheck.dynamic.probes.sizes import DEFAULT, Sizes
 from attncheck.dynamic.reference import variant_fit
-from attncheck.findings import Check, Finding, Target, TargetResult
+from attncheck.findings import Check, Finding, Severity, Target, TargetResult
 from attncheck.static.result import FileResult
+from attncheck.static.rules.att4_gqa_rope.gqa_grouping import PRETRAINED_LOADERS
 
 SEED = 0
 
@@ -348,7 +349,9 @@ def judge(
     for verdict in judging.verdicts():
         checks.append(verdict.check)
         if verdict.code and not any(f.code == verdict.code for f in findings):
-            findings.append(_finding(verdict.code, verdict.message, target, result, [verdict.check.detail]))
+            finding = _finding(verdict.code, verdict.message, target, result, [verdict.check.detail])
+            asked = target_plan.binding.declared_variant is not None and target_plan.binding.declared_variant.kv_heads
+            findings.append(finding if asked else _consistent_tiling(finding, result, verdict.check.name))
     if any(c.status == "failed" for c in checks):
         seen = evidence.refuted(judging, checks)
         return TargetResult(target, "failed", checks=checks, device=device, refuted=seen), findings
@@ -394,6 +397,23 @@ def _unbound(
         f"{a['label']}: {a['stage']} raised {a['error']['type']}: {a['error']['message']}" for a in attempts
     )
     return TargetResult(target, "skipped", f"no binding worked ({tried}); {binding.hint}", device=device), []
+
+
+def _consistent_tiling(finding: Finding, result: FileResult, check: str) -> Finding:
+    """ATT401 seen by running: K/V tiled (query head h on KV head h % Hkv). The catalogue's convention:
+    consistent if used everywhere and no pretrained checkpoint is loaded, so a warning (x-transformers
+    tiles on purpose: its models are trained that way). It stays an error when the file loads trained
+    weights (made with the grouped layout), when its cached path disagrees with its prompt path (the
+    ``kv-cache`` check), when the static pass saw the file mix both expansions (an ATT401 error), and (by
+    the caller) when a declaration asks for grouped-query attention with its ``kv_heads``."""
+    loads = any(word in result.source.text for word in PRETRAINED_LOADERS)
+    mixed = check == "kv-cache" or any(
+        f.code == "ATT401" and f.severity >= Severity.ERROR for f in result.findings
+    )
+    if finding.code != "ATT401" or loads or mixed:
+        return finding
+    why = "; consistent only if used everywhere and no pretrained checkpoint is loaded (this file loads none)"
+    return replace(finding, severity=Severity.WARNING, message=finding.message + why)
 
 
 def _source_line(result: FileResult, line: int | None) -> str:

@@ -355,6 +355,8 @@ class ForwardPlan:
     position_name: str | None = None  # an optional forward parameter that sets token positions
     position_kind: PositionKind | None = None  # "ids": a tensor of positions; "offset": an int added to them
     rank: int = 0  # 3: a function on (batch, seq, dim), called with the one head of (batch, 1, seq, dim) inputs
+    # 4: a class on (batch, groups, seq, dim), two batch axes before the tokens (SAM's point batch): the child
+    # feeds each (batch, seq, dim) input as one group, (batch, 1, seq, dim), and reads that group's output back
     # A class on feature maps: "bchw" (channels first) or "bhwc" (channels last); the child lays each
     # (batch, seq, dim) input out as a 1 x seq map and reads the output map back as a sequence.
     image: ImageLayout | None = None
@@ -489,6 +491,8 @@ def bind(target: Target, declaration: Mapping[str, Any] | None = None, source: s
     causal = declaration.get("causal")
     code = source_facts.read(source, target.name, target.line) if source else source_facts.CodeFacts()
     declared = "forward" in declaration
+    if not target.is_class and target.forward_params and target.forward_params[0].name == "self":
+        return Binding(target, reason=METHOD_OUTSIDE_CLASS)  # nothing to declare: no hint
     forward = _declared_forward(target, declaration["forward"]) if declared else _infer_forward(target, code)
     if isinstance(forward, str):
         return _skip(target, forward)
@@ -503,9 +507,18 @@ def bind(target: Target, declaration: Mapping[str, Any] | None = None, source: s
             return _skip(target, forward)
     if (target.is_class and not forward.per_head) or forward.rank == 3:  # (b, s, d) inputs, not per-head ones
         forward = replace(forward, sequence_first=layout.sequence_first(code, docs, forward.roles[0][0]))
+        if target.is_class and code.input_residual:
+            return _skip(target, INPUT_RESIDUAL)
+        if target.is_class and code.convolution_only:  # nothing to declare: no hint
+            return Binding(target, reason=CONVOLUTION_ONLY)
+        if target.is_class and code.upsamples:
+            return _skip(target, UPSAMPLED)
         if target.is_class and code.heads_as_modules:  # nothing to declare: no hint
             return Binding(target, reason=HEADS_AS_MODULES.format(head=code.heads_as_modules))
-    not_causal = code.causal_off
+    elif forward.per_head:
+        forward = replace(forward, sequence_first=layout.sequence_first_heads(code, forward.roles[0][0]))
+    # A required mask is always given: code causal only without one (ChatGLM's core) leaves causality to it.
+    not_causal = code.causal_off or bool(forward.mask_required and forward.mask_name in code.causal_without)
     if not target.is_class:
         dims = Dims(D_MODEL, 1) if forward.rank == 3 else Dims()
         return Binding(
@@ -584,17 +597,35 @@ def image_layout(names: tuple[str, ...]) -> ImageLayout | None:
     return None
 
 
+METHOD_OUTSIDE_CLASS = (
+    "a method written outside its class (its first parameter is self: a forward patched onto the classes "
+    "that use it); it reads its module's own layers, so it is checked through those classes"
+)
+CONVOLUTION_ONLY = (
+    "computes no attention: no softmax, attention call or product of tensors in the class, only convolution, "
+    "norm and activation layers (a convolution named attention, as NextViT's multi-head convolutional attention)"
+)
+UPSAMPLED = (
+    "its output is upsampled (a transposed convolution, nn.Upsample or a pixel shuffle): it attends over tokens a "
+    "strided convolution downsampled first, which the reference does not model: it attends over the input's own "
+    "tokens"
+)
+INPUT_RESIDUAL = (
+    "forward adds its input back to what it computed (the residual of a block inside the attention class, as "
+    "in a VAE or U-Net attention block: GroupNorm, attention, residual), which the reference does not model: it "
+    "checks attention alone"
+)
+
+
 def _with_rank(target: Target, forward: ForwardPlan, code: source_facts.CodeFacts) -> ForwardPlan | str:
     """Inputs of the rank the code unpacks: a function on 3-D tensors gets 3-D ones; a class on a
-    feature map (``B, C, H, W = x.shape``) gets its sequence as a 1 x seq map; a class whose input is
-    unpacked into 2 or 4+ other names is not sequence attention the reference models."""
+    feature map (``B, C, H, W = x.shape``) gets its sequence as a 1 x seq map; a class with two batch axes
+    before the tokens gets one group of them; a class whose input is unpacked into 2 or 4+ other names is
+    not sequence attention the reference models."""
     first = forward.roles[0][0]
     leading = [name for name in code.unpacked.get(first, ()) if "batch" in name.lower()]
-    if target.is_class and len(leading) > 1:  # SAM's ``batch_size, point_batch_size = query.shape[:2]``
-        return (
-            f"forward unpacks {first}.shape into two batch axes ({', '.join(leading)}) before the tokens: "
-            "a 4-D input, and the reference models (batch, seq, dim) sequences"
-        )
+    if target.is_class and len(leading) == 2:  # SAM's ``batch_size, point_batch_size = query.shape[:2]``
+        return replace(forward, rank=4)
     states = [name for name, _ in forward.roles if name in code.additive_states]
     if states:
         return (
@@ -685,11 +716,15 @@ def _is_per_head_class(target: Target, forward: ForwardPlan, code: source_facts.
     module, so it gets per-head (batch, heads, seq, head_dim) inputs. A projection-free one may take
     its inputs' width (``d_k``, ``dim_head``, ``temperature=d_k ** 0.5``): it is given the width it is fed.
     A size that defaults to None (x-transformers' ``Attend(heads=None)``, for optional talking heads)
-    builds no projection.
+    builds no projection. A core built from its model's config that builds no layer and turns its inputs
+    from (seq, batch, heads, head_dim) itself takes per-head inputs (ChatGLM's ``CoreAttention(config)``).
     """
     if not target.is_class or [role for _, role in forward.roles] != ["query", "key", "value"]:
         return False
-    sized = MODEL_DIM_NAMES | HEAD_NAMES | CONFIG_NAMES
+    sized = MODEL_DIM_NAMES | HEAD_NAMES
+    if code.found and not code.builds_layers and layout.sequence_first_heads(code, forward.roles[0][0]):
+        return not any(param.name.lower() in sized and param.default != "None" for param in target.init_params)
+    sized |= CONFIG_NAMES
     if not (code.found and not code.builds_layers):
         sized |= HEAD_DIM_NAMES
     return not any(param.name.lower() in sized and param.default != "None" for param in target.init_params)

@@ -11,8 +11,11 @@ positions leak into each other (a false ATT904). The code says which it takes, i
 - the ``batch_first`` of an ``nn.MultiheadAttention`` it builds (torch's default is False), unless its
   forward swaps the first two axes itself.
 
-The child feeds a sequence-first module (seq, batch, dim) and turns its output back (``executor``),
-so the parent plans, references and judges batch-first as for every other module.
+A core on per-head q, k, v is sequence-first when its forward turns (seq, batch, heads, head_dim)
+inputs into (batch, heads, seq, head_dim) itself (ChatGLM's ``CoreAttention``: ``permute(1, 2, 0, 3)``).
+
+The child feeds a sequence-first module (seq, batch, dim) or (seq, batch, heads, head_dim) and turns its
+output back (``executor``), so the parent plans, references and judges batch-first as for every other module.
 """
 
 from __future__ import annotations
@@ -47,6 +50,16 @@ def sequence_first(code: CodeFacts, docs: str, first: str) -> str:
     if code.mha_batch_first is False and not code.transposes_input:
         return "it calls an nn.MultiheadAttention built without batch_first=True"
     return ""
+
+
+SEQUENCE_FIRST_HEADS = (1, 2, 0, 3)  # (seq, batch, heads, head_dim) -> (batch, heads, seq, head_dim)
+
+
+def sequence_first_heads(code: CodeFacts, first: str) -> str:
+    """Why a per-head core's input ``first`` is (seq, batch, heads, head_dim), or '' when it is not."""
+    if code.permuted.get(first) != SEQUENCE_FIRST_HEADS:
+        return ""
+    return f"forward permutes {first} from (seq, batch, heads, head_dim) to (batch, heads, seq, head_dim)"
 
 
 def _order(first: str, second: str, third: str) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -39,6 +40,15 @@ class CodeFacts:
     forward_doc: str = ""
     functions: frozenset[str] = frozenset()  # the file's top-level functions (``precompute_freqs_cis``)
     config_classes: frozenset[str] = frozenset()  # top-level classes built from a config (``LlamaRotaryEmbedding``)
+    # forward returns its input added to what it computed (``return x + identity``, ``identity = x`` kept from
+    # before the norm): the residual of a VAE / U-Net attention block (GroupNorm, attention, residual)
+    input_residual: bool = False
+    # The class computes no attention: no softmax, attention call or product of tensors anywhere in it, and its
+    # forward calls only convolution, norm, activation, pooling and dropout layers (NextViT's ConvAttention)
+    convolution_only: bool = False
+    # Its output is upsampled (a transposed convolution, nn.Upsample, interpolate): it attends over tokens a
+    # strided convolution downsampled first (LowFormer's ConvAttention)
+    upsamples: bool = False
     post_norm_residual: bool = False  # forward ends in ``self.norm(out + hidden_states)``: a block's output
     choices: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # init argument -> strings compared with
     causal_by_caller: bool = False  # stores ``self.is_causal`` for its caller, and applies no causality itself
@@ -56,6 +66,12 @@ class CodeFacts:
     transposes_input: bool = False  # forward swaps its first two axes itself (``x.transpose(0, 1)``)
     bmm_operands: frozenset[str] = frozenset()  # forward arguments passed to ``torch.bmm``: 3-D tensors
     tiled_ranks: Mapping[str, int] = field(default_factory=dict)  # ``mask.repeat(1, n, 1, 1)``: mask is 4-D
+    # Forward argument -> the axes its forward permutes it by (``q.permute(1, 2, 0, 3)``, also over a list of
+    # arguments: ``[k.permute(...) for k in [q, k, v]]``): the layout the code turns its input from.
+    permuted: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    # Forward arguments whose absence alone makes the module causal: every causal spelling (``is_causal=True``,
+    # a triangle) sits under ``if <argument> is None`` (ChatGLM's core is causal when no mask is given).
+    causal_without: frozenset[str] = frozenset()
 
     @property
     def ranks(self) -> dict[str, int]:
@@ -102,12 +118,17 @@ def read(source: str, name: str, line: int) -> CodeFacts:
         functions=frozenset(n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))),
         config_classes=frozenset(n.name for n in tree.body if isinstance(n, ast.ClassDef) and _built_from_config(n)),
         post_norm_residual=forward is not None and _post_norm_residual(forward),
+        input_residual=forward is not None and _input_residual(forward),
+        convolution_only=isinstance(node, ast.ClassDef) and forward is not None and _convolution_only(node, forward),
+        upsamples=isinstance(node, ast.ClassDef) and _upsamples(node),
         builds_layers=init is not None and _builds_layers(init),
         batch_first=_batch_first(init) if init is not None else None,
         mha_batch_first=_mha_batch_first(init) if init is not None else None,
         transposes_input=forward is not None and _transposes_input(forward),
         bmm_operands=_bmm_operands(forward) if forward is not None else frozenset(),
         tiled_ranks=_tiled_ranks(forward) if forward is not None else {},
+        permuted=_permuted(forward) if forward is not None else {},
+        causal_without=_causal_without(forward) if forward is not None else frozenset(),
         names_dropout=_names_dropout(node),
         fields_read=_fields_read(init) if init is not None else {},
         global_width=_global_width(tree, init) if init is not None else None,
@@ -301,6 +322,69 @@ def _post_norm_residual(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> bool
     return False
 
 
+def _input_residual(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """A ``return a + b`` where one side still holds the forward's first input: the input itself, never
+    reassigned, or a name that copied it (``identity = x``) before the input was reassigned."""
+    params = _arguments(forward)
+    if not params:
+        return False
+    statements = [node for node in ast.walk(forward) if isinstance(node, (ast.Assign, ast.Return))]
+    statements.sort(key=lambda node: (node.lineno, node.col_offset))
+    holding = {params[0]}
+    for node in statements:
+        if isinstance(node, ast.Return):
+            value = node.value
+            if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add):
+                sides = (value.left, value.right)
+                kept = [isinstance(side, ast.Name) and side.id in holding for side in sides]
+                computed = [isinstance(side, (ast.Name, ast.Call, ast.BinOp, ast.Subscript)) for side in sides]
+                if any(kept[i] and computed[1 - i] and not kept[1 - i] for i in (0, 1)):  # not ``x + 1``
+                    return True
+            continue
+        targets = {t.id for t in node.targets if isinstance(t, ast.Name)}
+        copies = isinstance(node.value, ast.Name) and node.value.id in holding
+        holding = (holding - targets) | (targets if copies else set())
+    return False
+
+
+_ATTENDS = re.compile(r"^(mm|bmm|baddbmm|matmul|einsum)$|softmax|att|sdpa|flash|mha", re.IGNORECASE)
+_PLAIN_LAYER = re.compile(r"Conv|Norm|Act|ReLU|GELU|SiLU|Hardswish|Identity|Dropout|Pool|_layer$|^act|^norm")
+_UPSAMPLING = re.compile(r"^(ConvTranspose\dd|Upsample|PixelShuffle)$")  # layers: not a bias table's interpolate
+_BUILTINS = frozenset({"len", "int", "float", "tuple", "list", "range", "isinstance", "getattr", "super", "min", "max"})
+
+
+def _convolution_only(node: ast.ClassDef, forward: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """No attention anywhere in the class, no function of the file called from its forward (which could
+    attend), and every ``self.<layer>(...)`` its forward calls was built in __init__ as a convolution, norm,
+    activation, pooling or dropout layer (or from a ``*_layer`` argument)."""
+    for child in ast.walk(node):
+        if isinstance(child, ast.BinOp) and isinstance(child.op, ast.MatMult):
+            return False
+        if isinstance(child, ast.Call) and _ATTENDS.search(_callee(child)):
+            return False
+    if any(isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id not in _BUILTINS
+           for c in ast.walk(forward)):
+        return False
+    built = {}
+    for child in ast.walk(node):
+        if isinstance(child, ast.Assign) and isinstance(child.value, ast.Call):
+            for target in child.targets:
+                if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
+                    built[target.attr] = _callee(child.value)
+    called = [
+        child.func.attr
+        for child in ast.walk(forward)
+        if isinstance(child, ast.Call) and isinstance(child.func, ast.Attribute)
+        and isinstance(child.func.value, ast.Name) and child.func.value.id == "self"
+    ]
+    return bool(called) and all(_PLAIN_LAYER.search(built.get(name, "")) for name in called)
+
+
+def _upsamples(node: ast.ClassDef) -> bool:
+    """The class builds an upsampling layer (``nn.ConvTranspose2d``, ``nn.Upsample``, ``nn.PixelShuffle``)."""
+    return any(isinstance(child, ast.Call) and _UPSAMPLING.search(_callee(child)) for child in ast.walk(node))
+
+
 def _choices(init: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, tuple[str, ...]]:
     """Constructor arguments __init__ compares with string literals (``attention_type == "local"``,
     ``mode in ("a", "b")``), with those strings in source order: the values the class knows."""
@@ -338,6 +422,44 @@ def _causal_by_caller(node: ast.AST, stored: frozenset[str]) -> bool:
     return dispatches or not uses_flag
 
 
+def _causal_without(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
+    """The forward arguments ``a`` such that every causal spelling of the forward (a causal keyword not set
+    to False, ``tril``/``triu``) lies in the body of an ``if`` whose test requires ``a is None``."""
+    params = set(_arguments(forward))
+    spellings = [node for node in ast.walk(forward) if _spells_causal(node)]
+    if not spellings:
+        return frozenset()
+    guarded: dict[int, set[str]] = {}  # id of a node under an ``if a is None`` body -> those a
+    for node in ast.walk(forward):
+        if isinstance(node, ast.If):
+            names = _required_none(node.test) & params
+            for inner in (n for statement in node.body for n in ast.walk(statement)):
+                guarded.setdefault(id(inner), set()).update(names)
+    return frozenset(set.intersection(*(guarded.get(id(node), set()) for node in spellings)))
+
+
+def _spells_causal(node: ast.AST, *, off_too: bool = False) -> bool:
+    """A triangle (tril/triu) or a keyword named like causality that is not a literal False
+    (``off_too``: that one too)."""
+    if isinstance(node, ast.Call) and _callee(node) in ("tril", "triu", "tril_", "triu_"):
+        return True
+    if isinstance(node, ast.keyword) and node.arg and "causal" in node.arg.lower():
+        return off_too or not (isinstance(node.value, ast.Constant) and node.value.value is False)
+    return False
+
+
+def _required_none(test: ast.expr) -> set[str]:
+    """The names an ``if`` test requires to be None: ``a is None``, or one term of an ``and``."""
+    terms = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+    return {
+        term.left.id
+        for term in terms
+        if isinstance(term, ast.Compare) and isinstance(term.left, ast.Name) and len(term.ops) == 1
+        and isinstance(term.ops[0], ast.Is) and isinstance(term.comparators[0], ast.Constant)
+        and term.comparators[0].value is None
+    }
+
+
 def _causal_off(node: ast.AST, functions: list[ast.FunctionDef | ast.AsyncFunctionDef]) -> bool:
     """Every ``causal`` spelling the forward can reach is off: ``is_causal=False``, or an attribute or
     argument that only ever holds a ``causal=False`` default of the constructor or of the forward
@@ -346,7 +468,7 @@ def _causal_off(node: ast.AST, functions: list[ast.FunctionDef | ast.AsyncFuncti
     is_causal=True)`` beside a masked ``forward``) switch nothing on."""
     off_defaults = set().union(*(_false_defaults(fn) for fn in functions))
     unreached = _unreached_methods(node) if isinstance(node, ast.ClassDef) else []
-    spelled = any(_spells_causal(n) for method in unreached for n in ast.walk(method))
+    spelled = any(_spells_causal(n, off_too=True) for method in unreached for n in ast.walk(method))
     parts = [p for p in node.body if p not in unreached] if isinstance(node, ast.ClassDef) else [node]
     for child in itertools.chain.from_iterable(ast.walk(part) for part in parts):
         if isinstance(child, ast.Call) and _callee(child) in ("tril", "triu"):
@@ -359,13 +481,6 @@ def _causal_off(node: ast.AST, functions: list[ast.FunctionDef | ast.AsyncFuncti
             if not (literal_false or from_default or (isinstance(value, ast.Name) and value.id in off_defaults)):
                 return False
     return spelled
-
-
-def _spells_causal(node: ast.AST) -> bool:
-    """A triangle (tril/triu) or a keyword named like causality."""
-    if isinstance(node, ast.Call) and _callee(node) in ("tril", "triu"):
-        return True
-    return isinstance(node, ast.keyword) and bool(node.arg) and "causal" in node.arg.lower()
 
 
 def _unreached_methods(klass: ast.ClassDef) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
@@ -496,6 +611,29 @@ def _defaults(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, ast.expr]
     positional = [*args.posonlyargs, *args.args]
     found = dict(zip([a.arg for a in positional[len(positional) - len(args.defaults):]], args.defaults, strict=True))
     found.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None})
+    return found
+
+
+def _permuted(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, tuple[int, ...]]:
+    """Forward argument -> the constant axes of a ``.permute(...)`` called on it, directly or through the
+    variable of a comprehension over a list of arguments (ChatGLM's ``[k.permute(1, 2, 0, 3) for k in
+    [query_layer, key_layer, value_layer]]``)."""
+    params = set(_arguments(forward))
+    aliases = {name: {name} for name in params}  # a comprehension variable -> the arguments it runs over
+    for node in ast.walk(forward):
+        if isinstance(node, ast.comprehension) and isinstance(node.target, ast.Name):
+            items = node.iter.elts if isinstance(node.iter, (ast.List, ast.Tuple)) else []
+            over = {item.id for item in items if isinstance(item, ast.Name) and item.id in params}
+            if over and len(over) == len(items):
+                aliases[node.target.id] = over
+    found: dict[str, tuple[int, ...]] = {}
+    for node in ast.walk(forward):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "permute"):
+            continue
+        owner = node.func.value
+        axes = tuple(a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, int))
+        if isinstance(owner, ast.Name) and owner.id in aliases and len(axes) == len(node.args):
+            found.update(dict.fromkeys(aliases[owner.id], axes))
     return found
 
 

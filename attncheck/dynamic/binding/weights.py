@@ -81,17 +81,22 @@ def _kv_dims(d_model: int, heads: int) -> list[int]:
 
 
 def assignments(layers: Sequence[Layer], d_model: int, heads: int) -> list[Assignment]:
-    """Every assignment of Q, K, V, O consistent with what the layers read and their shapes."""
-    out_layer = _output(layers, d_model)
+    """Every assignment of Q, K, V, O consistent with what the layers read and their shapes.
+
+    The heads are as wide as the query projection makes them: SAM's attention projects to a downsampled
+    width (``hidden_size // attention_downsample_rate``) and its output projection reads that width.
+    """
+    readers = {role: [layer for layer in layers if layer.read == role] for role in ("query", "key", "value", "kv", "x")}
+    inner = readers["query"][0].out_features if readers["query"] else d_model
+    out_layer = _output(layers, inner)
     o = out_layer.linear if out_layer else None
     o_text = f"O={out_layer.name}" if out_layer else "no output projection"
-    head_dim = d_model // heads
-    readers = {role: [layer for layer in layers if layer.read == role] for role in ("query", "key", "value", "kv", "x")}
+    head_dim = max(inner // heads, 1)
     found: list[Assignment] = []
     disagreements: list[int] = []
 
     def add(q: Linear | None, k: Linear | None, v: Linear | None, text: str, values: ValueRows = ()) -> None:
-        d_kv = k.weight.shape[0] if k is not None else d_model
+        d_kv = k.weight.shape[0] if k is not None else inner
         kv_heads = max(d_kv // head_dim, 1)
         if heads % kv_heads:  # no grouping of the query heads has K/V this wide (6 KV heads for 4)
             return

@@ -214,6 +214,8 @@ class _Target:
         args = [_lowered(self.tensors[experiment.inputs[role]], dtype) for _, role in plan["roles"]]
         if plan.get("rank") == 3:  # a function on (batch, seq, dim): the one head of (batch, 1, seq, dim)
             args = [arg.squeeze(1) for arg in args]
+        elif plan.get("rank") == 4:  # two batch axes before the tokens: one group, (batch, 1, seq, dim)
+            args = [arg.unsqueeze(1) for arg in args]
         if plan.get("image"):
             args = [_as_map(arg, plan["image"]) for arg in args]
         kwargs = dict(plan["extra"])
@@ -232,7 +234,7 @@ class _Target:
         if not isinstance(instance, nn.Module) and "training" in _parameter_names(instance):
             kwargs.setdefault("training", experiment.mode == "train")  # as a caller passes self.training
         if plan.get("sequence_first"):  # the (seq, batch, dim) its code states; _split_output turns it back
-            args = [arg.transpose(0, 1) for arg in args]
+            args = [arg.permute(2, 0, 1, 3) if arg.ndim == 4 else arg.transpose(0, 1) for arg in args]
         if any(kind == "caller-module" for _, kind in plan.get("generated", [])):  # it comes first: all by name
             kwargs.update({name: arg for (name, _), arg in zip(plan["roles"], args, strict=True)})
             args = []
@@ -397,10 +399,14 @@ def _package_config(module: types.ModuleType, reads: Sequence[str] = ()) -> type
 
 
 def _fields(cls: type) -> list[str]:
-    """The fields a config class takes: a dataclass's, else its constructor's named parameters."""
-    if dataclasses.is_dataclass(cls):
-        return [f.name for f in dataclasses.fields(cls) if f.init]
-    return [p for p in inspect.signature(cls).parameters if p not in ("self", "args", "kwargs")]
+    """The fields a config class takes: a dataclass's, and its constructor's named parameters (a class
+    with its own ``__init__`` under a dataclass base: ChatGLM's config under transformers 5's
+    ``PretrainedConfig`` takes ``hidden_size``, ``kv_channels``... that are no dataclass field)."""
+    named = [p for p in inspect.signature(cls).parameters if p not in ("self", "args", "kwargs")]
+    if not dataclasses.is_dataclass(cls):
+        return named
+    fields = [f.name for f in dataclasses.fields(cls) if f.init]
+    return fields + [name for name in named if name not in fields]
 
 
 def _build_config(module: types.ModuleType, class_name: str | None, rate: float, reads: Sequence[str] = ()) -> Any:
@@ -589,10 +595,12 @@ def _split_output(result: Any, target: _Target, experiment: Experiment) -> tuple
     items = _items(result)
     if not items or not isinstance(items[0], torch.Tensor):
         raise TypeError(f"forward returned {type(result).__name__}, not a tensor or a tuple starting with one")
-    if target.unit["forward"].get("sequence_first") and isinstance(items[0], torch.Tensor) and items[0].ndim == 3:
-        items[0] = items[0].transpose(0, 1)  # (seq, batch, dim) back to the (batch, seq, dim) the parent planned
+    if target.unit["forward"].get("sequence_first"):
+        items[0] = _batch_first(items[0], target.tensors[next(iter(experiment.inputs.values()))])
     if target.unit["forward"].get("rank") == 3:  # back to the (batch, 1, seq, dim) the parent planned
         items = [t.unsqueeze(1) if isinstance(t, torch.Tensor) and t.ndim == 3 else t for t in items]
+    elif target.unit["forward"].get("rank") == 4 and items[0].ndim == 4:  # the one group's (batch, seq, dim)
+        items[0] = items[0].squeeze(1)
     if target.unit["forward"].get("image") and items[0].ndim == 4:
         items[0] = _as_sequence(items[0], target.unit["forward"]["image"])
     roles = dict(experiment.inputs)
@@ -620,6 +628,17 @@ def _as_map(sequence: torch.Tensor, layout: str) -> torch.Tensor:
 def _as_sequence(feature_map: torch.Tensor, layout: str) -> torch.Tensor:
     """The output map read back as the (batch, seq, dim) sequence of its positions, row by row."""
     return feature_map.flatten(2).transpose(1, 2) if layout == "bchw" else feature_map.flatten(1, 2)
+
+
+def _batch_first(output: torch.Tensor, planned: torch.Tensor) -> torch.Tensor:
+    """A sequence-first module's output in the layout the parent planned its ``planned`` input in:
+    (seq, batch, dim) back to (batch, seq, dim); for per-head (batch, heads, seq, head_dim) inputs,
+    (seq, batch, heads, head_dim) or its merged (seq, batch, heads * head_dim) back to per-head."""
+    if output.ndim == 3 and planned.ndim == 4:  # ChatGLM's core merges its heads: (s, b, h * dh)
+        output = output.unflatten(-1, (planned.shape[1], -1))
+    if output.ndim == 4 and planned.ndim == 4:
+        return output.permute(1, 2, 0, 3)
+    return output.transpose(0, 1) if output.ndim == 3 else output
 
 
 def _heads_first(output: torch.Tensor, query: torch.Tensor) -> torch.Tensor:

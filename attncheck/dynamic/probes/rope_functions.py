@@ -5,10 +5,11 @@ parent builds the basis-vector probe (``rope.basis_inputs``: e_0..e_{dh-1} at
 positions 0..P) and cos/sin tables in every layout a caller might pass (half-split
 ``cat(freqs, freqs)``, interleaved ``repeat_interleave(freqs, 2)``, half-width
 tables that the function expands itself; 2-D or batched; q/k laid out as
-(b, h, s, d) or (b, s, h, d)). A function that takes one table instead
+(b, h, s, d), (b, s, h, d) or sequence-first (s, b, h, d) as ChatGLM's). A function that takes one table instead
 (Meta's ``apply_rotary_emb(xq, xk, freqs_cis)``) gets Meta's complex
 ``freqs_cis`` (``torch.polar(ones, outer(positions, inv_freq))``, (P+1, dh/2),
-complex64, reshaped for broadcasting by the function itself) or the real angles.
+complex64, reshaped for broadcasting by the function itself), the real angles, or ChatGLM's
+``rope_cache`` of cos and sin stacked per pair, (P+1, dh/2, 2).
 The child calls the function once per variant, each free to fail. The parent
 reads the rotation back with ``rope.fingerprint``: a variant that is a correct
 rotation passes and names the convention; otherwise the fingerprint names the
@@ -36,7 +37,7 @@ MAX_POSITION = 4  # positions 0..4: five, which differs from HEAD_DIM, so no axi
 SHIFT_TOLERANCE = 1e-5  # the fingerprint's own tolerance: q·k of unit vectors, float32 tables included
 _COS = re.compile(r"^(cos|cos_\w*|\w*_cos)$", re.IGNORECASE)
 _SIN = re.compile(r"^(sin|sin_\w*|\w*_sin)$", re.IGNORECASE)
-_FREQS = re.compile(r"^(freqs?(_cis)?|\w*_freqs_cis|pos_cis|rotary_emb|freqs_complex)$", re.IGNORECASE)
+_FREQS = re.compile(r"^(freqs?(_cis)?|\w*_freqs_cis|pos_cis|rotary_emb|freqs_complex|rope_cache)$", re.IGNORECASE)
 _POSITIONS = re.compile(r"position_ids|positions|pos_ids", re.IGNORECASE)
 TABLES = {
     "half": "cos/sin as cat(freqs, freqs) (half-split)",
@@ -46,10 +47,13 @@ TABLES = {
     "angles": "freqs as real (seq, head_dim/2) angles",
     "angles-half": "freqs as real (seq, head_dim) angles, cat(freqs, freqs) (half-split)",
     "angles-interleaved": "freqs as real (seq, head_dim) angles, repeat_interleave(freqs, 2) (interleaved)",
+    "cache": "a rope_cache of (seq, head_dim/2, 2): cos and sin stacked per pair (ChatGLM)",
 }
 COS_SIN_TABLES = ("half", "interleaved", "narrow")
-FREQS_TABLES = ("complex", "angles", "angles-half", "angles-interleaved")
+FREQS_TABLES = ("complex", "angles", "angles-half", "angles-interleaved", "cache")
 FULL_ANGLES = ("angles-half", "angles-interleaved")  # also given batched: (1, seq, head_dim), as x-transformers' are
+# How q/k are laid out, with the permutation of the basis probe's (b, h, s, d) that gives each layout.
+LAYOUTS = {"bhsd": (0, 1, 2, 3), "bshd": (0, 2, 1, 3), "sbhd": (2, 0, 1, 3)}
 
 
 @dataclass
@@ -92,8 +96,11 @@ def _angles() -> torch.Tensor:
 
 
 def _freqs_table(table: str) -> torch.Tensor:
-    """Meta's complex64 freqs_cis (P+1, dh/2), or the real angles it is made of."""
+    """Meta's complex64 freqs_cis (P+1, dh/2), the real angles it is made of, or ChatGLM's stacked
+    (P+1, dh/2, 2) cos and sin."""
     angles = _angles()
+    if table == "cache":
+        return torch.stack([angles.cos(), angles.sin()], dim=-1)
     if table == "angles":
         return angles
     if table == "angles-half":
@@ -136,11 +143,9 @@ def plan(target: Target, index: int) -> RopePlan:
     tensor_params = [n for n in required if not (_is_table(n) or _POSITIONS.search(n))]
     position_param = next((n for n in names if _POSITIONS.search(n)), None)
     x, _ = basis_inputs(HEAD_DIM, MAX_POSITION)  # (1, dh, P+1, dh): (b, h, s, d)
-    tensors: dict[str, np.ndarray] = {
-        f"{prefix}/x/bhsd": x.numpy(),
-        f"{prefix}/x/bshd": x.transpose(1, 2).contiguous().numpy(),
-        f"{prefix}/positions": np.arange(MAX_POSITION + 1)[None],
-    }
+    tensors: dict[str, np.ndarray] = {f"{prefix}/x/{name}": x.permute(*order).contiguous().numpy()
+                                      for name, order in LAYOUTS.items()}
+    tensors[f"{prefix}/positions"] = np.arange(MAX_POSITION + 1)[None]
     ordered = [n for n in names if n in tensor_params[:2] or _is_table(n)]
     tensor_roles = dict(zip(tensor_params[:2], ("query", "key") if len(tensor_params) > 1 else ("x",), strict=False))
     roles = [[n, tensor_roles.get(n, n)] for n in ordered]
@@ -151,7 +156,7 @@ def plan(target: Target, index: int) -> RopePlan:
             by_kind = _table_inputs(table, batched, prefix)
             tensors.update(dict(by_kind.values()))
             key = f"{table}/{'b' if batched else '2d'}"
-            for layout in ("bhsd", "bshd"):
+            for layout in LAYOUTS:
                 for use_positions in (False, True) if position_param else (False,):
                     name = f"rope/{key}/{layout}{'/ids' if use_positions else ''}"
                     inputs = {}
@@ -176,11 +181,12 @@ def plan(target: Target, index: int) -> RopePlan:
 
 def _images(output: torch.Tensor, layout: str) -> torch.Tensor | None:
     """(P+1, dh, dh) images of the basis vectors, or None when the output has another shape."""
-    positions = MAX_POSITION + 1
-    expected = (1, HEAD_DIM, positions, HEAD_DIM) if layout == "bhsd" else (1, positions, HEAD_DIM, HEAD_DIM)
-    if tuple(output.shape) != expected:
+    order = LAYOUTS[layout]
+    planned = (1, HEAD_DIM, MAX_POSITION + 1, HEAD_DIM)  # the basis probe's (b, h, s, d)
+    if tuple(output.shape) != tuple(planned[axis] for axis in order):
         return None
-    return output[0].transpose(0, 1) if layout == "bhsd" else output[0]
+    back = tuple(order.index(axis) for axis in range(4))  # the output's axes in (b, h, s, d) order
+    return output.permute(*back)[0].transpose(0, 1)
 
 
 # DeepSeek's ``apply_rotary_pos_emb_interleave`` rotates interleaved pairs (x0, x1), (x2, x3)... and

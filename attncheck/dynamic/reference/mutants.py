@@ -420,8 +420,11 @@ class Stages:
         by_shape: dict[tuple[int, ...], list[tuple[int, torch.Tensor]]] = {}
         for i, merged in to_project:
             by_shape.setdefault(tuple(merged.shape), []).append((i, merged))
-        for group in by_shape.values():
-            projected = _project(self.setting.proj.o, torch.stack([merged for _, merged in group]))
+        o = self.setting.proj.o
+        for width, group in by_shape.items():
+            if o is not None and width[-1] != o.weight.shape[1]:  # a width the output projection cannot read
+                continue  # (SAM projects q, k, v down: a mutant skipping them cannot be built): left None
+            projected = _project(o, torch.stack([merged for _, merged in group]))
             for (i, _), out in zip(group, self._post(projected), strict=True):
                 results[i] = out
         return results

@@ -32,7 +32,7 @@ _KV_HEADS = re.compile(r"kv|key_value", re.IGNORECASE)
 # What a group-sized tiling may legitimately widen besides K/V: masks, biases, positions.
 _NOT_KV = re.compile(r"mask|bias|pos|freq|cos|sin|rope|rotary|alibi|slope", re.IGNORECASE)
 _SDPA_FUNCTION = "torch.nn.functional.scaled_dot_product_attention"
-_PRETRAINED = ("from_pretrained", "load_state_dict")
+PRETRAINED_LOADERS = ("from_pretrained", "load_state_dict")  # words of a file that loads trained weights
 
 _MODULE = """
 import torch
@@ -141,7 +141,7 @@ class GqaGrouping(Rule):
             )
         if not self._tiled or not _KV_COUNTS.search(self.context.source.text):
             return
-        pretrained = next((word for word in _PRETRAINED if word in self.context.source.text), None)
+        pretrained = next((word for word in PRETRAINED_LOADERS if word in self.context.source.text), None)
         if self._grouped:
             severity = Severity.ERROR
             why = ("the file mixes it with a grouped expansion (repeat_interleave / repeat_kv / "

@@ -68,10 +68,9 @@ class OutputDiscarded(Rule):
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         fn = self.context.facts.function(node)
         sem = semantics.of(self.context)
-        if fn is None or not any(
-            sem.softmax(call, fn) is not None or syntax.is_sdpa_call(self.context, call)
-            or self._attending_helper(call, fn) is not None
-            for call in fn.calls
+        if fn is None or not (
+            any(sem.softmax(call, fn) is not None or syntax.is_sdpa_call(self.context, call) for call in fn.calls)
+            or self._calls_attending_helper(fn)
         ):
             return  # no attention computed here, nor by a helper method it calls
         for statements in straight_blocks(node.body):
@@ -109,6 +108,14 @@ class OutputDiscarded(Rule):
                 return False  # a module's call, not a reshape of a product
             value = value.func.value
         return False
+
+    def _calls_attending_helper(self, fn: FunctionFacts) -> bool:
+        """Whether ``fn`` calls a method of its class that returns an attention output (the
+        calls of other callees are passed over with one test each)."""
+        methods = fn.owner.methods if fn.owner is not None else {}
+        return any(
+            self._attending_helper(call, fn) is not None for call in fn.calls if self_attribute(call.func) in methods
+        )
 
     def _attending_helper(self, call: cst.Call, fn: FunctionFacts) -> FunctionFacts | None:
         """The method of ``fn``'s class that ``self.helper(...)`` calls, when it returns an

@@ -19,6 +19,7 @@ import libcst as cst
 from attncheck.findings import Parameter, Target
 from attncheck.static.analysis import semantics, syntax
 from attncheck.static.facts import ClassFacts, FunctionFacts
+from attncheck.static.tree import subtree
 from attncheck.static.tree.regions import DEFINITION
 
 if TYPE_CHECKING:
@@ -79,14 +80,15 @@ def _built_kinds(sem: semantics.Semantics, klass: ClassFacts) -> set[str]:
     return {defaults.get(kind, kind) for kind in kinds}
 
 
-_LOOPS = (cst.For, cst.While, cst.ListComp, cst.GeneratorExp)
+_LOOPS = frozenset({cst.For, cst.While, cst.ListComp, cst.GeneratorExp})
 
 
 def _calls_in_loops(node: cst.CSTNode, in_loop: bool = False) -> Iterator[cst.Call]:
-    """The calls made inside a loop or a comprehension under ``node``."""
-    for child in node.children:
-        inside = in_loop or isinstance(child, _LOOPS)
-        if inside and isinstance(child, cst.Call):
+    """The calls made inside a loop or a comprehension under ``node`` (a walk of the nodes
+    that are not trivia: libcst's ``children`` lists every space and comma too)."""
+    for child in subtree.children(node):
+        inside = in_loop or type(child) in _LOOPS
+        if inside and type(child) is cst.Call:
             yield child
         yield from _calls_in_loops(child, inside)
 

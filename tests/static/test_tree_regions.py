@@ -237,3 +237,33 @@ def test_a_member_is_kept_for_a_built_module_only_when_no_kept_member_uses_it():
     assert "def forward" in kept and "def _attend" in kept and "def __init__" in kept
     assert "def _drop" in kept  # the only use of self.dropout
     assert "def _project_again" not in kept and "def _project_once_more" not in kept  # forward uses q_proj
+
+
+def test_a_mask_tiled_by_a_head_count_keeps_its_class():
+    """ATT306's mistake lives in classes with no other attention word (the mask widened for
+    nn.MultiheadAttention): a ``.repeat``/``tile`` by a head count keeps the class; one by other
+    counts does not."""
+    tiled = textwrap.dedent('''
+        class PaddedMixer(nn.Module):
+            def __init__(self, d, nhead):
+                super().__init__()
+                self.nhead = nhead
+                self.mixer = nn.MultiheadAttention(d, nhead, batch_first=True)
+
+            def forward(self, x, pad_mask):
+                b, t, _ = x.shape
+                m = pad_mask.unsqueeze(1).expand(b, t, t).repeat(self.nhead, 1, 1)
+                return self.mixer(x, x, x, attn_mask=m)[0]
+
+
+        class Tiler(nn.Module):
+            def forward(self, x):
+                return torch.tile(x.repeat(1, 2), (3, 1))
+    ''')
+    text = "import torch\nimport torch.nn as nn\n" + tiled + "".join(FILLER.format(n=n) for n in range(MIN_LINES // 10))
+    reduced = attention_regions(text)
+    assert reduced is not None
+    assert "class PaddedMixer" in reduced.text and ".repeat(self.nhead, 1, 1)" in reduced.text
+    assert "class Tiler" not in reduced.text
+    findings = lint(Source("f.py", text), _rules(enabled_codes(Settings()))).findings
+    assert [(f.code, f.line) for f in findings] == [("ATT306", text[: text.index("m = pad_mask")].count("\n") + 1)]

@@ -56,8 +56,10 @@ def reads(node: cst.CSTNode, *names: str) -> bool:
 
 def rebinding(following: Sequence[cst.BaseStatement], name: str) -> cst.BaseExpression | None:
     """The value of the first later ``name = value`` of the block that does not read ``name``, when
-    no statement before it reads it either; None when the name is read first (or never rebound)."""
-    for statement in following:
+    no statement before it reads it either; None when the name is read first (or never rebound).
+    Most names are never bound again by a plain assignment: told without walking a statement."""
+    last = max((position for position, statement in enumerate(following) if bound(statement)[0] == name), default=-1)
+    for statement in following[: last + 1]:
         bound_name, value = bound(statement)
         if bound_name == name and value is not None and not reads(value, name):
             return value

@@ -499,10 +499,10 @@ def crossed_rotation(facts: FileFacts, call: cst.CSTNode, fn: FunctionFacts | No
 def _swap(facts: FileFacts, call: cst.CSTNode, fn: FunctionFacts | None) -> tuple[str, int, str] | None:
     """``(layout of the parts, sign, layout the join makes)`` for ``cat``/``stack`` of a negated
     swap of two parts of one tensor."""
-    if not isinstance(call, cst.Call) or not call.args:
+    if type(call) is not cst.Call or not call.args:  # exact classes: isinstance on libcst's is slow
         return None
     items = call.args[0].value  # tested before the canonical name, which costs more
-    if not isinstance(items, (cst.Tuple, cst.List)) or len(items.elements) != 2:
+    if type(items) not in (cst.Tuple, cst.List) or len(items.elements) != 2:
         return None
     func = facts.canonical(call.func)
     if func not in _CONCAT and func != "torch.stack":

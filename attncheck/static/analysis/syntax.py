@@ -374,8 +374,10 @@ _ROLES = (
 )
 
 
+@cache
 def projection_role(attr: str) -> str | None:
-    """ "q", "k", "v", "qkv", "kv" or "out" from an attribute's name (``W_o`` -> "out")."""
+    """ "q", "k", "v", "qkv", "kv" or "out" from an attribute's name (``W_o`` -> "out"). Kept per
+    name: rules ask it of every ``self.`` call, and a file calls the same few modules again and again."""
     name = attr.lower()
     for prefix in ("w_", "linear_", "lin_"):
         if name.startswith(prefix) and len(name) > len(prefix):

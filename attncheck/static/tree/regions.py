@@ -8,6 +8,7 @@ embeddings, MLPs, heads, docstrings and comments. For files above
 - the module-level imports of names the kept code uses (rules resolve
   ``F.softmax`` through them),
 - top-level functions and classes that contain attention code (``is_relevant``),
+  or a tensor tiled by a head count (a mask widened for ``nn.MultiheadAttention``),
   and classes named as attention that delegate it (``Attention``, ``MHA``...),
 - inside those classes, ``__init__``, the methods that contain attention code,
   and the methods that touch a module the constructor builds (a dropout applied
@@ -57,6 +58,11 @@ _STRONG_WORDS = (
 )
 # Common outside attention too (losses, generation): relevant only next to a product.
 _WEAK_WORDS = (("masked_fill",), (".tri", "l", "u"))
+# A tensor tiled first by a head count (``mask.repeat(self.nhead, 1, 1)``, ``torch.tile(m, (n_heads,
+# 1, 1))``): a mask tiled for nn.MultiheadAttention's (batch * heads) layout (ATT306), in a class
+# that may hold no other attention word. ``_TILED_BY_HEADS`` is tried only where a stem is.
+_TILING_WORDS = ((".repeat(",), ("tile(",))
+_TILED_BY_HEADS = re.compile(r"(?:\.repeat\(|tile\((?:[^()\n]*\()?)\s*[\w.]*head", re.IGNORECASE)
 # ``@`` counts even as a decorator: a class holding a mask fill and a decorated
 # method is kept, and counting only a binary ``@`` would drop a finding on such a
 # class (timm's Gemma4VitEncoder: an -inf fill in a helper).
@@ -129,6 +135,7 @@ class _LineIndex:
         self._openings, self._closings = self._strings()
         self._strong = self._positions_of(_STRONG_WORDS)
         self._weak = self._positions_of(_WEAK_WORDS)
+        self._tilings = [p for p in self._positions_of(_TILING_WORDS) if _TILED_BY_HEADS.match(scan, p)]
 
     @classmethod
     def of_large(cls, text: str) -> _LineIndex | None:
@@ -179,8 +186,9 @@ class _LineIndex:
         return self.scan[start:end]
 
     def is_relevant(self, start: int, end: int) -> bool:
-        """Whether the lines from ``start`` to ``end`` contain the makings of attention."""
-        if _any_between(self._strong, start, end):
+        """Whether the lines from ``start`` to ``end`` contain the makings of attention, or a
+        tensor tiled by a head count."""
+        if _any_between(self._strong, start, end) or _any_between(self._tilings, start, end):
             return True
         return _any_between(self._weak, start, end) and _PRODUCT.search(self.scan, start, end) is not None
 

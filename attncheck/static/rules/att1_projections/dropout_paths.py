@@ -8,14 +8,14 @@ path that skips it, so ATT103 names that branch, as a warning, not the error of 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import libcst as cst
 
 from attncheck.static import facts
 from attncheck.static.analysis import syntax
-from attncheck.static.tree import node_fields
+from attncheck.static.tree import subtree
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ def skipping_branch(fn: facts.FunctionFacts, attr: str, canonical: Canonical) ->
     """The first ``if``/``else`` of ``fn`` that uses ``self.attr`` on one path only, the other path
     computing attention (a softmax or an SDPA call) and dropping out no other way (timm's fused path
     passes ``dropout_p=self.attn_drop_p``); None when every attending path drops out."""
-    for node in _walk(fn.node.body):
+    for node in fn.preorder.nodes:  # the function's nodes, listed once for every analysis
         if type(node) is not cst.If or node.orelse is None:
             continue
         other = node.orelse if type(node.orelse) is cst.If else node.orelse.body
@@ -46,16 +46,8 @@ def skipping_branch(fn: facts.FunctionFacts, attr: str, canonical: Canonical) ->
     return None
 
 
-def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        stack.extend(reversed(node_fields.children(current)))
-
-
 def _uses(node: cst.CSTNode, attr: str) -> bool:
-    return any(type(n) is cst.Attribute and facts.self_attribute(n) == attr for n in _walk(node))
+    return any(type(n) is cst.Attribute and facts.self_attribute(n) == attr for n in subtree.preorder(node))
 
 
 _DROPOUTS = {"torch.nn.functional.dropout", "torch.dropout"}
@@ -64,7 +56,7 @@ _RATE_KEYWORDS = {"dropout_p", "dropout"}
 
 def _drops_out(node: cst.CSTNode, canonical: Canonical) -> bool:
     """``F.dropout(...)``, or a ``dropout_p=``/``dropout=`` rate that is not a literal 0."""
-    for call in _walk(node):
+    for call in subtree.preorder(node):
         if type(call) is cst.Call:
             if canonical(call.func) in _DROPOUTS:
                 return True
@@ -75,7 +67,7 @@ def _drops_out(node: cst.CSTNode, canonical: Canonical) -> bool:
 
 
 def _attends(node: cst.CSTNode, canonical: Canonical) -> bool:
-    for call in _walk(node):
+    for call in subtree.preorder(node):
         if type(call) is cst.Call:
             name = canonical(call.func) or ""
             if name in syntax.SDPA or name.rsplit(".", 1)[-1] == "softmax":

@@ -226,9 +226,9 @@ class MissingQkvProjection(Rule):
 def _discarded_projections(forward: FunctionFacts) -> list[tuple[cst.Call, cst.BaseExpression]]:
     """``(projection call, what overwrites it)`` for each ``v = self.v_proj(x)`` whose name is bound
     again before it is read (``v = x.view(...)``): the projection is computed and thrown away."""
-    rebound = {  # names bound more than once, one of them to a projection: the rest cannot be overwritten
-        name for name, values in forward.assignments.items() if len(values) > 1 and any(map(_projection_call, values))
-    }
+    if not any(_projection_attr(call) is not None for call in forward.calls):
+        return []  # most functions: no projection to throw away, and no value need be walked
+    rebound = {name for name, values in forward.assignments.items() if len(values) > 1}  # the rest stay
     found = []
     for statements in straight_blocks(forward.node.body) if rebound else ():
         for position, statement in enumerate(statements):

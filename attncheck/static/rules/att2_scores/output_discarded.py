@@ -9,7 +9,8 @@ import libcst as cst
 from attncheck.static.analysis import semantics, syntax
 from attncheck.static.analysis.blocks import bound, reads, straight_blocks
 from attncheck.static.analysis.patterns import product_operands, tracer
-from attncheck.static.facts import FunctionFacts, dotted_name
+from attncheck.static.context import FileContext
+from attncheck.static.facts import FunctionFacts, dotted_name, self_attribute
 from attncheck.static.rule import Invalid, Rule
 
 _CLASS = """
@@ -60,13 +61,18 @@ class OutputDiscarded(Rule):
         ),
     )
 
+    def __init__(self, context: FileContext) -> None:
+        super().__init__(context)
+        self._helpers: dict[int, bool] = {}  # by method id: whether it returns an attention output
+
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         fn = self.context.facts.function(node)
         sem = semantics.of(self.context)
-        if fn is None or not any(
-            sem.softmax(call, fn) is not None or syntax.is_sdpa_call(self.context, call) for call in fn.calls
+        if fn is None or not (
+            any(sem.softmax(call, fn) is not None or syntax.is_sdpa_call(self.context, call) for call in fn.calls)
+            or self._calls_attending_helper(fn)
         ):
-            return  # no attention computed here
+            return  # no attention computed here, nor by a helper method it calls
         for statements in straight_blocks(node.body):
             for position, statement in enumerate(statements):
                 name, value = bound(statement)
@@ -89,7 +95,9 @@ class OutputDiscarded(Rule):
         dropout): ``attn @ v``, ``torch.matmul(probs, value)``, reshaped or not
         (``(attn @ v).transpose(1, 2).reshape(b, t, c)``)."""
         for _ in range(6):
-            if type(value) is cst.Call and syntax.is_sdpa_call(self.context, value):
+            if type(value) is cst.Call and (
+                syntax.is_sdpa_call(self.context, value) or self._attending_helper(value, fn) is not None
+            ):
                 return True
             operands = product_operands(value, self.context.facts)
             if operands:
@@ -101,11 +109,53 @@ class OutputDiscarded(Rule):
             value = value.func.value
         return False
 
+    def _calls_attending_helper(self, fn: FunctionFacts) -> bool:
+        """Whether ``fn`` calls a method of its class that returns an attention output (the
+        calls of other callees are passed over with one test each)."""
+        methods = fn.owner.methods if fn.owner is not None else {}
+        return any(
+            self._attending_helper(call, fn) is not None for call in fn.calls if self_attribute(call.func) in methods
+        )
+
+    def _attending_helper(self, call: cst.Call, fn: FunctionFacts) -> FunctionFacts | None:
+        """The method of ``fn``'s class that ``self.helper(...)`` calls, when it returns an
+        attention output (first of a tuple: ``return attn_output, attn_weights``); the output is
+        then computed by the call, and thrown away with it."""
+        owner = fn.owner
+        attr = self_attribute(call.func)
+        helper = owner.methods.get(attr) if owner is not None and attr is not None else None
+        if helper is None or helper is fn:
+            return None
+        known = self._helpers.get(id(helper))
+        if known is None:
+            self._helpers[id(helper)] = False  # a helper calling itself back ends here
+            returned = [_first(ret.value) for ret in semantics.of(self.context).index.returns.get(id(helper), [])
+                        if ret.value is not None]
+            known = self._helpers[id(helper)] = any(self._returns_output(value, helper) for value in returned)
+        return helper if known else None
+
+    def _returns_output(self, value: cst.BaseExpression, helper: FunctionFacts) -> bool:
+        """Whether a helper's returned value is an attention output, as written or as the name it
+        returns was computed (``out = attn @ v; return out.transpose(1, 2)``)."""
+        if self._attention_output(value, helper):
+            return True
+        while type(value) is cst.Call and type(value.func) is cst.Attribute and dotted_name(value.func.value) != "self":
+            value = value.func.value  # the reshapes of the name returned
+        if type(value) is not cst.Name:
+            return False
+        source, where = tracer(self.context).origin(value, helper)
+        return source is not value and where is not None and self._attention_output(source, where)
+
     def _weights(self, operand: cst.BaseExpression, fn: FunctionFacts) -> bool:
         """Whether the left operand of a product holds softmax weights."""
         sem = semantics.of(self.context)
         source, where = tracer(self.context).origin(operand, fn)
         return type(source) is cst.Call and sem.softmax(source, where) is not None
+
+
+def _first(value: cst.BaseExpression) -> cst.BaseExpression:
+    """The first element of a returned tuple (``attn_output, attn_weights``), else the value."""
+    return value.elements[0].value if type(value) is cst.Tuple and value.elements else value
 
 
 def _returned_without(following: Sequence[cst.BaseStatement], name: str) -> cst.BaseExpression | None:

@@ -108,7 +108,7 @@ class RopeOnValue(Rule):
             return
         applied, items = mapped
         name = rp.last_name(applied) or ""
-        helper = _defined(self.context.facts.functions, name)
+        helper = self.context.shared(_functions_by_name).get(name)
         rotates = _ROTARY.search(name) if helper is None else _rotates_first_parameter(self.context, helper)
         value = next((item for item in items if _VALUE.match(rp.last_name(item) or "")), None)
         if rotates and value is not None:
@@ -122,7 +122,7 @@ class RopeOnValue(Rule):
 
     def _check_call(self, index: rp.RopeIndex, call: cst.Call, fn: FunctionFacts | None) -> None:
         name = rp.last_name(call.func) or ""
-        helper = _defined(self.context.facts.functions, name)
+        helper = self.context.shared(_functions_by_name).get(name)
         if not _ROTARY.search(name) and helper is None:
             return  # a helper of the file is judged by its body, whatever its name (``pos(v, cos, sin)``)
         values = [(i, a) for i, a in enumerate(call.args) if _VALUE.match(rp.last_name(a.value) or "")]
@@ -174,9 +174,13 @@ def _rotates_first_parameter(context: FileContext, helper: FunctionFacts) -> boo
     return _rotates_parameter(rp.rope_index(context), helper, 0, argument)
 
 
-def _defined(functions: list[FunctionFacts], name: str) -> FunctionFacts | None:
-    found = [fn for fn in functions if fn.name == name]
-    return found[0] if len(found) == 1 else None
+def _functions_by_name(context: FileContext) -> dict[str, FunctionFacts | None]:
+    """Each function name of the file with its function; None for a name defined more than once.
+    Built once per file: the rule looks up the callee of every call."""
+    found: dict[str, FunctionFacts | None] = {}
+    for fn in context.facts.functions:
+        found[fn.name] = None if fn.name in found else fn
+    return found
 
 
 def _rotates_parameter(index: rp.RopeIndex, helper: FunctionFacts, position: int, argument: cst.Arg) -> bool:

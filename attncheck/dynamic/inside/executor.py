@@ -112,8 +112,16 @@ def error_facts(exc: BaseException, module_file: str | None) -> dict[str, Any]:
     for frame in traceback.extract_tb(exc.__traceback__):
         if module_file and frame.filename == module_file:
             line, function = frame.lineno, frame.name
-    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return {"type": type(exc).__name__, "message": message[:500], "line": line, "function": function}
+    return {"type": type(exc).__name__, "message": error_message(exc)[:500], "line": line, "function": function}
+
+
+def error_message(exc: BaseException) -> str:
+    """The first line of the exception's message, and the next one where the first only introduces it
+    (torch.compile's ``backend='inductor' raised:``, whose cause, the line that says why, follows)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        return ""
+    return f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
 
 
 class _Target:

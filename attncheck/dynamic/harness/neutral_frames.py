@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import sys
 from collections.abc import Sequence
 from types import CodeType, ModuleType
 
 PACKAGE = "attncheck"
 NEUTRAL_FUNCTION = "_"  # every function of the checker, as a frame names it
+
+_aliases: dict[str, ModuleType] = {}  # <stem> -> the module, for imports by that name (``alias``)
 
 # ``python -c BOOTSTRAP MODULE ARGS...`` runs MODULE as ``python -m MODULE ARGS...`` would; its only own
 # frame below the module's is ``<string>``.
@@ -59,18 +62,19 @@ def is_checker_module(name: str) -> bool:
 
 
 def alias(name: str, module: ModuleType) -> None:
-    """Let ``import_module(name)`` find ``module`` (already loaded) from now on: it is entered in
-    ``sys.modules`` under that name, where every import looks first (Dynamo's, tracing eager
-    ``flex_attention`` on CUDA under the recorder's mode, missed a finder's answer)."""
-    sys.modules[name] = module
+    """Let ``import_module(name)`` find ``module`` (already loaded) from now on."""
+    _aliases[name] = module
 
 
 class _NeutralFinder(importlib.abc.MetaPathFinder):
-    """The path finder's spec for the checker's modules, with a loader that renames their code."""
+    """The path finder's spec for the checker's modules, with a loader that renames their code;
+    for an ``alias`` name, the module it stands for."""
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
+        if fullname in _aliases:
+            return importlib.util.spec_from_loader(fullname, _AliasLoader(_aliases[fullname]))
         if not is_checker_module(fullname):
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
@@ -85,6 +89,19 @@ class _NeutralLoader(importlib.machinery.SourceFileLoader):
     def get_code(self, fullname: str) -> CodeType | None:
         code = super().get_code(fullname)
         return None if code is None else _renamed(code, neutral_name(fullname))
+
+
+class _AliasLoader(importlib.abc.Loader):
+    """Hands out a module already loaded and run, under another name."""
+
+    def __init__(self, module: ModuleType) -> None:
+        self.module = module
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        return self.module
+
+    def exec_module(self, module: ModuleType) -> None:
+        """Nothing to run: the module ran when it was first imported."""
 
 
 def _renamed(code: CodeType, filename: str) -> CodeType:

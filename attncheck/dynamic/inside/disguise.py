@@ -59,7 +59,6 @@ def _neutralise(module: types.ModuleType) -> None:
         if isinstance(value, (type, types.FunctionType)) and getattr(value, "__module__", None) in own:
             value.__module__ = stem
     module.__dict__.update(__name__=stem, __file__=stem, __cached__=None, __spec__=None, __loader__=None)
-    if hasattr(module, "__path__"):  # a package: nothing imports its classes by name, and an entry
-        module.__path__ = []  # ``<attncheck>`` in sys.modules would name the checker
-    else:
-        alias(stem, module)
+    if hasattr(module, "__path__"):
+        module.__path__ = []
+    alias(stem, module)

@@ -255,3 +255,11 @@ def test_a_static_only_correct_fragment_gets_no_dynamic_finding(path: Path):
             pytest.skip(f"needs {missing.group(1)}, which this environment lacks")
     assert [(f.code, f.message) for f in findings] == []
     assert all(r.status in ("passed", "skipped") and (r.status == "passed" or r.reason) for r in results)
+
+
+def test_a_scale_mistake_behind_an_additive_mask_api_is_not_also_a_mask_mistake():
+    """Nothing matches with the scale wrong; the bool mask the API adds is the harness's convention, not a
+    second mistake of the module (it was ATT201 + a paired ATT301 "added-keep-mask")."""
+    path = FIXTURES / "buggy" / "additive_mask_api_scale_head_dim_att201.py"
+    findings, _ = check_file(_static(path), Options(device="cpu"), in_process_child)
+    assert {f.code for f in findings} == {"ATT201"}

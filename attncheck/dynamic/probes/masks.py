@@ -143,7 +143,10 @@ def _mismatch(
         f"with every mask convention the output differs from the reference "
         f"(best {errors[best_combo]:.3g} with {combo_text(best_combo)}, tolerance {view.tol:g})"
     )
-    found = explain.diagnose_judge(view, ["plain", "self"], combo) if _diagnosable(view) else None
+    found = None
+    if _diagnosable(view):
+        combo, found = _fewest_mistakes(view, combo, best_combo)
+        leak = _masked_keys(view, combo)
     code = found.code if found is not None and _fit_ok(view) else _mask_code(found)
     if found is not None and code is not None:
         if leak[1] not in (None, code):
@@ -158,6 +161,20 @@ def _mismatch(
             f"output differs from the reference with a key-padding mask: {text}",
         )
     ], leak
+
+
+def _fewest_mistakes(view: JudgeView, combo: str, closest: str) -> tuple[str, explain.Explanation | None]:
+    """The diagnosis on ``combo`` (the documented convention, else True = keep), or on the convention
+    closest to the reference where that one needs fewer mistakes and no convention is stated: a module
+    whose API adds its mask, given the harness's bool one, is not also "adding a 0/1 keep-mask" because
+    a scale mistake keeps every convention from matching."""
+    found = explain.diagnose_judge(view, ["plain", "self"], combo)
+    if closest == combo or stated_convention(view) is not None:
+        return combo, found
+    other = explain.diagnose_judge(view, ["plain", "self"], closest)
+    if other is not None and (found is None or len(other.codes) < len(found.codes)):
+        return closest, other
+    return combo, found
 
 
 def _diagnosable(view: JudgeView) -> bool:

@@ -373,12 +373,55 @@ def test_an_input_added_back_is_read_as_a_block_residual(body, residual):
     assert source_facts.read(source, "forward", 1).input_residual is residual
 
 
-def test_a_vae_attention_block_is_skipped_with_its_residual_named():
-    """Before, the harness fed the GroupNorm a (b, s, d) guess and skipped on its crash (HunyuanImage), or could
-    not size ``in_channels`` passed to a helper (VidTok)."""
+@pytest.mark.parametrize(
+    ("body", "norm"),
+    [
+        ("identity = x\n    x = self.norm(x)\n    return self.proj(x) + identity", "norm"),  # diffusers' VAE block
+        ("h_ = x\n    h_ = self.norm(h_)\n    return x + self.proj_out(h_)", "norm"),  # LDM's AttnBlock
+        ("h = self.group_norm(x)\n    return x + self.proj(h)", "group_norm"),
+        ("h = self.attention(x)\n    return x + self.proj_out(h)", ""),  # VidTok: no norm of its own first
+        ("h = self.norm(x)\n    return self.proj(h)", ""),  # no input added back: no block
+        ("h = self.proj(x)\n    h = self.norm(h)\n    return x + h", ""),  # a norm of what it computed
+    ],
+)
+def test_the_norm_a_residual_block_applies_to_its_input_is_read(body, norm):
+    source = f"def forward(self, x):\n    {body}\n"
+    assert source_facts.read(source, "forward", 1).pre_norm == norm
+
+
+def test_a_vae_attention_block_is_checked_through_its_own_norm_and_residual():
+    """Before, the harness fed the GroupNorm a (b, s, d) guess and skipped on its crash (HunyuanImage), then
+    skipped the block with its residual named; now the reference applies the block's norm and adds its input back."""
     findings, results = check_file(
         file_result(FIXTURES / "correct" / "bind_vae_attention_block.py"), Options(device="cpu"), in_process_child
     )
+    assert findings == [] and [r.status for r in results] == ["passed"]
+    reference = next(c.detail for c in results[0].checks if c.name == "reference")
+    assert "Q=to_q, K=to_k, V=to_v, O=proj" in reference and "norm(input), the input added back" in reference
+
+
+def test_an_input_added_back_without_a_norm_of_its_own_is_still_skipped_with_why(tmp_path):
+    """VidTok's block hands its input to an attention helper and adds it back: no norm of the class reads the
+    input first, so there is no block the reference models."""
+    path = write_module(
+        tmp_path,
+        """
+        import torch
+        from torch import nn
+
+        class Block(nn.Module):
+            def __init__(self, dim):
+                super().__init__()
+                self.qkv = nn.Linear(dim, 3 * dim)
+                self.proj = nn.Linear(dim, dim)
+
+            def forward(self, x):
+                q, k, v = self.qkv(x).chunk(3, dim=-1)
+                h = torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1) @ v
+                return x + self.proj(h)
+        """,
+    )
+    findings, results = check_file(file_result(path), Options(device="cpu"), in_process_child)
     assert findings == [] and [r.status for r in results] == ["skipped"]
     assert results[0].reason.startswith(INPUT_RESIDUAL)
 

@@ -624,8 +624,8 @@ UPSAMPLED = (
 )
 INPUT_RESIDUAL = (
     "forward adds its input back to what it computed (the residual of a block inside the attention class, as "
-    "in a VAE or U-Net attention block) with no norm layer of its own applied to that input first: the reference "
-    "models the block x + attention(norm(x)) and checks attention alone otherwise"
+    "in a VAE or U-Net attention block), and forward itself applies no norm layer of the class to that input "
+    "first: the reference models the block x + attention(norm(x)), and checks attention alone otherwise"
 )
 
 

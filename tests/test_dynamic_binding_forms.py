@@ -21,6 +21,7 @@ from attncheck.dynamic.binding.bind import (
 )
 from attncheck.dynamic.binding.mask_docs import documented_float, documented_shape
 from attncheck.dynamic.inside.recorder import _einsum_weight
+from attncheck.dynamic.probes.judge import UNDESCRIBED_PRE_NORM
 from attncheck.dynamic.runner import check_file
 from tests.dynamic_support import FIXTURES, Options, file_result, in_process_child, write_module
 
@@ -398,6 +399,42 @@ def test_a_vae_attention_block_is_checked_through_its_own_norm_and_residual():
     assert findings == [] and [r.status for r in results] == ["passed"]
     reference = next(c.detail for c in results[0].checks if c.name == "reference")
     assert "Q=to_q, K=to_k, V=to_v, O=proj" in reference and "norm(input), the input added back" in reference
+
+
+def test_a_residual_block_whose_norm_the_reference_cannot_read_is_skipped_with_why(tmp_path):
+    """A norm of the module's own making (no affine weight, no eps) cannot be applied by the reference: the
+    mismatch that leaves is no evidence of a mistake (never ATT903)."""
+    path = write_module(
+        tmp_path,
+        """
+        import torch
+        from torch import nn
+
+        class PixelNorm(nn.Module):
+            def forward(self, x):
+                return x / x.pow(2).mean(dim=1, keepdim=True).add(1e-8).sqrt()
+
+        class AttnBlock(nn.Module):
+            def __init__(self, in_channels):
+                super().__init__()
+                self.norm = PixelNorm()
+                self.q = nn.Conv2d(in_channels, in_channels, 1)
+                self.k = nn.Conv2d(in_channels, in_channels, 1)
+                self.v = nn.Conv2d(in_channels, in_channels, 1)
+                self.proj_out = nn.Conv2d(in_channels, in_channels, 1)
+
+            def forward(self, x):
+                h = self.norm(x)
+                q, k, v = self.q(h), self.k(h), self.v(h)
+                b, c, hh, ww = q.shape
+                q, k, v = (t.reshape(b, c, hh * ww).transpose(1, 2) for t in (q, k, v))
+                out = torch.softmax(q @ k.transpose(1, 2) * c**-0.5, dim=-1) @ v
+                return x + self.proj_out(out.transpose(1, 2).reshape(b, c, hh, ww))
+        """,
+    )
+    findings, results = check_file(file_result(path), Options(device="cpu"), in_process_child)
+    assert findings == [] and [r.status for r in results] == ["skipped"], results[0].checks
+    assert results[0].reason.startswith(UNDESCRIBED_PRE_NORM.format(name="norm"))
 
 
 def test_an_input_added_back_without_a_norm_of_its_own_is_still_skipped_with_why(tmp_path):

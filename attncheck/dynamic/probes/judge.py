@@ -141,6 +141,13 @@ def plan(binding: Binding, index: int, seed: int, sizes: Sizes = DEFAULT, compil
     return Plan(binding, unit, planner.tensors, planner.keep, sizes)
 
 
+UNDESCRIBED_PRE_NORM = (
+    "its forward applies self.{name} to its input before the projections and adds the input back, and that "
+    "layer is no GroupNorm, LayerNorm or RMS norm with an affine weight as wide as the input, which the reference "
+    "reads to model the block"
+)
+
+
 class Judge:
     """``base.JudgeView`` of one target's replies: its outputs, the reference and the best fit."""
 
@@ -166,6 +173,8 @@ class Judge:
         self.pooling: pooling.Queries | None = None  # the queries a pooling module attends with
         self.post_norm = self._post_norm()
         self.pre_norm = self._pre_norm()
+        if self.binding.pre_norm and self.pre_norm is None:
+            self.unmodelled = UNDESCRIBED_PRE_NORM.format(name=self.binding.pre_norm)
 
     # -- helpers
 

@@ -21,6 +21,7 @@ from attncheck.dynamic.binding.bind import (
 )
 from attncheck.dynamic.binding.mask_docs import documented_float, documented_shape
 from attncheck.dynamic.inside.recorder import _einsum_weight
+from attncheck.dynamic.probes.judge import UNDESCRIBED_PRE_NORM
 from attncheck.dynamic.runner import check_file
 from tests.dynamic_support import FIXTURES, Options, file_result, in_process_child, write_module
 
@@ -373,12 +374,91 @@ def test_an_input_added_back_is_read_as_a_block_residual(body, residual):
     assert source_facts.read(source, "forward", 1).input_residual is residual
 
 
-def test_a_vae_attention_block_is_skipped_with_its_residual_named():
-    """Before, the harness fed the GroupNorm a (b, s, d) guess and skipped on its crash (HunyuanImage), or could
-    not size ``in_channels`` passed to a helper (VidTok)."""
+@pytest.mark.parametrize(
+    ("body", "norm"),
+    [
+        ("identity = x\n    x = self.norm(x)\n    return self.proj(x) + identity", "norm"),  # diffusers' VAE block
+        ("h_ = x\n    h_ = self.norm(h_)\n    return x + self.proj_out(h_)", "norm"),  # LDM's AttnBlock
+        ("h = self.group_norm(x)\n    return x + self.proj(h)", "group_norm"),
+        ("h = self.attention(x)\n    return x + self.proj_out(h)", ""),  # VidTok: no norm of its own first
+        ("h = self.norm(x)\n    return self.proj(h)", ""),  # no input added back: no block
+        ("h = self.proj(x)\n    h = self.norm(h)\n    return x + h", ""),  # a norm of what it computed
+    ],
+)
+def test_the_norm_a_residual_block_applies_to_its_input_is_read(body, norm):
+    source = f"def forward(self, x):\n    {body}\n"
+    assert source_facts.read(source, "forward", 1).pre_norm == norm
+
+
+def test_a_vae_attention_block_is_checked_through_its_own_norm_and_residual():
+    """Before, the harness fed the GroupNorm a (b, s, d) guess and skipped on its crash (HunyuanImage), then
+    skipped the block with its residual named; now the reference applies the block's norm and adds its input back."""
     findings, results = check_file(
         file_result(FIXTURES / "correct" / "bind_vae_attention_block.py"), Options(device="cpu"), in_process_child
     )
+    assert findings == [] and [r.status for r in results] == ["passed"]
+    reference = next(c.detail for c in results[0].checks if c.name == "reference")
+    assert "Q=to_q, K=to_k, V=to_v, O=proj" in reference and "norm(input), the input added back" in reference
+
+
+def test_a_residual_block_whose_norm_the_reference_cannot_read_is_skipped_with_why(tmp_path):
+    """A norm of the module's own making (no affine weight, no eps) cannot be applied by the reference: the
+    mismatch that leaves is no evidence of a mistake (never ATT903)."""
+    path = write_module(
+        tmp_path,
+        """
+        import torch
+        from torch import nn
+
+        class PixelNorm(nn.Module):
+            def forward(self, x):
+                return x / x.pow(2).mean(dim=1, keepdim=True).add(1e-8).sqrt()
+
+        class AttnBlock(nn.Module):
+            def __init__(self, in_channels):
+                super().__init__()
+                self.norm = PixelNorm()
+                self.q = nn.Conv2d(in_channels, in_channels, 1)
+                self.k = nn.Conv2d(in_channels, in_channels, 1)
+                self.v = nn.Conv2d(in_channels, in_channels, 1)
+                self.proj_out = nn.Conv2d(in_channels, in_channels, 1)
+
+            def forward(self, x):
+                h = self.norm(x)
+                q, k, v = self.q(h), self.k(h), self.v(h)
+                b, c, hh, ww = q.shape
+                q, k, v = (t.reshape(b, c, hh * ww).transpose(1, 2) for t in (q, k, v))
+                out = torch.softmax(q @ k.transpose(1, 2) * c**-0.5, dim=-1) @ v
+                return x + self.proj_out(out.transpose(1, 2).reshape(b, c, hh, ww))
+        """,
+    )
+    findings, results = check_file(file_result(path), Options(device="cpu"), in_process_child)
+    assert findings == [] and [r.status for r in results] == ["skipped"], results[0].checks
+    assert results[0].reason.startswith(UNDESCRIBED_PRE_NORM.format(name="norm"))
+
+
+def test_an_input_added_back_without_a_norm_of_its_own_is_still_skipped_with_why(tmp_path):
+    """VidTok's block hands its input to an attention helper and adds it back: no norm of the class reads the
+    input first, so there is no block the reference models."""
+    path = write_module(
+        tmp_path,
+        """
+        import torch
+        from torch import nn
+
+        class Block(nn.Module):
+            def __init__(self, dim):
+                super().__init__()
+                self.qkv = nn.Linear(dim, 3 * dim)
+                self.proj = nn.Linear(dim, dim)
+
+            def forward(self, x):
+                q, k, v = self.qkv(x).chunk(3, dim=-1)
+                h = torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1) @ v
+                return x + self.proj(h)
+        """,
+    )
+    findings, results = check_file(file_result(path), Options(device="cpu"), in_process_child)
     assert findings == [] and [r.status for r in results] == ["skipped"]
     assert results[0].reason.startswith(INPUT_RESIDUAL)
 

@@ -147,6 +147,7 @@ def test_function_targets_are_not_explained_by_projection_or_layout_mistakes():
 
 class _FunctionJudge:
     style = "function"
+    pre_norm = None  # a function is no residual block (JudgeView)
 
     def __init__(self):
         gen = torch.Generator().manual_seed(5)

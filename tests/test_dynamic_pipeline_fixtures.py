@@ -108,8 +108,6 @@ LEGITIMATE_SKIPS: dict[tuple[str, str], str] = {
     ("buggy/lecture_heads_global_width_scale_c_att201.py", "MultiHeadAttention"): "the lecture's heads as "
     "separate Head modules, concatenated: each Head is its own target (and is checked, here ATT201), the list "
     "of them is not assembled into one reference",
-    ("correct/bind_vae_attention_block.py", "VAEAttentionBlock"): "a VAE block's GroupNorm, attention and "
-    "residual in one class: the residual is named, the reference checks attention alone",
     ("correct/bind_convolution_attention_forms.py", "MultiHeadConvAttention"): "NextViT's convolution named "
     "attention: it computes no attention, and says so",
     ("correct/bind_convolution_attention_forms.py", "DownsampledConvAttention"): "LowFormer's attention over "

@@ -413,6 +413,9 @@ class Binding:
     declared_variant: DeclaredVariant | None = None  # the declaration's kv_heads, rope, rope_base
     names_dropout: bool = True  # the code spells a dropout: a config's rates may be its own
     post_norm: bool = False  # forward returns ``self.norm(out + input)``: the reference applies the module's norm
+    # forward returns ``x + proj(attention(self.<pre_norm>(x)))`` (a VAE / U-Net block): the reference applies
+    # that layer of the module to its input and adds the input back ('' when it does not)
+    pre_norm: str = ""
 
     @property
     def filled_hint(self) -> str:
@@ -507,8 +510,10 @@ def bind(target: Target, declaration: Mapping[str, Any] | None = None, source: s
             return _skip(target, forward)
     if (target.is_class and not forward.per_head) or forward.rank == 3:  # (b, s, d) inputs, not per-head ones
         forward = replace(forward, sequence_first=layout.sequence_first(code, docs, forward.roles[0][0]))
-        if target.is_class and code.input_residual:
+        if target.is_class and code.input_residual and not code.pre_norm:
             return _skip(target, INPUT_RESIDUAL)
+        if target.is_class and code.pre_norm and forward.image is None:
+            forward = replace(forward, image=_block_layout(code))
         if target.is_class and code.convolution_only:  # nothing to declare: no hint
             return Binding(target, reason=CONVOLUTION_ONLY)
         if target.is_class and code.upsamples:
@@ -544,7 +549,8 @@ def bind(target: Target, declaration: Mapping[str, Any] | None = None, source: s
     if variant is not None and variant.kv_heads is not None:
         candidates = tuple(_with_kv_heads(c, variant.kv_heads) for c in candidates)
     return Binding(target, candidates, forward, dims, mask, causal, code_not_causal=not_causal,
-                   declared_variant=variant, names_dropout=code.names_dropout, post_norm=code.post_norm_residual)
+                   declared_variant=variant, names_dropout=code.names_dropout, post_norm=code.post_norm_residual,
+                   pre_norm=code.pre_norm)
 
 
 def _with_kv_heads(candidate: InitCandidate, kv_heads: int) -> InitCandidate:
@@ -597,6 +603,12 @@ def image_layout(names: tuple[str, ...]) -> ImageLayout | None:
     return None
 
 
+def _block_layout(code: source_facts.CodeFacts) -> ImageLayout | None:
+    """The feature-map layout a residual block unpacks from what its norm and projections made
+    (LDM's ``b, c, h, w = q.shape``): its input has that layout too, as the residual adds them."""
+    return next(filter(None, map(image_layout, code.shapes_unpacked)), None)
+
+
 METHOD_OUTSIDE_CLASS = (
     "a method written outside its class (its first parameter is self: a forward patched onto the classes "
     "that use it); it reads its module's own layers, so it is checked through those classes"
@@ -612,8 +624,8 @@ UPSAMPLED = (
 )
 INPUT_RESIDUAL = (
     "forward adds its input back to what it computed (the residual of a block inside the attention class, as "
-    "in a VAE or U-Net attention block: GroupNorm, attention, residual), which the reference does not model: it "
-    "checks attention alone"
+    "in a VAE or U-Net attention block), and forward itself applies no norm layer of the class to that input "
+    "first: the reference models the block x + attention(norm(x)), and checks attention alone otherwise"
 )
 
 

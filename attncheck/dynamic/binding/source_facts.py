@@ -43,6 +43,11 @@ class CodeFacts:
     # forward returns its input added to what it computed (``return x + identity``, ``identity = x`` kept from
     # before the norm): the residual of a VAE / U-Net attention block (GroupNorm, attention, residual)
     input_residual: bool = False
+    # the layer that forward's input goes through before anything else reads it (``h = self.norm(x)``), in a
+    # forward that adds its input back: the pre-norm of a VAE / U-Net attention block ('' when there is none)
+    pre_norm: str = ""
+    # the axis names of every ``a, b, c, d = t.shape`` in forward, whatever ``t`` is (LDM's ``q.shape``)
+    shapes_unpacked: tuple[tuple[str, ...], ...] = ()
     # The class computes no attention: no softmax, attention call or product of tensors anywhere in it, and its
     # forward calls only convolution, norm, activation, pooling and dropout layers (NextViT's ConvAttention)
     convolution_only: bool = False
@@ -105,6 +110,7 @@ def read(source: str, name: str, line: int) -> CodeFacts:
     if init is not None:
         uses = {**dict.fromkeys(_unread(node, init), "unread"), **uses}
     unpacked = _unpacked(forward) if forward is not None else {}
+    residual = forward is not None and _input_residual(forward)
     return CodeFacts(
         found=True,
         init_uses=uses,
@@ -118,7 +124,9 @@ def read(source: str, name: str, line: int) -> CodeFacts:
         functions=frozenset(n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))),
         config_classes=frozenset(n.name for n in tree.body if isinstance(n, ast.ClassDef) and _built_from_config(n)),
         post_norm_residual=forward is not None and _post_norm_residual(forward),
-        input_residual=forward is not None and _input_residual(forward),
+        input_residual=residual,
+        pre_norm=_pre_norm(forward) if forward is not None and residual else "",
+        shapes_unpacked=_shapes_unpacked(forward) if forward is not None else (),
         convolution_only=isinstance(node, ast.ClassDef) and forward is not None and _convolution_only(node, forward),
         upsamples=isinstance(node, ast.ClassDef) and _upsamples(node),
         builds_layers=init is not None and _builds_layers(init),
@@ -252,6 +260,17 @@ def _shape_of(value: ast.AST) -> str | None:
     return None
 
 
+def _shapes_unpacked(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[tuple[str, ...], ...]:
+    """The names of each tuple a shape is unpacked into anywhere in forward (``b, c, h, w = q.shape``)."""
+    return tuple(
+        tuple(e.id if isinstance(e, ast.Name) else "_" for e in target.elts)
+        for node in ast.walk(forward)
+        if isinstance(node, ast.Assign) and _shape_of(node.value) is not None
+        for target in node.targets
+        if isinstance(target, ast.Tuple)
+    )
+
+
 def _unpacked(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, tuple[str, ...]]:
     """``b, s, d = x.shape`` before ``x`` is rebound: x is 3-D, its axes named b, s, d."""
     params = set(_arguments(forward))
@@ -345,6 +364,28 @@ def _input_residual(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
         copies = isinstance(node.value, ast.Name) and node.value.id in holding
         holding = (holding - targets) | (targets if copies else set())
     return False
+
+
+def _pre_norm(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
+    """The ``self.<layer>`` named like a norm that forward applies to its first input or to a plain copy of it
+    (``h_ = x; h_ = self.norm(h_)``, LDM's ``AttnBlock``): what the projections of a residual block read."""
+    params = _arguments(forward)
+    if not params:
+        return ""
+    holding = {params[0]}
+    for node in sorted(
+        (n for n in ast.walk(forward) if isinstance(n, (ast.Assign, ast.Call))), key=lambda n: (n.lineno, n.col_offset)
+    ):
+        if isinstance(node, ast.Assign):
+            if isinstance(node.value, ast.Name) and node.value.id in holding:
+                holding |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+            continue
+        func = node.func
+        own_layer = isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self"
+        reads_input = bool(node.args) and isinstance(node.args[0], ast.Name) and node.args[0].id in holding
+        if own_layer and reads_input and "norm" in func.attr.lower():
+            return func.attr
+    return ""
 
 
 _ATTENDS = re.compile(r"^(mm|bmm|baddbmm|matmul|einsum)$|softmax|att|sdpa|flash|mha", re.IGNORECASE)

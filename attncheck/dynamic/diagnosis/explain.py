@@ -23,6 +23,7 @@ import torch
 from attncheck.dynamic import codes
 from attncheck.dynamic.diagnosis.diagnose import Diagnosis, diagnose
 from attncheck.dynamic.probes.base import Fit, JudgeView
+from attncheck.dynamic.reference import pre_norm
 from attncheck.dynamic.reference.mha import Causal, Projections, RopeHook
 from attncheck.dynamic.reference.mutants import MUTANTS, Case, Mutant, Setting
 from attncheck.dynamic.reference.post_norm import PostHook
@@ -67,7 +68,10 @@ def observation(
     if judge.style == "function":
         query, key, value = _as_tokens(query), _as_tokens(key), _as_tokens(value)
         output = output.reshape(*output.shape[:2], -1)  # (b, q, h, dh) -> (b, q, d)
-    case = Case(query, key, value, keep=keep, causal=causal, position_ids=position_ids)
+    residual = None
+    if judge.pre_norm is not None:  # a VAE block: the mutants read the normalised input, the raw one is added back
+        residual, (query, key, value) = query, (judge.pre_norm[1](t) for t in (query, key, value))
+    case = Case(query, key, value, keep=keep, causal=causal, position_ids=position_ids, residual=residual)
     return case, output
 
 
@@ -188,6 +192,7 @@ def settings_for_judge(judge: JudgeView) -> list[Setting]:
         else:
             specs = [None]
         post = judge.post_norm[1] if judge.post_norm is not None else None
+        post = pre_norm.residual if judge.pre_norm is not None else post
         settings += [setting_for(projections, heads, kv_heads, spec, reading, post) for spec in specs]
     return settings
 

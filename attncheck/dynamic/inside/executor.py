@@ -128,6 +128,8 @@ class _Target:
     """One target being exercised: its instances and how to call them."""
 
     def __init__(self, module: types.ModuleType, unit: dict, tensors: Tensors, device: torch.device, seed: int):
+        if (unit.get("forward") or {}).get("image") == "bchw":
+            tensors = {name: _channels_major(t) for name, t in tensors.items()}
         self.module, self.unit, self.tensors, self.device, self.seed = module, unit, tensors, device, seed
         self.obj = getattr(module, unit["name"])
         self.file = getattr(module, "__file__", None)
@@ -537,7 +539,7 @@ def _run_experiment(target: _Target, experiment: Experiment, facts: dict, out: T
             length = target.tensors[next(iter(experiment.inputs.values()))].shape[-2]
             instance, declared = variant_runs.prepare(instance, experiment.variant, length, target.rebuilt)
         if experiment.record:
-            recorder = Recorder(instance, target.tensors, experiment.inputs)
+            recorder = Recorder(instance, target.tensors, experiment.inputs, target.unit.get("pre_norm", ""))
         if experiment.perturb_kv and isinstance(instance, nn.Module):
             perturbing = kv_perturb.install(instance, experiment.perturb_kv, is_projection)
         if isinstance(instance, nn.Module):
@@ -631,6 +633,13 @@ def _split_output(result: Any, target: _Target, experiment: Experiment) -> tuple
 def _as_map(sequence: torch.Tensor, layout: str) -> torch.Tensor:
     """A (batch, seq, dim) input as the 1 x seq feature map a class on images takes."""
     return sequence.transpose(1, 2).unsqueeze(2) if layout == "bchw" else sequence.unsqueeze(1)
+
+
+def _channels_major(tensor: torch.Tensor) -> torch.Tensor:
+    """A (batch, seq, dim) tensor stored channel by channel, so that its (batch, dim, 1, seq) map is
+    contiguous, as a real feature map is, and still shares its storage (the recorder knows inputs by it):
+    torch 2.13's CPU GroupNorm backward crashes with SIGSEGV on the transposed view of a token-major one."""
+    return tensor.transpose(1, 2).contiguous().transpose(1, 2) if tensor.ndim == 3 else tensor
 
 
 def _as_sequence(feature_map: torch.Tensor, layout: str) -> torch.Tensor:

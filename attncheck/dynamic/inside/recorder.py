@@ -71,7 +71,9 @@ def pointer(tensor: torch.Tensor) -> int:
 class Recorder(TorchFunctionMode):
     """Records projections (by hooks and by parameter flow) and softmax calls during one experiment."""
 
-    def __init__(self, instance: Any, tensors: Tensors, roles: dict[str, str]):
+    def __init__(self, instance: Any, tensors: Tensors, roles: dict[str, str], pre_norm: str = ""):
+        """``pre_norm``: the layer a residual block applies to its input first (a VAE's GroupNorm), whose
+        output the projections read as that input."""
         super().__init__()
         self.softmax: list[dict[str, Any]] = []
         self.calls: list[tuple[str, torch.Tensor, torch.Tensor | None, str]] = []  # name, weight, bias, read
@@ -90,6 +92,9 @@ class Recorder(TorchFunctionMode):
                 if is_projection(layer) and not _inside_mha(instance, layer_name):
                     self.handles.append(layer.register_forward_hook(self._hook(layer_name)))
                     hooked.update(pointer(p) for p in layer.parameters(recurse=False))
+            norm = dict(instance.named_children()).get(pre_norm) if pre_norm else None
+            if norm is not None:
+                self.handles.append(norm.register_forward_hook(self._normalised))
             for name, param in instance.named_parameters():
                 if pointer(param) not in hooked and param.ndim in (1, 2):
                     self.parameters.setdefault(pointer(param), (name, param))
@@ -107,6 +112,13 @@ class Recorder(TorchFunctionMode):
             )
 
         return hook
+
+    def _normalised(self, layer: nn.Module, args: tuple, output: Any) -> None:
+        """The pre-norm's output is read as the input it normalised."""
+        read = self.pointers.get(pointer(args[0])) if args and isinstance(args[0], torch.Tensor) else None
+        if read is not None and isinstance(output, torch.Tensor):
+            self.outputs.append(output)
+            self.pointers.setdefault(pointer(output), read)
 
     def _record(
         self,

@@ -90,13 +90,14 @@ def _norm(layer: nn.Module, out: dict[str, torch.Tensor], key: str) -> dict[str,
     eps = next((getattr(layer, n) for n in ("eps", "variance_epsilon", "epsilon") if hasattr(layer, n)), None)
     if not isinstance(weight, torch.Tensor) or weight.ndim != 1 or not isinstance(eps, (int, float)):
         return None
-    kind = "layer" if isinstance(layer, nn.LayerNorm) else "rms"
+    kind = "layer" if isinstance(layer, nn.LayerNorm) else "group" if isinstance(layer, nn.GroupNorm) else "rms"
     out[f"{key}/weight"] = weight.detach().to("cpu", torch.float64)
     bias = getattr(layer, "bias", None)
     if isinstance(bias, torch.Tensor):
         out[f"{key}/bias"] = bias.detach().to("cpu", torch.float64)
     offset = 1.0 if type(layer).__name__.startswith("Gemma") else 0.0  # Gemma's RMSNorm scales by 1 + weight
-    return {"kind": kind, "eps": float(eps), "bias": isinstance(bias, torch.Tensor), "offset": offset}
+    groups = layer.num_groups if isinstance(layer, nn.GroupNorm) else 1
+    return {"kind": kind, "eps": float(eps), "bias": isinstance(bias, torch.Tensor), "offset": offset, "groups": groups}
 
 
 def _is_token_norm(layer: nn.Module) -> bool:
@@ -168,6 +169,13 @@ def declarations(instance: nn.Module, out: dict[str, torch.Tensor]) -> dict[str,
         described = _norm(layer, out, f"declared/post/{name}")
         if described is not None:
             post_norms[name] = described
+    pre_norms = {}
+    for name, layer in children.items():  # a norm a residual block's forward may apply to its input (VAE, U-Net)
+        if not (_is_token_norm(layer) or isinstance(layer, nn.GroupNorm)):
+            continue
+        described = _norm(layer, out, f"declared/pre/{name}")
+        if described is not None:
+            pre_norms[name] = described
     seen = {name for name, _ in instance.named_modules()} | set(vars(instance))
     if config is not None:
         seen |= set(vars(config)) if hasattr(config, "__dict__") else set()
@@ -175,5 +183,6 @@ def declarations(instance: nn.Module, out: dict[str, torch.Tensor]) -> dict[str,
     unmodelled = sorted({why for name, why in UNMODELLED.items() if name in leaves})
     return {
         "scalars": scalars, "tensors": _tensors(instance, out), "norms": norms, "post_norms": post_norms,
+        "pre_norms": pre_norms,
         "unmodelled": unmodelled,
     }

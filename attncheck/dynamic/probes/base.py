@@ -24,6 +24,7 @@ from attncheck.dynamic.reference import mha as reference
 from attncheck.dynamic.reference.forms import Form
 from attncheck.dynamic.reference.pooling import Queries
 from attncheck.dynamic.reference.post_norm import PostHook
+from attncheck.dynamic.reference.pre_norm import PreHook
 from attncheck.dynamic.reference.rope import RopeSpec
 from attncheck.dynamic.reference.variant_fit import Candidate
 from attncheck.dynamic.reference.variants import Variant
@@ -118,6 +119,7 @@ class JudgeView(Protocol):
     unmodelled: str  # why the reference cannot model this target, noted by the reference probe
     pooling: Queries | None  # the queries a pooling module attends with (its class token's, or its own)
     post_norm: tuple[str, PostHook] | None  # the module's own norm(output + input) and its layer's name (TVP)
+    pre_norm: tuple[str, PreHook] | None  # the norm q, k, v read of a block's input, which it adds back (VAE)
 
     def is_causal(self) -> tuple[bool, str]: ...
     def docs(self) -> str: ...

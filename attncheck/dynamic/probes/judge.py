@@ -33,6 +33,7 @@ from attncheck.dynamic.reference import (
     differential,
     pooling,
     post_norm,
+    pre_norm,
     talking_heads,
     unmodelled,
     variant_fit,
@@ -134,9 +135,17 @@ def plan(binding: Binding, index: int, seed: int, sizes: Sizes = DEFAULT, compil
         "head_dim": binding.dims.width // binding.dims.heads,
         "candidates": [c.to_request() for c in binding.candidates],
         "forward": binding.forward.to_request() if binding.forward else None,
+        "pre_norm": binding.pre_norm,  # the recorder reads that layer's output as the input it normalised
         "experiments": [experiment.to_request() for experiment in planner.experiments],
     }
     return Plan(binding, unit, planner.tensors, planner.keep, sizes)
+
+
+UNDESCRIBED_PRE_NORM = (
+    "its forward applies self.{name} to its input before the projections and adds the input back, and that "
+    "layer is no GroupNorm, LayerNorm or RMS norm with an affine weight as wide as the input, which the reference "
+    "reads to model the block"
+)
 
 
 class Judge:
@@ -163,6 +172,9 @@ class Judge:
         self.unmodelled = ""  # why the reference cannot model this target (the target is skipped, never ATT903)
         self.pooling: pooling.Queries | None = None  # the queries a pooling module attends with
         self.post_norm = self._post_norm()
+        self.pre_norm = self._pre_norm()
+        if self.binding.pre_norm and self.pre_norm is None:
+            self.unmodelled = UNDESCRIBED_PRE_NORM.format(name=self.binding.pre_norm)
 
     # -- helpers
 
@@ -203,6 +215,9 @@ class Judge:
         assert fit.assignment is not None
         if fit.form is not None:
             return fit.form(query, key, value, fit.assignment.projections, keep)
+        block_input = query
+        if self.pre_norm is not None:  # a VAE block: q, k, v read the module's norm of its input
+            query, key, value = (self.pre_norm[1](t) for t in (query, key, value))
         attended = reference.mha(
             query,
             key,
@@ -216,6 +231,8 @@ class Judge:
             qk_norm=fit.qk_norm,
             variant=fit.variant,
         )
+        if self.pre_norm is not None:
+            return pre_norm.residual(attended, block_input)
         return attended if self.post_norm is None else self.post_norm[1](attended, query)
 
     def _post_norm(self) -> tuple[str, post_norm.PostHook] | None:
@@ -224,6 +241,14 @@ class Judge:
             return None
         found = post_norm.hooks(self.facts.get("declared"), self.out, self.binding.dims.width)
         return found[0] if found else None
+
+    def _pre_norm(self) -> tuple[str, pre_norm.PreHook] | None:
+        """The module's own norm of its input before the projections, when its forward adds that input back
+        (a VAE / U-Net block); None otherwise."""
+        if not self.binding.pre_norm:
+            return None
+        found = pre_norm.hook(self.binding.pre_norm, self.facts.get("declared"), self.out, self.binding.dims.width)
+        return (self.binding.pre_norm, found) if found is not None else None
 
     def lengths(self) -> tuple[int, int]:
         """(query, key) lengths of the plain run."""
@@ -373,6 +398,8 @@ class Judge:
         pooled = f"; {self.pooling.text}" if self.pooling is not None and self.fit.error <= self.tol else ""
         whole = f"; {self.fit.form.text}" if self.fit.form is not None else ""
         norm = f"; then the module's {self.post_norm[0]}(output + input)" if self.post_norm is not None else ""
+        if self.pre_norm is not None:
+            norm = f"; on the module's {self.pre_norm[0]}(input), the input added back"
         return f"{mapping}; causal: {self.fit.causal}{rope}{variant}{pooled}{whole}{norm}"
 
     def verdicts(self) -> list[Verdict]:

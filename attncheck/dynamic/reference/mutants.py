@@ -56,6 +56,7 @@ class Case:
     keep: torch.Tensor | None = None
     causal: Causal = "none"
     position_ids: torch.Tensor | None = None
+    residual: torch.Tensor | None = None  # a block's raw input, added back, when q, k, v read its norm (VAE)
 
     def positions(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(query positions, key positions) for the rotary embedding."""
@@ -385,7 +386,9 @@ class Stages:
 
     def _post(self, out: torch.Tensor) -> torch.Tensor:
         """The module's residual and post-norm around one output or a stack of them."""
-        return out if self.setting.post is None else self.setting.post(out, self.case.query)
+        if self.setting.post is None:
+            return out
+        return self.setting.post(out, self.case.query if self.case.residual is None else self.case.residual)
 
     def outputs(self, candidates: Sequence[Knobs]) -> list[torch.Tensor | None]:
         """The outputs of many mutants, None where one cannot be built.

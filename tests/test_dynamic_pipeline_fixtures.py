@@ -261,3 +261,12 @@ def test_a_scale_mistake_behind_an_additive_mask_api_is_not_also_a_mask_mistake(
     path = FIXTURES / "buggy" / "additive_mask_api_scale_head_dim_att201.py"
     findings, _ = check_file(_static(path), Options(device="cpu"), in_process_child)
     assert {f.code for f in findings} == {"ATT201"}
+
+
+def test_a_rope_base_the_module_only_shares_rotates_nothing():
+    """Dia's cross-attention reads its decoder's config (rope_theta in it) and rotates nothing: its declared
+    scale of 1 fits once the reference stops rotating for it (it was skipped as an unmodelled scale)."""
+    path = FIXTURES / "correct" / "cross_attention_config_rope_unrotated.py"
+    findings, results = check_file(_static(path), Options(device="cpu"), in_process_child)
+    assert findings == []
+    assert {r.target.name: r.status for r in results}["DecoderCrossAttention"] == "passed"

@@ -103,6 +103,8 @@ def rope_specs(declared: Declared, rotary: bool) -> list[RopeSpec | None]:
     scaling = declared.scalar(("rope_scaling",)) or declared.scalar(("rope_parameters",))
     if inv_freq is None and base is None and not scaling:
         return [None]
+    if inv_freq is None and not rotary:  # only a base in a config the module shares (Dia's cross-attention
+        return [None]  # reads its decoder's rope_theta): code that shows no rotation rotates nothing
     if isinstance(scaling, Mapping) and base is None:
         base = scaling.get("rope_theta")
     width = _rotary_width(declared, inv_freq)

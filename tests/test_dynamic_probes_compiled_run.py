@@ -4,13 +4,14 @@ Compiling flex_attention for the CPU took 16-35 s for the probes' one shape with
 (``bench/flex_compile.py``), against 3 s a module, so every forward of such code runs eagerly and
 the forward check says how to ask for the compiled run. Asked, one more run of the plain inputs
 takes the compiled path, in float32, held to the float64 reference. The test that compiles is
-slow and runs only with ATTNCHECK_COMPILE_TESTS=1; the sandbox refuses the compiler process, so
-it runs in process.
+slow (16-35 s) but runs in the suite wherever a C++ compiler is (Inductor needs one); the sandbox
+refuses the compiler process, so it runs in process.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -54,9 +55,9 @@ def test_asked_to_compile_a_module_without_compiled_callables_gets_no_compiled_c
     assert checks["reference"].status == "passed" and "compiled-path" not in checks
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("ATTNCHECK_COMPILE_TESTS"), reason="compiles flex_attention (16-35 s on a "
-                    "CPU); ATTNCHECK_COMPILE_TESTS=1 runs it")
+@pytest.mark.slow  # compiles flex_attention: 16-35 s on a CPU, the one proof the compiled path is judged
+@pytest.mark.skipif(shutil.which(os.environ.get("CXX", "g++")) is None,
+                    reason="Inductor's CPU backend needs a C++ compiler, which this machine lacks")
 def test_asked_to_compile_the_compiled_kernel_matches_the_reference_in_float32():
     checks = _checks(COMPILED, compile_=True)
     assert checks["compiled-path"].status == "passed", checks["compiled-path"].detail

@@ -19,6 +19,7 @@ import contextlib
 import ctypes
 import os
 import platform
+import select
 import signal
 import time
 from collections.abc import Sequence
@@ -56,8 +57,7 @@ def enter(mounts: Sequence[Mount], new_root: Path, uid: int | None) -> None:
         Path("/proc/self/setgroups").write_text("deny")
         Path("/proc/self/uid_map").write_text(f"{host_uid} {host_uid} 1")
         Path("/proc/self/gid_map").write_text(f"{host_gid} {host_gid} 1")
-    wait_in(os.fork())  # the child is pid 1 of the new PID namespace: it builds the root
-    _check(_libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl PDEATHSIG")
+    _fork_bound_to_parent()  # the child is pid 1 of the new PID namespace: it builds the root
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
     _mount("tmpfs", str(new_root), "tmpfs", _MS_NOSUID | _MS_NODEV, b"mode=0755")
     for mount in mounts:
@@ -76,6 +76,33 @@ def enter(mounts: Sequence[Mount], new_root: Path, uid: int | None) -> None:
         jail.drop_privileges(uid, jail.MAX_TASKS)
     else:
         _drop_capabilities()
+
+
+def _fork_bound_to_parent() -> None:
+    """Fork; the parent waits and ends as the child ends (``wait_in``), the child returns, bound to die
+    with it (PR_SET_PDEATHSIG).
+
+    The signal is set only after the fork: a parent that dies in between (a grader killed as it starts
+    a jail) would leave a jail that nothing stops, user code running on under pid 1 of its namespace.
+    The child cannot ask ``getppid()`` (a namespace's pid 1 sees 0), so the parent holds the write end
+    of a pipe it never writes, and the child, once the signal is set, checks that end is still open."""
+    alive, held = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(alive)
+        wait_in(pid)
+    os.close(held)
+    _check(_libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl PDEATHSIG")
+    if orphaned(alive):
+        os._exit(1)
+    os.close(alive)
+
+
+def orphaned(alive: int) -> bool:
+    """Every writer of the pipe whose read end is ``alive`` has closed it: the parent holding it died."""
+    poll = select.poll()
+    poll.register(alive, select.POLLIN)
+    return any(events & (select.POLLHUP | select.POLLIN) for _, events in poll.poll(0))
 
 
 def split_init() -> None:

@@ -108,7 +108,7 @@ def judge(view: JudgeView) -> list[Outcome]:
     if view.fit is not None and view.fit.form is not None and view.fit.form.masked:
         return [(Check("reference-masked", "skipped", view.fit.form.masked), None, "")]
     combos = [f"{s}/{c}" for s in SHAPES for c in CONVENTIONS]
-    rank = view.binding.forward.mask_rank if view.binding.forward else None
+    rank = _tiled_rank(view)
     # a mask of another rank than the one the code tiles it to may run (``.repeat`` prepends axes) but
     # is no input the code promises to accept: what it does with one blames nobody
     ran = [c for c in combos if view.ran(f"mask/{c}") and rank in (None, RANKS[c.split("/")[0]])]
@@ -145,8 +145,9 @@ def _mismatch(
     )
     found = None
     if _diagnosable(view):
-        combo, found = _fewest_mistakes(view, combo, best_combo)
-        leak = _masked_keys(view, combo)
+        diagnosed, found = _fewest_mistakes(view, combo, best_combo)
+        if diagnosed != combo:  # the masked keys are judged in the convention the diagnosis chose
+            combo, leak = diagnosed, _masked_keys(view, diagnosed)
     code = found.code if found is not None and _fit_ok(view) else _mask_code(found)
     if found is not None and code is not None:
         if leak[1] not in (None, code):
@@ -161,6 +162,11 @@ def _mismatch(
             f"output differs from the reference with a key-padding mask: {text}",
         )
     ], leak
+
+
+def _tiled_rank(view: JudgeView) -> int | None:
+    """The rank the forward tiles its mask to (``mask.repeat(1, n, 1, 1)``: 4), if it tiles it."""
+    return view.binding.forward.mask_rank if view.binding.forward else None
 
 
 def _fewest_mistakes(view: JudgeView, combo: str, closest: str) -> tuple[str, explain.Explanation | None]:
@@ -213,7 +219,7 @@ def _refused_mask(view: JudgeView, combos: list[str], ran: list[str]) -> Outcome
             f"forward raises on {what}: {raised}",
         )
     tried = "every mask shape and convention the harness tried raised"
-    rank = view.binding.forward.mask_rank if view.binding.forward else None
+    rank = _tiled_rank(view)
     if rank is not None:
         tried = f"every {rank}-D mask the harness tried (the rank the code tiles it to) raised"
     hint = 'declare the mask in pyproject.toml (mask = "keep" | "blocked" | "additive") or document its shape'

@@ -117,8 +117,7 @@ def split_init() -> None:
     overwrite_command_line(b"python\0")
     global cpu_before_split
     cpu_before_split = time.process_time()
-    wait_in(os.fork())
-    _check(_libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl PDEATHSIG")
+    _fork_bound_to_parent()
 
 
 def overwrite_command_line(wanted: bytes) -> None:

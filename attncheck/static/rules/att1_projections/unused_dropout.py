@@ -70,6 +70,12 @@ class UnusedDropout(Rule):
              "if self.training:\n            _ = F.scaled_dot_product_attention(q, k, v, dropout_p=self.attn_drop_p)\n"
              "        else:\n            attn = self.attn_drop(attn)"),
         _FUNCTION.replace("{drop}", "p = dropout(p)"),
+        # a block whose attention is a submodule: its own dropout is not the attention's.
+        "import torch.nn as nn\nclass Block(nn.Module):\n    def __init__(self, d, h, p):\n"
+        "        self.attn = nn.MultiheadAttention(d, h, dropout=p)\n        self.dropout = nn.Dropout(p)\n"
+        "    def forward(self, x):\n        return x + self.attn(x, x, x)[0]",
+        "class SelfAttention:\n    def __init__(self, d, h, p):\n        self.attention = Core(d, h, p)\n"
+        "        self.dropout = p\n    def forward(self, x):\n        return self.attention(x)",
         # not attention (diffusers' AutoGuidance hands its rate to a layer-skip config).
         "class AutoGuidance:\n    def __init__(self, dropout):\n        self.dropout = dropout\n"
         "    def forward(self, pred):\n        return pred",
@@ -95,6 +101,12 @@ class UnusedDropout(Rule):
             line=5,
             message="discarded",
         ),
+        # the core this file defines drops nothing out, so the caller's dropout was the attention's.
+        Invalid("import torch, torch.nn as nn\nclass Core(nn.Module):\n    def forward(self, q, k, v):\n"
+                "        return torch.softmax(q @ k.mT, dim=-1) @ v\nclass MHA(nn.Module):\n"
+                "    def __init__(self, p):\n        self.attention = Core()\n        self.dropout = nn.Dropout(p)\n"
+                "    def forward(self, x):\n        return self.attention(x, x, x)",
+                line=8, message="never applied"),
         # the nn.Dropout module is dead next to HF's ``dropout=`` argument: a warning.
         Invalid(_cls("self.dropout = nn.Dropout(dropout)\n        self.attention_dropout = dropout",
                      "_ = attention_interface(q, k, v, dropout=self.attention_dropout)"),
@@ -276,19 +288,38 @@ def _called(sem: semantics.Semantics, klass: ClassFacts, attr: str) -> bool:
 
 
 def _computes_attention(sem: semantics.Semantics, klass: ClassFacts) -> bool:
-    """A method outside ``__init__`` calls an attention function or submodule, or takes a
-    softmax or a q·kᵀ product (the callee's name is the cheaper test, so it goes first)."""
+    """A method outside ``__init__`` calls an attention function, or takes a softmax or a q·kᵀ
+    product (the callee's name is the cheaper test, so it goes first).
+
+    A submodule the class builds (``self.attn = nn.MultiheadAttention(d, h, dropout=p)``,
+    ``self.attention = Core(...)``) attends, and drops out, on its own: a block that only calls
+    one has no attention weights to drop out, so its unused dropout is no ATT103."""
     methods = [fn for fn in klass.methods.values() if fn.name != "__init__"]
     for fn in methods:
         for call in fn.calls:
             func = sem.facts.canonical(call.func) or ""
-            if func in syntax.SDPA or _ATTENTION_NAME.search(func.rsplit(".", 1)[-1]):
-                return True  # ``self.attention(q, k, v)``
+            if func in syntax.SDPA or (
+                _ATTENTION_NAME.search(func.rsplit(".", 1)[-1]) and not _built_submodule(sem, klass, call.func)
+            ):
+                return True  # ``attention_interface(q, k, v, dropout=...)``, ``self.attention(q, k, v)``
     return any(
         sem.softmax(call, fn) is not None or product_operands(call, sem.facts) is not None
         for fn in methods
         for call in fn.calls
     )
+
+
+def _built_submodule(sem: semantics.Semantics, klass: ClassFacts, func: cst.BaseExpression) -> bool:
+    """Whether ``func`` is ``self.attr`` and ``__init__`` builds ``attr`` as a module that drops
+    out on its own: a library or imported module (``nn.MultiheadAttention``), or a class of this
+    file with a dropout of its own (seed 000's ``ScaledDotProductAttention``). A class of this
+    file without one leaves the attention dropout to its caller, so the caller's stays in question."""
+    attr = facts.self_attribute(func)
+    built = klass.constructed_as(attr, sem.facts) if attr is not None and attr not in klass.methods else None
+    if built is None:
+        return False  # a method, or a stored function (``self.attn_fn = ALL_ATTENTION_FUNCTIONS[impl]``)
+    inner = sem.facts.classes.get(built)
+    return inner is None or bool(_dropout_attributes(sem, inner))
 
 
 def _is_rate(value: cst.BaseExpression) -> bool:

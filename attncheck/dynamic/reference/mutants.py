@@ -86,7 +86,7 @@ class InapplicableError(ValueError):
     """This mistake cannot be built for these shapes (e.g. raw inputs of the wrong width)."""
 
 
-Scale = Literal["head_dim", "d_model", "q_len", "k_len", "one", "times_sqrt_head_dim", "head_dim_linear"]
+Scale = Literal["head_dim", "d_model", "q_len", "k_len", "heads", "one", "times_sqrt_head_dim", "head_dim_linear"]
 Inputs = Literal["projected", "raw", "raw_q", "raw_k", "raw_v"]
 Layout = Literal["transpose", "view", "view_q"]
 Rope = Literal[
@@ -171,7 +171,7 @@ def _rope_args(spec: RopeSpec, knob: Rope) -> dict[str, Any]:
     return _ROPE_ARGS[knob]
 
 
-def scale_factor(knob: Scale, head_dim: int, d_model: int, q_len: int, k_len: int) -> float:
+def scale_factor(knob: Scale, head_dim: int, d_model: int, q_len: int, k_len: int, heads: int) -> float:
     """The number the raw scores are multiplied by under a scale knob.
 
     ``d_model`` is the width of the module's input: heads * head_dim in a usual
@@ -183,6 +183,7 @@ def scale_factor(knob: Scale, head_dim: int, d_model: int, q_len: int, k_len: in
         "d_model": 1 / math.sqrt(d_model),
         "q_len": 1 / math.sqrt(q_len),
         "k_len": 1 / math.sqrt(k_len),
+        "heads": 1 / math.sqrt(heads),
         "one": 1.0,
         "times_sqrt_head_dim": math.sqrt(head_dim),
         "head_dim_linear": 1 / head_dim,
@@ -356,7 +357,7 @@ class Stages:
     def _weights(self, knobs: Knobs) -> torch.Tensor:
         raw = self.raw_scores(knobs)
         b, h, q_len, k_len = raw.shape
-        factor = scale_factor(knobs.scale, self.qkv(knobs)[0].shape[-1], self.case.query.shape[-1], q_len, k_len)
+        factor = scale_factor(knobs.scale, self.qkv(knobs)[0].shape[-1], self.case.query.shape[-1], q_len, k_len, h)
         declared = self.setting.variant.scale if self.setting.variant is not None else None
         if declared is not None and knobs.scale == "head_dim":
             factor = declared  # the module's declared scale is the intended one
@@ -490,7 +491,7 @@ def _numbers(case: Case, setting: Setting) -> dict[str, Any]:
         "other_alignment": other,
         "style": {"half": "half-split", "interleaved": "interleaved"}[style],
     }
-    for name in ("dh", "d_model", "q_len", "k_len"):
+    for name in ("dh", "d_model", "q_len", "k_len", "heads"):
         numbers[f"sqrt_{name}"] = f"{math.sqrt(numbers[name]):.3g}"
     return numbers
 
@@ -580,6 +581,14 @@ MUTANTS: tuple[Mutant, ...] = (
         _SCALE_WHY,
         _SCALE_FIX,
         scale="k_len",
+    ),
+    _mutant(
+        "ATT201",
+        "scale-1/sqrt(num_heads)",
+        "divides the scores by sqrt(num_heads) = {sqrt_heads} instead of sqrt(head_dim) = {sqrt_dh}",
+        _SCALE_WHY,
+        _SCALE_FIX,
+        scale="heads",
     ),
     _mutant(
         "ATT201",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from attncheck.dynamic.inside.variant_facts import declared_scalars
 from attncheck.dynamic.reference import variant_fit
 from attncheck.dynamic.reference.variants import index_grid
 
@@ -93,3 +94,49 @@ def test_a_declared_scale_of_one_over_sqrt_d_model_with_several_heads_is_never_t
     assert reading.variant.scale is None  # the reference keeps 1/sqrt(head_dim): the diagnosis names ATT201
     (head_dim,) = variant_fit.candidates(_declared({"scale": HEAD_DIM**-0.5}), (), rotary=False)
     assert head_dim.variant.scale == HEAD_DIM**-0.5
+
+
+class _Named(torch.nn.Module):
+    def __init__(self, **attributes):
+        super().__init__()
+        for name, value in attributes.items():
+            setattr(self, name, value)
+
+
+@pytest.mark.parametrize(
+    ("attributes", "expected"),
+    [
+        ({"window": 3}, {"sliding_window": 3}),
+        ({"local_window_size": 2}, {"sliding_window": 2}),
+        ({"attention_window": 5}, {"sliding_window": 5}),
+        ({"attn_softcap": 30.0}, {"softcap": 30.0}),
+        ({"logit_softclamp_value": 8.0}, {"softcap": 8.0}),
+        ({"soft_cap": 50.0}, {"softcap": 50.0}),
+    ],
+)
+def test_a_window_or_cap_under_another_name_is_read_and_its_name_kept(attributes, expected):
+    scalars = declared_scalars(_Named(**attributes))
+    (canonical, value), (own, _) = next(iter(expected.items())), next(iter(attributes.items()))
+    assert scalars[canonical] == value
+    assert variant_fit.spelled(scalars, canonical) == own
+
+
+@pytest.mark.parametrize(
+    "attributes",
+    [
+        {"window_size": [7, 7]},  # Swin's 2-D window: not a sliding window
+        {"window": 0},
+        {"window": True},
+        {"softclamp_logits": True},  # x-transformers' flag, not the cap
+        {"window_fn": "hann"},
+        {"rewindow": 3},
+    ],
+)
+def test_what_is_not_a_window_or_a_cap_is_not_read_as_one(attributes):
+    scalars = declared_scalars(_Named(**attributes))
+    assert "sliding_window" not in scalars and "softcap" not in scalars
+
+
+def test_the_canonical_name_wins_over_an_alias():
+    scalars = declared_scalars(_Named(sliding_window=4, window=9))
+    assert scalars["sliding_window"] == 4 and variant_fit.spelled(scalars, "sliding_window") == "sliding_window"

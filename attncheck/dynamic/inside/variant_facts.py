@@ -12,10 +12,13 @@ mismatch on such a module is reported as skipped with the construct's name, not 
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import torch
 from torch import nn
+
+from attncheck.dynamic.reference.variant_fit import DECLARED_AS
 
 SCALARS = (
     "rope_theta", "base", "rotary_base", "rotary_emb_base", "partial_rotary_factor", "rotary_pct", "rotary_dim",
@@ -28,6 +31,16 @@ SCALARS = (
 """Attribute names whose number (or flag) says what the variant is, on the module or its config."""
 
 DICTS = ("rope_scaling", "rope_parameters")
+
+ALIASES = (
+    (re.compile(r"(?:(?:attn|attention|local|sliding|swa)_)*window(?:_(?:size|len|length))?"), "sliding_window"),
+    (re.compile(r"(?:(?:attn|attention|logits?|tanh)_)*soft_?(?:cap|capping|clamp)(?:_(?:value|val))?"), "softcap"),
+)
+"""Other spellings of a window and a soft-cap (``self.window``, ``local_window_size``, ``attn_softcap``,
+x-transformers' ``logit_softclamp_value``), each read as the canonical name when that one is absent:
+a module declares its window whatever it calls it. Only a positive number is taken, so a 2-D window
+(Swin's list) or a flag (``softclamp_logits``) is not. The name the module used is kept under
+``DECLARED_AS``, for the messages."""
 
 LAMBDAS = ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2", "lambda_a", "lambda_b")
 """Differential attention's λ parameters (``reference.differential`` reads them back by these names)."""
@@ -75,13 +88,31 @@ def _plain_or_name(value: Any) -> bool:
     return (isinstance(value, str) and len(value) < 64) or _plain(value) is not None
 
 
-def _scalars(owner: Any) -> dict[str, Any]:
+def _scalars(owner: Any) -> tuple[dict[str, Any], dict[str, str]]:
+    """The owner's variant numbers by canonical name, and the names it used for those read by an alias."""
     found: dict[str, Any] = {}
     for name in SCALARS + DICTS:
         value = _plain(getattr(owner, name, None))
         if value is not None and (name in DICTS) == isinstance(value, dict):
             found[name] = value
-    return found
+    aliased: dict[str, str] = {}
+    for name, value in _attributes(owner).items():
+        canonical = next((c for pattern, c in ALIASES if pattern.fullmatch(name)), None)
+        if canonical is not None and canonical not in found and _positive_number(value):
+            found[canonical], aliased[canonical] = value, name
+    return found, aliased
+
+
+def _attributes(owner: Any) -> dict[str, Any]:
+    """The instance attributes of a module or config object, {} for one without a ``__dict__``."""
+    try:
+        return dict(vars(owner))
+    except TypeError:
+        return {}
+
+
+def _positive_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
 def _norm(layer: nn.Module, out: dict[str, torch.Tensor], key: str) -> dict[str, Any] | None:
@@ -141,11 +172,17 @@ def declared_scalars(instance: nn.Module) -> dict[str, Any]:
     """The variant's numbers and flags: of its submodules, then its config, then the module itself
     (a later one wins: a rotary submodule's base and attention_scaling give way to the module's)."""
     config = _config_of(instance)
+    owners = [*reversed(list(instance.modules())[1:]), *([config] if config is not None else []), instance]
     scalars: dict[str, Any] = {}
-    for sub in reversed(list(instance.modules())[1:]):
-        scalars.update(_scalars(sub))
-    scalars.update(_scalars(config) if config is not None else {})
-    scalars.update(_scalars(instance))
+    names: dict[str, str] = {}
+    for owner in owners:
+        found, aliased = _scalars(owner)
+        scalars.update(found)
+        for canonical in found:  # a later owner's value wins, and with it the name it used
+            names.pop(canonical, None)
+        names.update(aliased)
+    if names:
+        scalars[DECLARED_AS] = names
     return scalars
 
 

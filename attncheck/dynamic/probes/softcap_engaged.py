@@ -16,7 +16,7 @@ from attncheck.dynamic import codes
 from attncheck.dynamic.binding.bind import Binding
 from attncheck.dynamic.probes import declared_run, precision
 from attncheck.dynamic.probes.base import FunctionProbe, JudgeView, Outcome, Planner, as_list
-from attncheck.dynamic.reference.variant_fit import CAP_NAMES
+from attncheck.dynamic.reference.variant_fit import CAP_NAMES, spelled
 from attncheck.findings import Check
 
 NAME = "softcap-engaged"
@@ -44,7 +44,8 @@ def verdict(view: JudgeView) -> Outcome | None:
     declared = declared_run.term(view, first, "softcap") if first in view.experiments else None
     if declared is None:
         return None
-    name, cap = declared
+    key, cap = declared
+    name = spelled(declared_run.held(view, first), key)  # the module's own name for it
     for run in names:
         skipped = declared_run.not_run(view, run, NAME, f"scaled-input ({run})")
         if skipped is not None:

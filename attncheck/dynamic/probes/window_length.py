@@ -21,7 +21,7 @@ from attncheck.dynamic import codes
 from attncheck.dynamic.binding.bind import Binding
 from attncheck.dynamic.probes import declared_run
 from attncheck.dynamic.probes.base import FunctionProbe, JudgeView, Outcome, Planner, as_list
-from attncheck.dynamic.reference.variant_fit import CHUNK_NAMES, WINDOW_NAMES
+from attncheck.dynamic.reference.variant_fit import CHUNK_NAMES, WINDOW_NAMES, spelled
 from attncheck.findings import Check
 
 NAME = "window-length"
@@ -41,7 +41,9 @@ def plan(planner: Planner) -> None:
 
 
 def _wrong_edges(view: JudgeView, name: str, size: int, said: str) -> list[tuple[str, float]]:
-    """(what the module does, error) for the window mistakes the long run can show, closest first."""
+    """(what the module does, error) for the window mistakes the long run can show, closest first;
+    ``name`` is the declared scalar's key, and the texts call it what the module does."""
+    shown = spelled(declared_run.held(view, EXPERIMENT), name)
     unset = dict.fromkeys(WINDOW_NAMES + CHUNK_NAMES)
     ignored = (
         f"plain causal attention: the declared {said} is ignored (or measured on the future side, j - i < W, "
@@ -50,8 +52,8 @@ def _wrong_edges(view: JudgeView, name: str, size: int, said: str) -> list[tuple
     tried = [(ignored, unset, "top-left")]
     if name in WINDOW_NAMES:
         tried += [
-            (f"a window of {size - 1} keys: one fewer than {name} = {size} allows", {name: size - 1}, None),
-            (f"a window of {size + 2} keys: one more than {name} = {size} allows", {name: size + 2}, None),
+            (f"a window of {size - 1} keys: one fewer than {shown} = {size} allows", {name: size - 1}, None),
+            (f"a window of {size + 2} keys: one more than {shown} = {size} allows", {name: size + 2}, None),
         ]
     found = []
     for what, scalars, causal in tried:
@@ -68,8 +70,9 @@ def verdict(view: JudgeView) -> Outcome | None:
     if declared is None:
         return None
     name, size = declared
-    original = (view.facts.get("declared") or {}).get("scalars", {}).get(name, size)
-    said = f"{name} = {size}" if original == size else f"{name} = {original}, set to {size} for the run,"
+    scalars = (view.facts.get("declared") or {}).get("scalars", {})
+    original, shown = scalars.get(name, size), spelled(scalars, name)
+    said = f"{shown} = {size}" if original == size else f"{shown} = {original}, set to {size} for the run,"
     not_run = declared_run.not_run(view, EXPERIMENT, NAME, f"{LENGTH}-token")
     if not_run is not None:
         return not_run, None, ""
@@ -91,7 +94,7 @@ def verdict(view: JudgeView) -> Outcome | None:
     if what.startswith("plain") and _window_may_come_in_the_mask(view):
         reason = f"{detail}; forward takes a mask, through which the caller may pass the window"
         return Check(NAME, "skipped", reason), None, ""
-    keep = _keep_rule(name)
+    keep = _keep_rule(name, shown)
     return Check(NAME, "failed", detail), "ATT305", _wrong_window(what, error, view.tol, keep)
 
 
@@ -100,10 +103,10 @@ def _window_may_come_in_the_mask(view: JudgeView) -> bool:
     return bool(view.binding.forward and view.binding.forward.mask_name)
 
 
-def _keep_rule(name: str) -> str:
+def _keep_rule(name: str, shown: str) -> str:
     if name in CHUNK_NAMES:
-        return f"j <= i and i // {name} == j // {name}"
-    return f"i - {name} < j <= i (HF) or i - {name} <= j <= i (flash-attn)"
+        return f"j <= i and i // {shown} == j // {shown}"
+    return f"i - {shown} < j <= i (HF) or i - {shown} <= j <= i (flash-attn)"
 
 
 def _wrong_window(what: str, error: float, tol: float, keep: str) -> str:
@@ -125,7 +128,8 @@ def _window_behind_the_mismatch(view: JudgeView, name: str, size: int, said: str
     if error > view.tol or (what.startswith("plain") and _window_may_come_in_the_mask(view)):
         return None
     detail = f"{said} on {LENGTH} tokens: the plain run misses the reference; it equals {what} (error {error:.3g})"
-    return Check(NAME, "failed", detail), "ATT305", _wrong_window(what, error, view.tol, _keep_rule(name))
+    keep = _keep_rule(name, spelled(declared_run.held(view, EXPERIMENT), name))
+    return Check(NAME, "failed", detail), "ATT305", _wrong_window(what, error, view.tol, keep)
 
 
 PROBE = FunctionProbe(

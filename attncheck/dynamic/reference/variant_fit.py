@@ -28,6 +28,9 @@ WINDOW_NAMES = ("sliding_window", "window_size")
 CHUNK_NAMES = ("attention_chunk_size", "chunk_size")
 CAP_NAMES = ("softcap", "attn_logit_softcapping", "logit_softcap")
 SCALE_NAMES = ("scaling", "scale", "softmax_scale")
+DECLARED_AS = "declared_as"
+"""The key of the declared scalars that maps a canonical name to the module's own, where it used
+another (``inside.variant_facts.ALIASES``)."""
 
 
 TERMS = {
@@ -44,6 +47,11 @@ def _positive(scalars: Mapping[str, Any], names: tuple[str, ...]) -> tuple[str, 
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
             return name, value
     return None
+
+
+def spelled(scalars: Mapping[str, Any], name: str) -> str:
+    """The module's own name for the declared scalar ``name`` (``window`` for ``sliding_window``), for messages."""
+    return scalars.get(DECLARED_AS, {}).get(name, name)
 
 
 def declared_term(scalars: Mapping[str, Any], term: str) -> tuple[str, Any] | None:

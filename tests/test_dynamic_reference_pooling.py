@@ -13,12 +13,15 @@ def test_pooled_rows_needs_fewer_positions_each_a_softmax_row_over_every_key():
     assert pooling.pooled_rows(rows, (2, 1, 16), (2, 7, 32)) is None  # another width: a real shape error
     assert pooling.pooled_rows([{"shape": [2, 4, 7, 7], "dim": 3}], (2, 1, 32), (2, 7, 32)) is None  # a lost axis
     assert pooling.pooled_rows([{"shape": [2, 4, 1, 3], "dim": 3}], (2, 1, 32), (2, 7, 32)) is None  # not every key
-    assert pooling.pooled_rows(rows, (2, 9, 32), (2, 7, 32)) is None  # more positions than tokens: no rows
+    assert pooling.pooled_rows(rows, (2, 9, 32), (2, 7, 32)) is None  # more positions than tokens: no such rows
+    latents = [{"shape": [2, 4, 9, 7], "dim": 3}]
+    assert pooling.pooled_rows(latents, (2, 9, 32), (2, 7, 32)) == 9  # a Perceiver's 9 latents over 7 tokens
+    assert pooling.pooled_rows(latents, (2, 7, 32), (2, 7, 32)) is None  # one row per token: no pooling
 
 
 def test_query_rows_take_the_class_token_first_or_last():
     tokens = torch.arange(2 * 5 * 3, dtype=torch.float64).reshape(2, 5, 3)
-    first, last = pooling.choices(1, [], {})
+    first, last = pooling.choices(1, 5, [], {})
     assert torch.equal(first.of(tokens), tokens[:, :1])
     assert torch.equal(last.of(tokens), tokens[:, -1:])
     keep = torch.rand(2, 1, 5, 5) > 0.5
@@ -44,7 +47,7 @@ def test_learned_queries_are_a_parameter_a_projection_read():
     queries = torch.randn(2, 8, dtype=torch.float64)
     layers = [{"name": "to_q", "read": "param:queries", "out": 8, "in": 8, "bias": False},
               {"name": "to_kv", "read": "x", "out": 16, "in": 8, "bias": False}]
-    *rows, learned = pooling.choices(2, layers, {"declared/param/queries": queries})
+    *rows, learned = pooling.choices(2, 7, layers, {"declared/param/queries": queries})
     assert [r.end for r in rows] == ["first", "last"]  # type: ignore[attr-defined]
     tokens = torch.randn(3, 5, 8, dtype=torch.float64)
     assert torch.equal(learned.of(tokens), queries.expand(3, 2, 8))
@@ -53,7 +56,9 @@ def test_learned_queries_are_a_parameter_a_projection_read():
     reads = [layer.read for layer in learned.layers(recorded)]
     assert reads == ["query", "kv"]  # cross-attention from the parameter to the input
     assert "2 learned queries (queries)" in learned.text
-    assert pooling.choices(3, layers, {"declared/param/queries": queries})[2:] == []  # not 3 queries of width 8
+    assert pooling.choices(3, 7, layers, {"declared/param/queries": queries})[2:] == []  # not 3 queries of width 8
+    (only,) = pooling.choices(2, 1, layers, {"declared/param/queries": queries})  # more queries than tokens
+    assert only.text == learned.text
 
 
 def test_a_pooled_output_whose_softmax_is_out_of_sight_is_pooling_not_a_wrong_shape():

@@ -519,6 +519,19 @@ def _choose_binding(target: _Target, first: Experiment, facts: dict, out: Tensor
 _MASKED_EVERYTHING = {"type": "", "message": "the output is the same for every query (every key masked)", "line": None}
 
 
+def _cotangent_like(output: torch.Tensor, direction: torch.Tensor) -> torch.Tensor:
+    """The parent's gradient direction fitted to an output with another number of positions:
+    attention pooling returns fewer (or one, its axis squeezed), a Perceiver's latents may be
+    more than the tokens (the direction's rows repeated)."""
+    if output.ndim == direction.ndim - 1:
+        return direction[:, 0]  # pooled to one position, its axis squeezed: (b, d)
+    if output.ndim != direction.ndim or output.shape[-2] == direction.shape[-2]:
+        return direction
+    repeats = -(-output.shape[-2] // direction.shape[-2])
+    tiled = direction.repeat(*([1] * (direction.ndim - 2)), repeats, 1) if repeats > 1 else direction
+    return tiled[..., : output.shape[-2], :]
+
+
 def _informative(output: torch.Tensor) -> bool:
     """Finite and different across queries: the all-keep mask did not mask every key."""
     if output.ndim < 2 or not bool(output.isfinite().all()):
@@ -559,12 +572,7 @@ def _run_experiment(target: _Target, experiment: Experiment, facts: dict, out: T
             output, weights = _split_output(result, target, experiment)
             if cotangent is not None and isinstance(instance, nn.Module):
                 if output.requires_grad:  # else no parameter reaches the output: every grad stays None
-                    direction = target.tensors[cotangent]
-                    if output.ndim == direction.ndim and output.shape[-2] < direction.shape[-2]:
-                        direction = direction[..., : output.shape[-2], :]  # attention pooling: fewer positions
-                    elif output.ndim == direction.ndim - 1:
-                        direction = direction[:, 0]  # pooled to one position, its axis squeezed: (b, d)
-                    (output * direction).sum().backward()
+                    (output * _cotangent_like(output, target.tensors[cotangent])).sum().backward()
                 facts["grads"] = {
                     n: (None if p.grad is None else float(p.grad.norm()))
                     for n, p in instance.named_parameters()

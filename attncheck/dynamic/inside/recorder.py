@@ -38,6 +38,10 @@ Tensors = dict[str, torch.Tensor]
 _SOFTMAX = {torch.softmax, F.softmax, torch.Tensor.softmax, torch.special.softmax}
 _MATMUL = {torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__}
 _MHA_SIGNATURE = inspect.signature(F.multi_head_attention_forward)
+_COPIES = {torch.Tensor.repeat, torch.tile, torch.Tensor.tile, torch.Tensor.clone, torch.clone, torch.Tensor.contiguous,
+           torch.Tensor.repeat_interleave, torch.repeat_interleave}
+"""Calls whose result is a copy of their first argument's values, laid out again: learned queries copied
+per batch (``self.latents.repeat(b, 1, 1)``) are still that parameter when a projection reads them."""
 
 
 def is_projection(layer: nn.Module) -> bool:
@@ -155,7 +159,9 @@ class Recorder(TorchFunctionMode):
         if func is F.multi_head_attention_forward:
             self._multi_head(args, kwargs)
         result = func(*args, **kwargs)
-        if func is F.linear or func is torch._C._nn.linear:
+        if func in _COPIES:
+            self._copied(args, result)
+        elif func is F.linear or func is torch._C._nn.linear:
             self._linear(args, kwargs, result)
         elif func in _MATMUL and len(args) == 2:
             self._matmul(args, result)
@@ -171,6 +177,13 @@ class Recorder(TorchFunctionMode):
         self.to_scores = {}
         with contextlib.suppress(Exception):  # no flow is an answer; a crash here would be blamed on the user
             self.to_scores = columns_to_scores(scores, self.features)
+
+    def _copied(self, args: tuple, result: Any) -> None:
+        """A copy of a parameter read as an input (``param:<name>``) is read as that parameter too."""
+        read = self.pointers.get(pointer(args[0])) if args and isinstance(args[0], torch.Tensor) else None
+        if read is not None and read.startswith("param:") and isinstance(result, torch.Tensor):
+            self.outputs.append(result)
+            self.pointers.setdefault(pointer(result), read)
 
     def _parameter(self, tensor: Any) -> str | None:
         """The name of the raw parameter ``tensor`` is, or is rows of (``in_proj_weight[32:64]``)."""

@@ -337,13 +337,16 @@ class Judge:
     def _pooled_fit(self, got: tuple[int, ...]) -> Fit | None:
         """The best fit of a pooling module (its output fewer positions, each a softmax row over every key),
         with ``pooling`` set to the queries it attends with (rows of its input, or its own); None otherwise."""
-        count = pooling.pooled_rows(self.facts.get("softmax"), got, self.expected_shape())
+        expected = self.expected_shape()
+        count = pooling.pooled_rows(self.facts.get("softmax"), got, expected)
         if count is None:
             return None
         errors = []
-        for rows in pooling.choices(count, self.facts.get("layers", []), self.out):
+        for rows in pooling.choices(count, expected[1], self.facts.get("layers", []), self.out):
             self.pooling = rows
             errors.append((self.best_fit().error, rows))
+        if not errors:
+            return None
         self.pooling = min(errors, key=lambda pair: pair[0])[1]
         return self.best_fit()  # again, so that the declared readings are those of the rows chosen
 

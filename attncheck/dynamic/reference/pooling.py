@@ -97,20 +97,23 @@ class LearnedQueries:
 
 
 def pooled_rows(softmax: Sequence[dict[str, Any]] | None, got: Sequence[int], expected: Sequence[int]) -> int | None:
-    """How many positions a pooling module returns: fewer than the input has, each a softmax row over
-    every key; None when the output is no pooling of a (b, s, d) input."""
+    """How many queries of its own a module attends with: its output has another number of positions
+    than its (b, s, d) input, each a softmax row over every key (fewer: pooling; more: a Perceiver's
+    latents outnumbering the probe's tokens); None otherwise."""
     if len(got) != 3 or len(expected) != 3 or got[0] != expected[0] or got[2] != expected[2]:
         return None
-    if not 0 < got[1] < expected[1]:
+    if not 0 < got[1] != expected[1]:
         return None
     rows = [call["shape"] for call in softmax or () if len(call["shape"]) >= 2]
     return got[1] if any(tuple(shape[-2:]) == (got[1], expected[1]) for shape in rows) else None
 
 
-def choices(count: int, layers: Sequence[Mapping[str, Any]], tensors: Mapping[str, torch.Tensor]) -> list[Queries]:
-    """The queries to try: the input's leading class token, its last token, then each parameter a recorded
-    projection read (its ``read`` is ``param:<name>``) that holds ``count`` queries of that projection's width."""
-    found: list[Queries] = [QueryRows(count, "first"), QueryRows(count, "last")]
+def choices(count: int, tokens: int, layers: Sequence[Mapping[str, Any]], tensors: Mapping[str, torch.Tensor]
+            ) -> list[Queries]:
+    """The queries to try: the input's leading class token and its last token (where ``count`` is fewer than
+    the input's ``tokens``), then each parameter a recorded projection read (its ``read`` is ``param:<name>``)
+    that holds ``count`` queries of that projection's width."""
+    found: list[Queries] = [QueryRows(count, "first"), QueryRows(count, "last")] if count < tokens else []
     for layer in layers:
         name = layer["read"].removeprefix("param:")
         value = tensors.get(f"declared/param/{name}") if layer["read"].startswith("param:") else None

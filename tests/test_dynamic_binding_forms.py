@@ -511,3 +511,23 @@ def test_a_class_of_convolutions_alone_is_read_as_computing_no_attention(forward
         f"    def forward(self, x):\n        {forward}\n"
     )
     assert source_facts.read(source, "A", 1).convolution_only is only
+
+
+@pytest.mark.parametrize(
+    ("body", "feature_map"),
+    [
+        ("q, k = F.elu(q) + 1, F.elu(k) + 1\n        return torch.einsum('bnd,bne->bde', k, v)", "elu"),
+        ("k = self.feature_map(k)\n        return q @ (k.transpose(-2, -1) @ v)", "feature_map"),
+        ("q = torch.exp(q)\n        return torch.matmul(q, k.mT @ v)", "exp"),
+        # scores with no softmax: the map is on a product, no feature map of queries or keys
+        ("w = torch.relu(q @ k.mT)\n        return w @ v", ""),
+        ("s = q @ k.mT\n        return F.relu(s) @ v", ""),
+        # softmax attention that also uses an activation is no linear attention
+        ("q = F.elu(q)\n        return torch.softmax(q @ k.mT, dim=-1) @ v", ""),
+        ("return F.scaled_dot_product_attention(torch.sigmoid(q), k, v)", ""),
+        ("return F.relu(q)", ""),  # no product at all
+    ],
+)
+def test_linear_attention_is_a_feature_map_on_queries_or_keys_and_no_softmax(body, feature_map):
+    source = f"def attend(q, k, v):\n        {body}\n"
+    assert source_facts.read(source, "attend", 1).kernel_feature_map == feature_map

@@ -77,6 +77,10 @@ class CodeFacts:
     # Forward arguments whose absence alone makes the module causal: every causal spelling (``is_causal=True``,
     # a triangle) sits under ``if <argument> is None`` (ChatGLM's core is causal when no mask is given).
     causal_without: frozenset[str] = frozenset()
+    # Linear (kernel) attention: the code takes no softmax and calls no attention function anywhere, and maps
+    # its queries and keys through a positive feature map (``F.elu(q) + 1``, ``relu``, ``softplus``, ``exp``,
+    # ``self.feature_map(k)``): the map's name, '' otherwise
+    kernel_feature_map: str = ""
 
     @property
     def ranks(self) -> dict[str, int]:
@@ -137,6 +141,7 @@ def read(source: str, name: str, line: int) -> CodeFacts:
         tiled_ranks=_tiled_ranks(forward) if forward is not None else {},
         permuted=_permuted(forward) if forward is not None else {},
         causal_without=_causal_without(forward) if forward is not None else frozenset(),
+        kernel_feature_map=_kernel_feature_map(node),
         names_dropout=_names_dropout(node),
         fields_read=_fields_read(init) if init is not None else {},
         global_width=_global_width(tree, init) if init is not None else None,
@@ -419,6 +424,42 @@ def _convolution_only(node: ast.ClassDef, forward: ast.FunctionDef | ast.AsyncFu
         and isinstance(child.func.value, ast.Name) and child.func.value.id == "self"
     ]
     return bool(called) and all(_PLAIN_LAYER.search(built.get(name, "")) for name in called)
+
+
+_SOFTMAX_ATTENTION = re.compile(r"softmax|scaled_dot_product|multi_head_attention|MultiheadAttention|flash|sdpa",
+                                re.IGNORECASE)
+_FEATURE_MAPS = re.compile(r"^(elu|relu|softplus|exp|sigmoid|feature_map|kernel_fn|phi)$")
+
+
+def _kernel_feature_map(node: ast.AST) -> str:
+    """The feature map of linear attention (``F.elu(q) + 1``): a positive map the code applies to queries or
+    keys (not to a product: ``relu(q @ k.T)`` is scores without their softmax, a mistake) in code that takes no
+    softmax and calls no attention function; '' otherwise."""
+    calls = [child for child in ast.walk(node) if isinstance(child, ast.Call)]
+    if any(_SOFTMAX_ATTENTION.search(_callee(call)) for call in calls):
+        return ""
+    products = {  # names bound to a product of tensors (``scores = q @ k.T``)
+        target.id
+        for child in ast.walk(node) if isinstance(child, ast.Assign) and _has_product(child.value)
+        for target in child.targets if isinstance(target, ast.Name)
+    }
+    if not _has_product(node):
+        return ""
+    maps = [
+        _callee(call) for call in calls
+        if _FEATURE_MAPS.match(_callee(call)) and call.args
+        and not _has_product(call.args[0]) and not _names(call.args[0]) & products
+    ]
+    return maps[0] if maps else ""
+
+
+def _has_product(node: ast.AST) -> bool:
+    """``a @ b``, ``matmul``, ``bmm`` or ``einsum`` anywhere in ``node``."""
+    return any(
+        (isinstance(child, ast.BinOp) and isinstance(child.op, ast.MatMult))
+        or (isinstance(child, ast.Call) and _callee(child) in ("einsum", "matmul", "bmm"))
+        for child in ast.walk(node)
+    )
 
 
 def _upsamples(node: ast.ClassDef) -> bool:

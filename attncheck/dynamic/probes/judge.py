@@ -422,7 +422,9 @@ class Judge:
             if verdict.code == codes.REFERENCE_MISMATCH:
                 if named:
                     found[i] = Verdict(verdict.check)
-                elif why := self.unmodelled or unmodelled.reason(self.facts, *self.lengths()):
+                elif why := self.unmodelled or self.binding.unmodelled or unmodelled.reason(
+                    self.facts, *self.lengths()
+                ):
                     detail = f"{why} ({verdict.check.detail})"
                     self.unmodelled = self.unmodelled or detail
                     found[i] = Verdict(replace(verdict.check, status="skipped", detail=detail))

@@ -25,3 +25,12 @@ def test_a_fused_kv_of_grouped_width_is_kept() -> None:
     found = assignments([_layer("q_proj", 32), _layer("kv_proj", 32)], d_model=32, heads=4)
     # both layers are as wide as the model: either may be Q (the reference decides), each with 2 KV heads
     assert [(a.kv_heads, a.description.split(",")[0]) for a in found] == [(2, "Q=q_proj"), (2, "Q=kv_proj")]
+
+
+def test_projections_that_all_read_the_query_are_assigned_as_in_self_attention():
+    """Cross-attention whose K and V read the query input (ATT101, kv-from-query): the projections are
+    assigned as the module uses them, so the diagnosis can name the mistake instead of finding none."""
+    layers = [Layer(name, "query", Linear(torch.eye(8, dtype=torch.float64))) for name in ("W_q", "W_k", "W_v")]
+    layers.append(Layer("W_o", "other", Linear(torch.eye(8, dtype=torch.float64))))
+    first = assignments(layers, d_model=8, heads=2)[0]
+    assert first.description.startswith("Q=W_q, K=W_k, V=W_v")

@@ -106,7 +106,10 @@ def assignments(layers: Sequence[Layer], d_model: int, heads: int) -> list[Assig
     if readers["query"] or readers["key"] or readers["value"] or readers["kv"]:
         q = readers["query"][0] if readers["query"] else None
         kv_layers = readers["key"] + readers["value"] if (readers["key"] or readers["value"]) else readers["kv"]
-        _cross(q, kv_layers, readers, add)
+        if kv_layers or len(readers["query"]) < 2:
+            _cross(q, kv_layers, readers, add)
+        else:  # every projection reads the query: K and V derived from it, as in self-attention (ATT101)
+            _self(readers["query"], d_model, heads, add)
     else:
         _self(readers["x"], d_model, heads, add)
     if not found:

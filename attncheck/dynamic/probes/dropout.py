@@ -58,10 +58,13 @@ def _dropout_active(view: JudgeView) -> Outcome:
         f"dropout set to 0.5: two train-mode calls {'differ' if differ else 'are identical'}; "
         f"dropout modules: {dropout.get('modules', 0)}, called {dropout.get('calls', 0)} times"
     )
+    if dropout.get("modules"):
+        seen = f"dropout modules called {dropout.get('calls', 0)} times"
+    else:  # the rate was taken (an argument or the config's) and nothing holds it: no layer, no F.dropout
+        seen = "the module takes a dropout rate, builds no dropout layer and applies no dropout function"
     return outcome(
         "dropout-active", differ, detail, "ATT103",
-        "attention dropout never takes effect: with p=0.5 two train-mode calls give identical "
-        f"outputs (dropout modules called {dropout.get('calls', 0)} times)",
+        f"attention dropout never takes effect: with p=0.5 two train-mode calls give identical outputs ({seen})",
     )
 
 

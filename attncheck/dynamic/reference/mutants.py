@@ -87,7 +87,7 @@ class InapplicableError(ValueError):
 
 
 Scale = Literal["head_dim", "d_model", "q_len", "k_len", "heads", "one", "times_sqrt_head_dim", "head_dim_linear"]
-Inputs = Literal["projected", "raw", "raw_q", "raw_k", "raw_v"]
+Inputs = Literal["projected", "raw", "raw_q", "raw_k", "raw_v", "kv_from_query"]
 Layout = Literal["transpose", "view", "view_q"]
 Rope = Literal[
     "correct",
@@ -267,14 +267,22 @@ class Stages:
         hkv = setting.num_kv_heads or hq
         q_layout: Layout = "view" if knobs.split == "view_q" else knobs.split
         q = _split(case.query if "q" in raw else self.projected("q"), hq, q_layout)
-        k = _split(case.key if "k" in raw else self.projected("k"), hkv, knobs.split)
-        v = _split(case.value if "v" in raw else self.projected("v"), hkv, knobs.split)
+        if knobs.inputs == "kv_from_query":  # K and V projected from the query (no change in self-attention)
+            if case.query.shape[1] != case.key.shape[1] and self._keep(knobs) is not None:
+                raise InapplicableError("a mask laid out for the key input's length")
+            k_in, v_in = _project(setting.proj.k, case.query), _project(setting.proj.v, case.query)
+        else:
+            k_in = case.key if "k" in raw else self.projected("k")
+            v_in = case.value if "v" in raw else self.projected("v")
+        k, v = _split(k_in, hkv, knobs.split), _split(v_in, hkv, knobs.split)
         if not q.shape[-1] == k.shape[-1] == v.shape[-1]:
             raise InapplicableError("query, key and value heads differ in width")
         if setting.qk_norm is not None:
             q, k = setting.qk_norm(q, k)
         if setting.rope is not None:
             q_pos, k_pos = case.positions()
+            if knobs.inputs == "kv_from_query":
+                k_pos = q_pos  # the keys are the query's tokens, at the query's positions
             args = _rope_args(setting.rope, knobs.rope)
             q, k = apply_rope(q, q_pos, setting.rope, **args), apply_rope(k, k_pos, setting.rope, **args)
             if knobs.rope == "on_value":
@@ -525,6 +533,14 @@ MUTANTS: tuple[Mutant, ...] = (
             inputs=f"raw_{p}",
         )
         for p in ("q", "k", "v")
+    ),
+    _mutant(
+        "ATT101",
+        "kv-from-query",
+        "projects K and V from the query input instead of the key and value inputs",
+        "cross-attention then attends over the queries' own tokens: the key and value inputs are never read.",
+        "k = W_k(key), v = W_v(value): each projection reads its own input.",
+        inputs="kv_from_query",
     ),
     _mutant(
         "ATT102",

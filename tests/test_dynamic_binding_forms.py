@@ -531,3 +531,31 @@ def test_a_class_of_convolutions_alone_is_read_as_computing_no_attention(forward
 def test_linear_attention_is_a_feature_map_on_queries_or_keys_and_no_softmax(body, feature_map):
     source = f"def attend(q, k, v):\n        {body}\n"
     assert source_facts.read(source, "attend", 1).kernel_feature_map == feature_map
+
+
+@pytest.mark.parametrize(
+    ("forward", "spells"),
+    [
+        ("causal_mask = attention_mask[:, :, :, :7]\n        return causal_mask", False),  # the caller's mask
+        ("return torch.tril(x)", True),
+        ("return F.scaled_dot_product_attention(q, k, v, is_causal=True)", True),
+        ("return F.scaled_dot_product_attention(q, k, v, is_causal=False)", False),
+        ("return make_causal_mask(x)", True),  # a builder of a causal mask
+        ("self.is_causal = True\n        return x", True),
+    ],
+)
+def test_causality_is_spelled_by_code_not_by_a_name(forward, spells):
+    source = f"def attend(q, k, v, x, attention_mask):\n        {forward}\n"
+    assert source_facts.read(source, "attend", 1).spells_causal is spells
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    ["is_causal=attention_mask is None", "is_causal=attention_mask is None and q.shape[2] > 1"],
+)
+def test_causal_only_without_the_mask_is_read_from_the_keyword_value(spelling):
+    source = f"def attend(q, k, v, attention_mask=None):\n    return F.scaled_dot_product_attention(q, k, v, {spelling})\n"
+    assert source_facts.read(source, "attend", 1).causal_without == {"attention_mask"}
+    bound = ("def attend(q, k, v, attn_mask=None):\n    flag = attn_mask is None\n"
+             "    return F.scaled_dot_product_attention(q, k, v, is_causal=flag)\n")
+    assert source_facts.read(bound, "attend", 1).causal_without == {"attn_mask"}

@@ -409,7 +409,8 @@ class Binding:
     declared_causal: bool | None = None
     reason: str = ""
     hint: str = ""
-    code_not_causal: bool = False  # every causal switch in the code is off (is_causal=False, causal=False)
+    # every causal switch in the code is off (is_causal=False, causal=False), or the code has none, only a name
+    code_not_causal: bool = False
     declared_variant: DeclaredVariant | None = None  # the declaration's kv_heads, rope, rope_base
     names_dropout: bool = True  # the code spells a dropout: a config's rates may be its own
     post_norm: bool = False  # forward returns ``self.norm(out + input)``: the reference applies the module's norm
@@ -419,6 +420,9 @@ class Binding:
     # a construct the code shows that the reference does not model (linear attention's feature map), named
     # when the output misses the reference: the target is then skipped, never ATT903
     unmodelled: str = ""
+    # causal only without a mask (``is_causal=attention_mask is None``): a mask given is the whole mask, its
+    # causal part included (HF's convention), so a run with one is judged without the module's causality
+    mask_replaces_causal: bool = False
 
     @property
     def filled_hint(self) -> str:
@@ -526,13 +530,20 @@ def bind(target: Target, declaration: Mapping[str, Any] | None = None, source: s
     elif forward.per_head:
         forward = replace(forward, sequence_first=layout.sequence_first_heads(code, forward.roles[0][0]))
     # A required mask is always given: code causal only without one (ChatGLM's core) leaves causality to it.
-    not_causal = code.causal_off or bool(forward.mask_required and forward.mask_name in code.causal_without)
+    # or no spelling of causality at all, only a name (``causal_mask = attention_mask[...]``): the caller's mask
+    not_causal = (code.causal_off or bool(forward.mask_required and forward.mask_name in code.causal_without)
+                  or not code.spells_causal)
     unmodelled = LINEAR_ATTENTION.format(feature_map=code.kernel_feature_map) if code.kernel_feature_map else ""
+    # a mask documented as key padding alone, (b, k) or (b, 1, 1, k), cannot carry the causal part: there the
+    # module's causality switched off by a mask is a leak, and the runs keep their causality
+    mask_replaces_causal = bool(forward.mask_name and forward.mask_name in code.causal_without) and (
+        documented_shape(docs, forward.mask_name) not in ("bk", "b11k"))
     if not target.is_class:
         dims = Dims(D_MODEL, 1) if forward.rank == 3 else Dims()
         return Binding(
             target, forward=forward, dims=dims, declared_mask=mask, declared_causal=causal, code_not_causal=not_causal,
             declared_variant=DeclaredVariant.of(declaration), unmodelled=unmodelled,
+            mask_replaces_causal=mask_replaces_causal,
         )
     if "init" in declaration:
         init = declaration["init"]
@@ -554,7 +565,7 @@ def bind(target: Target, declaration: Mapping[str, Any] | None = None, source: s
         candidates = tuple(_with_kv_heads(c, variant.kv_heads) for c in candidates)
     return Binding(target, candidates, forward, dims, mask, causal, code_not_causal=not_causal,
                    declared_variant=variant, names_dropout=code.names_dropout, post_norm=code.post_norm_residual,
-                   pre_norm=code.pre_norm, unmodelled=unmodelled)
+                   pre_norm=code.pre_norm, unmodelled=unmodelled, mask_replaces_causal=mask_replaces_causal)
 
 
 def _with_kv_heads(candidate: InitCandidate, kv_heads: int) -> InitCandidate:

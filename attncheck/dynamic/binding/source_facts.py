@@ -81,6 +81,10 @@ class CodeFacts:
     # its queries and keys through a positive feature map (``F.elu(q) + 1``, ``relu``, ``softplus``, ``exp``,
     # ``self.feature_map(k)``): the map's name, '' otherwise
     kernel_feature_map: str = ""
+    # The code itself can make attention causal: a triangle (tril/triu), a causal keyword not set to False, a
+    # call of a causal-mask builder, or ``is_causal = True``; not only a name (``causal_mask = attention_mask``:
+    # the caller's mask, whatever it holds). True for code that was not read.
+    spells_causal: bool = True
 
     @property
     def ranks(self) -> dict[str, int]:
@@ -142,6 +146,7 @@ def read(source: str, name: str, line: int) -> CodeFacts:
         permuted=_permuted(forward) if forward is not None else {},
         causal_without=_causal_without(forward) if forward is not None else frozenset(),
         kernel_feature_map=_kernel_feature_map(node),
+        spells_causal=_spells_causality(node),
         names_dropout=_names_dropout(node),
         fields_read=_fields_read(init) if init is not None else {},
         global_width=_global_width(tree, init) if init is not None else None,
@@ -506,17 +511,27 @@ def _causal_by_caller(node: ast.AST, stored: frozenset[str]) -> bool:
 
 def _causal_without(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
     """The forward arguments ``a`` such that every causal spelling of the forward (a causal keyword not set
-    to False, ``tril``/``triu``) lies in the body of an ``if`` whose test requires ``a is None``."""
+    to False, ``tril``/``triu``) lies in the body of an ``if`` whose test requires ``a is None``, or is a
+    keyword whose value requires it (``is_causal=attention_mask is None``, or a name bound to that)."""
     params = set(_arguments(forward))
     spellings = [node for node in ast.walk(forward) if _spells_causal(node)]
     if not spellings:
         return frozenset()
     guarded: dict[int, set[str]] = {}  # id of a node under an ``if a is None`` body -> those a
+    bound = {  # ``is_causal = mask is None``: the names a value bound once requires to be None
+        node.targets[0].id: _required_none(node.value)
+        for node in ast.walk(forward) if isinstance(node, ast.Assign) and len(node.targets) == 1
+        and isinstance(node.targets[0], ast.Name)
+    }
     for node in ast.walk(forward):
         if isinstance(node, ast.If):
             names = _required_none(node.test) & params
             for inner in (n for statement in node.body for n in ast.walk(statement)):
                 guarded.setdefault(id(inner), set()).update(names)
+        elif isinstance(node, ast.keyword) and _spells_causal(node):
+            value = node.value
+            required = bound.get(value.id, set()) if isinstance(value, ast.Name) else _required_none(value)
+            guarded.setdefault(id(node), set()).update(required & params)
     return frozenset(set.intersection(*(guarded.get(id(node), set()) for node in spellings)))
 
 
@@ -527,6 +542,18 @@ def _spells_causal(node: ast.AST, *, off_too: bool = False) -> bool:
         return True
     if isinstance(node, ast.keyword) and node.arg and "causal" in node.arg.lower():
         return off_too or not (isinstance(node.value, ast.Constant) and node.value.value is False)
+    return False
+
+
+def _spells_causality(node: ast.AST) -> bool:
+    """Whether the code can make attention causal by itself (``CodeFacts.spells_causal``)."""
+    for child in ast.walk(node):
+        if _spells_causal(child) or (isinstance(child, ast.Call) and "causal" in _callee(child).lower()):
+            return True
+        if isinstance(child, ast.Assign) and isinstance(child.value, ast.Constant) and child.value.value is True:
+            named = [t.attr if isinstance(t, ast.Attribute) else getattr(t, "id", "") for t in child.targets]
+            if any("causal" in name.lower() for name in named):
+                return True
     return False
 
 

@@ -205,6 +205,8 @@ class Judge:
 
     def reference(self, name: str, keep: torch.Tensor | None, fit: Fit) -> torch.Tensor:
         query, key, value = self.role_inputs(name)
+        if keep is not None and self.binding.mask_replaces_causal:
+            fit = replace(fit, causal="none")  # the mask given is the whole mask (``is_causal=mask is None``)
         if self.pooling is not None and keep is not None and keep.ndim == 4:
             keep = self.pooling.keep_rows(keep)
         if self.style == "function":
@@ -285,14 +287,16 @@ class Judge:
     def docs(self) -> str:
         return "\n".join(filter(None, [self.binding.target.docstring, self.facts.get("docs")]))
 
-    def masked_error(self, combo: str) -> float:
-        """Error against the reference with the keep mask this combination's shape expresses."""
-        if self.fit is None:
+    def masked_error(self, combo: str, fit: Fit | None = None) -> float:
+        """Error against the reference (of ``fit``, else the fitted one) with the keep mask this combination's
+        shape expresses."""
+        fit = fit or self.fit
+        if fit is None:
             return float("inf")
         keep = torch.from_numpy(self.plan.keep[f"mask/{combo.split('/')[0]}"])
         if keep.ndim == 3:  # (b, q, k) -> (b, 1, q, k)
             keep = keep.unsqueeze(1)
-        return max_error(self.output(f"mask/{combo}"), self.reference(f"mask/{combo}", keep, self.fit))
+        return max_error(self.output(f"mask/{combo}"), self.reference(f"mask/{combo}", keep, fit))
 
     def best_fit(self) -> Fit:
         options: list[reference.Causal] = ["none", "top-left"]

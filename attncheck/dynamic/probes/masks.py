@@ -12,6 +12,8 @@ added to the scores), "masked-keys" (ATT301 masked keys still attended) and "ful
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import torch
 
@@ -143,6 +145,9 @@ def _mismatch(
         f"with every mask convention the output differs from the reference "
         f"(best {errors[best_combo]:.3g} with {combo_text(best_combo)}, tolerance {view.tol:g})"
     )
+    dropped = _causal_dropped(view, ran)
+    if dropped is not None:  # the future keys it attends are the "masked keys" the leak check perturbs
+        return [dropped], (leak[0], None, "") if leak[1] == "ATT301" else leak
     found = None
     if _diagnosable(view):
         diagnosed, found = _fewest_mistakes(view, combo, best_combo)
@@ -162,6 +167,26 @@ def _mismatch(
             f"output differs from the reference with a key-padding mask: {text}",
         )
     ], leak
+
+
+def _causal_dropped(view: JudgeView, ran: list[str]) -> Outcome | None:
+    """ATT906 when a causal module given a mask attends to the future: with the mask, the output is the
+    reference without the causal mask (``is_causal=mask is None``, ``if mask is None: mask = causal``),
+    and the mask given is one the module documents as key padding alone, which cannot carry causality.
+    None when the module is not causal, or the output is something else."""
+    if view.fit is None or view.fit.causal == "none" or view.binding.mask_replaces_causal:
+        return None
+    unmasked_future = replace(view.fit, causal="none")
+    matching = [c for c in ran if view.masked_error(c, unmasked_future) <= view.tol]
+    if not matching:
+        return None
+    combo = choose_combo(matching, stated_convention(view), matching)
+    detail = f"with {combo_text(combo)} the output is the reference without its causal mask"
+    message = (
+        "future tokens leak whenever a mask is given: the causal mask is dropped when a padding mask is passed "
+        f"({detail}). Fix: combine them (keep = causal & padding) and pass the combined mask"
+    )
+    return Check("reference-masked", "failed", detail), "ATT906", message
 
 
 def _tiled_rank(view: JudgeView) -> int | None:

@@ -554,7 +554,8 @@ def test_causality_is_spelled_by_code_not_by_a_name(forward, spells):
     ["is_causal=attention_mask is None", "is_causal=attention_mask is None and q.shape[2] > 1"],
 )
 def test_causal_only_without_the_mask_is_read_from_the_keyword_value(spelling):
-    source = f"def attend(q, k, v, attention_mask=None):\n    return F.scaled_dot_product_attention(q, k, v, {spelling})\n"
+    source = ("def attend(q, k, v, attention_mask=None):\n"
+              f"    return F.scaled_dot_product_attention(q, k, v, {spelling})\n")
     assert source_facts.read(source, "attend", 1).causal_without == {"attention_mask"}
     bound = ("def attend(q, k, v, attn_mask=None):\n    flag = attn_mask is None\n"
              "    return F.scaled_dot_product_attention(q, k, v, is_causal=flag)\n")

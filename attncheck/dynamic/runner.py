@@ -150,8 +150,41 @@ def checked(prepared: Prepared, options: DynamicOptions, child: Child) -> tuple[
     for those that crashed on the GPU alone."""
     found, results = run_prepared(prepared, options, child)
     if any(r.device == "cuda" for r in results):
-        return _gpu_only_crashes(prepared, options, child, found, results)
-    return found, results
+        found, results = _gpu_only_crashes(prepared, options, child, found, results)
+    return _self_attention_functions(prepared, options, child, found, results)
+
+
+def _self_attention_functions(
+    prepared: Prepared,
+    options: DynamicOptions,
+    child: Child,
+    found: list[Finding],
+    results: list[TargetResult],
+) -> tuple[list[Finding], list[TargetResult]]:
+    """Bare functions that query and key lengths that differ broke (``fault.SELF_ATTENTION_ONLY``: a
+    ``(t, t)`` mask built from one of them), planned again on inputs of one length and run: a
+    self-attention function is checked as what it is, and its ``inputs`` check says it took only that.
+    Where that run fails to forward too, the first skip stands."""
+    plans = dict(prepared.pending)
+    redo = [i for i, r in enumerate(results)
+            if r.status == "skipped" and fault.SELF_ATTENTION_ONLY in r.reason and i in plans]
+    if not redo:
+        return found, results
+    again = []
+    for index in redo:
+        sizes = plans[index].sizes
+        one_length = replace(sizes, seq_q=sizes.seq_self, seq_k=sizes.seq_self)
+        again.append((index, plan(plans[index].binding, index, prepared.seed, one_length)))
+    per_target = [[f for f in found if f.target == r.target.name] for r in results]
+    new_found, new_results = run_prepared(replace(prepared, outcomes={}, pending=again), options, child)
+    for index, new_result in zip(redo, new_results, strict=True):
+        if new_result.status == "skipped" and not new_result.checks:
+            continue  # it does not forward on one length either: the first reason stands
+        new_result.checks.insert(0, Check("inputs", "skipped", f"self-attention only: {fault.SELF_ATTENTION_ONLY}, "
+                                          "so it is checked on query and key of one length"))
+        results[index] = new_result
+        per_target[index] = [f for f in new_found if f.target == new_result.target.name]
+    return [f for own in per_target for f in own], results
 
 
 def _gpu_only_crashes(

@@ -27,6 +27,14 @@ _RANK = re.compile(r"number of dimensions|too many indices|Dimension out of rang
 _WRONG_KIND = re.compile(r"'(float|int|NoneType|bool)' object is not (callable|subscriptable|iterable)")
 
 
+SELF_ATTENTION_ONLY = (
+    "query and key lengths that differ: the function builds its mask from one of them, as a self-attention "
+    "function does"
+)
+"""The guess behind a bare function's crash on a cross-attention call; ``runner`` then runs it again on
+inputs of one length, as the self-attention function it is."""
+
+
 def harness_guess(
     binding: Binding, error: Mapping[str, Any], line_text: str, cross_lengths: tuple[int, int] = (0, 0)
 ) -> str | None:
@@ -48,10 +56,7 @@ def harness_guess(
     if _WRONG_KIND.search(message):
         return "the kind of an argument the code uses as another kind"
     if binding.style == "function" and _lengths_disagree(message, cross_lengths):
-        return (
-            "query and key lengths that differ: the function builds its mask from one of them, "
-            "as a self-attention function does"
-        )
+        return SELF_ATTENTION_ONLY
     if binding.width_guessed and _WIDTH_MISMATCH.search(message):
         return "the input width, which no constructor argument sets"
     config = next((c.config for c in binding.candidates if c.config), None)

@@ -80,7 +80,7 @@ def _judge_dtype(judge: JudgeView, dtype_name: str, dtype: torch.dtype, runs: li
             return (
                 Check(name, "failed", f"{base} raised {text}"),
                 codes.LOW_PRECISION,
-                f"the forward pass fails in {dtype_name} ({base} input): {text}. Attention must run in the "
+                f"the forward pass fails in {dtype_name} ({base} input): {text.rstrip('.')}. Attention must run in the "
                 "dtype of the model. Fix: keep every tensor and constant in the input's dtype.",
             )
         verdict = _compare(judge, base, combo, experiment, dtype)

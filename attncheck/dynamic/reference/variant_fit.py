@@ -28,6 +28,7 @@ WINDOW_NAMES = ("sliding_window", "window_size")
 CHUNK_NAMES = ("attention_chunk_size", "chunk_size")
 CAP_NAMES = ("softcap", "attn_logit_softcapping", "logit_softcap")
 SCALE_NAMES = ("scaling", "scale", "softmax_scale")
+BUFFER_SCHEME = "frequencies from the module's inv_freq buffer"
 DECLARED_AS = "declared_as"
 """The key of the declared scalars that maps a canonical name to the module's own, where it used
 another (``inside.variant_facts.ALIASES``)."""
@@ -119,7 +120,7 @@ def rope_specs(declared: Declared, rotary: bool) -> list[RopeSpec | None]:
     factor = declared.scalar(("attention_scaling",))
     grows = rope_scaling.scheme_of(scaling if isinstance(scaling, Mapping) else None) == "dynamic"
     if inv_freq is not None and not grows:  # a dynamic buffer holds the frequencies of the last length run
-        frequencies, scheme = inv_freq, "frequencies from the module's inv_freq buffer"
+        frequencies, scheme = inv_freq, BUFFER_SCHEME
         attention = float(factor) if factor is not None else 1.0
     else:
         try:

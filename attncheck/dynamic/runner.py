@@ -166,25 +166,20 @@ def _self_attention_functions(
     self-attention function is checked as what it is, and its ``inputs`` check says it took only that.
     Where that run fails to forward too, the first skip stands."""
     plans = dict(prepared.pending)
-    redo = [i for i, r in enumerate(results)
-            if r.status == "skipped" and fault.SELF_ATTENTION_ONLY in r.reason and i in plans]
-    if not redo:
-        return found, results
     again = []
-    for index in redo:
-        sizes = plans[index].sizes
-        one_length = replace(sizes, seq_q=sizes.seq_self, seq_k=sizes.seq_self)
-        again.append((index, plan(plans[index].binding, index, prepared.seed, one_length)))
-    per_target = [[f for f in found if f.target == r.target.name] for r in results]
-    new_found, new_results = run_prepared(replace(prepared, outcomes={}, pending=again), options, child)
-    for index, new_result in zip(redo, new_results, strict=True):
-        if new_result.status == "skipped" and not new_result.checks:
-            continue  # it does not forward on one length either: the first reason stands
-        new_result.checks.insert(0, Check("inputs", "skipped", f"self-attention only: {fault.SELF_ATTENTION_ONLY}, "
-                                          "so it is checked on query and key of one length"))
-        results[index] = new_result
-        per_target[index] = [f for f in new_found if f.target == new_result.target.name]
-    return [f for own in per_target for f in own], results
+    for index, result in enumerate(results):
+        if result.status == "skipped" and fault.SELF_ATTENTION_ONLY in result.reason and index in plans:
+            sizes = plans[index].sizes
+            one_length = replace(sizes, seq_q=sizes.seq_self, seq_k=sizes.seq_self)
+            again.append((index, plan(plans[index].binding, index, prepared.seed, one_length)))
+
+    def adopted(index: int, result: TargetResult, own: list[Finding]) -> Check | None:
+        if result.status == "skipped" and not result.checks:
+            return None  # it does not forward on one length either: the first reason stands
+        why = f"self-attention only: {fault.SELF_ATTENTION_ONLY}, so it is checked on query and key of one length"
+        return Check("inputs", "skipped", why)
+
+    return _run_again(prepared, options, child, found, results, again, adopted)
 
 
 def _gpu_only_crashes(
@@ -198,19 +193,48 @@ def _gpu_only_crashes(
     about the device, not the attention (a tensor made without ``device=``, a device-side assert),
     so the CPU run's verdict stands, with a ``device`` check saying what failed on cuda. The CPU run
     reuses the file's plans (``results[i]`` is target ``i``): nothing is read or planned again."""
-    per_target = [[f for f in found if f.target == r.target.name] for r in results]
-    crashed = [i for i, r in enumerate(results) if r.device == "cuda" and _crashed(r, per_target[i])]
-    if not crashed:
+    crashed = {
+        i for i, r in enumerate(results)
+        if r.device == "cuda" and _crashed(r, [f for f in found if f.target == r.target.name])
+    }
+
+    def adopted(index: int, result: TargetResult, own: list[Finding]) -> Check | None:
+        if _crashed(result, own):
+            return None  # it crashes on the CPU too: the GPU run's verdict stands
+        first = results[index]
+        crash = next((f.message for f in found if f.target == first.target.name and f.code == codes.FORWARD_CRASH),
+                     first.reason)
+        return Check("device", "failed", f"on cuda: {crash}; the verdict is the CPU run's")
+
+    again = [(i, p) for i, p in prepared.pending if i in crashed]
+    return _run_again(prepared, replace(options, device="cpu"), child, found, results, again, adopted)
+
+
+Adopt = Callable[[int, TargetResult, list[Finding]], Check | None]
+
+
+def _run_again(
+    prepared: Prepared,
+    options: DynamicOptions,
+    child: Child,
+    found: list[Finding],
+    results: list[TargetResult],
+    again: list[tuple[int, Plan]],
+    adopted: Adopt,
+) -> tuple[list[Finding], list[TargetResult]]:
+    """Run the targets of ``again`` once more (their index and new plan) in a fresh child, and take a
+    new verdict where ``adopted(index, new result, its findings)`` gives the check
+    that says why; the others keep their first verdict (``results[i]`` is target ``i``)."""
+    if not again:
         return found, results
-    on_cpu = replace(prepared, outcomes={}, pending=[(i, p) for i, p in prepared.pending if i in crashed])
-    cpu_found, cpu_results = run_prepared(on_cpu, replace(options, device="cpu"), child)
-    for index, cpu_result in zip(crashed, cpu_results, strict=True):
-        own = [f for f in cpu_found if f.target == cpu_result.target.name]
-        if _crashed(cpu_result, own):
-            continue  # it crashes on the CPU too: the GPU run's verdict stands
-        crash = next((f.message for f in per_target[index] if f.code == codes.FORWARD_CRASH), results[index].reason)
-        cpu_result.checks.append(Check("device", "failed", f"on cuda: {crash}; the verdict is the CPU run's"))
-        results[index], per_target[index] = cpu_result, own
+    per_target = [[f for f in found if f.target == r.target.name] for r in results]
+    new_found, new_results = run_prepared(replace(prepared, outcomes={}, pending=again), options, child)
+    for (index, _), new_result in zip(again, new_results, strict=True):
+        own = [f for f in new_found if f.target == new_result.target.name]
+        check = adopted(index, new_result, own)
+        if check is not None:
+            new_result.checks.append(check)
+            results[index], per_target[index] = new_result, own
     return [f for own in per_target for f in own], results
 
 

@@ -116,3 +116,22 @@ def test_run_dynamic_parses_in_the_calling_thread_only(monkeypatch):
     buggy = file_result(FIXTURES / "buggy" / "dyn_wrong_scale.py")
     run_dynamic([file_result(TWO), buggy], Options(jobs=2), child=in_process_child)
     assert threads and set(threads) == {threading.current_thread()}
+
+
+def test_a_crash_on_the_gpu_alone_takes_the_cpu_runs_verdict_with_a_device_check():
+    """The re-run the CUDA path makes (a CI machine has no GPU, so the first results are marked cuda by
+    hand): a target that crashed on cuda and forwards on the CPU takes the CPU verdict, and says why."""
+    from dataclasses import replace
+
+    from attncheck.dynamic import codes, runner
+    from attncheck.findings import Finding, Severity
+
+    prepared = runner.prepare(file_result(FIXTURES / "correct" / "gqa_sdpa.py"), Options(device="cpu"))
+    found, results = runner.run_prepared(prepared, Options(device="cpu"), in_process_child)
+    assert [r.status for r in results] == ["passed"]
+    crash = Finding(codes.FORWARD_CRASH, Severity.ERROR, "forward raises RuntimeError: device-side assert",
+                    results[0].target.path, None, source="dynamic", target=results[0].target.name)
+    on_cuda = [replace(results[0], status="failed", device="cuda", checks=[])]
+    kept, taken = runner._gpu_only_crashes(prepared, Options(device="cpu"), in_process_child, [crash], on_cuda)
+    assert [r.status for r in taken] == ["passed"] and kept == []
+    assert taken[0].checks[-1].name == "device" and "device-side assert" in taken[0].checks[-1].detail

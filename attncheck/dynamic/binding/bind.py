@@ -535,9 +535,10 @@ def bind(target: Target, declaration: Mapping[str, Any] | None = None, source: s
                   or not code.spells_causal)
     unmodelled = LINEAR_ATTENTION.format(feature_map=code.kernel_feature_map) if code.kernel_feature_map else ""
     # a mask documented as key padding alone, (b, k) or (b, 1, 1, k), cannot carry the causal part: there the
-    # module's causality switched off by a mask is a leak, and the runs keep their causality
-    mask_replaces_causal = bool(forward.mask_name and forward.mask_name in code.causal_without) and (
-        documented_shape(docs, forward.mask_name) not in ("bk", "b11k"))
+    # module's causality switched off by a mask is a leak, and the runs keep their causality. A caller's mask
+    # (transformers' ``attention_mask`` beside ``self.is_causal``) already gets its causal part from the harness.
+    mask_replaces_causal = bool(forward.mask_name and forward.mask_name in code.causal_without) and not (
+        forward.caller_mask or documented_shape(docs, forward.mask_name) in ("bk", "b11k"))
     if not target.is_class:
         dims = Dims(D_MODEL, 1) if forward.rank == 3 else Dims()
         return Binding(

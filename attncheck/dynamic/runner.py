@@ -174,8 +174,8 @@ def _self_attention_functions(
             again.append((index, plan(plans[index].binding, index, prepared.seed, one_length)))
 
     def adopted(index: int, result: TargetResult, own: list[Finding]) -> Check | None:
-        if result.status == "skipped" and not result.checks:
-            return None  # it does not forward on one length either: the first reason stands
+        if result.status == "error" or (result.status == "skipped" and not result.checks):
+            return None  # it does not forward on one length either, or cannot be judged there: the skip stands
         why = f"self-attention only: {fault.SELF_ATTENTION_ONLY}, so it is checked on query and key of one length"
         return Check("inputs", "skipped", why)
 

@@ -117,7 +117,7 @@ def test_evidence_per_code_on_a_correct_masked_module(code: str, plain_masked_mh
 
 def test_evidence_names_how_the_mistake_would_have_shown() -> None:
     refuted = _refuted(FIXTURES / "loading" / "stdin" / "mymodel.py", ["ATT201"])["MultiHeadSelfAttention"]
-    assert "each form of this mistake (7) would move the output by at least" in refuted["ATT201"]
+    assert "each form of this mistake (8) would move the output by at least" in refuted["ATT201"]
 
 
 def test_module_without_projections_cannot_refute_att101() -> None:

@@ -93,7 +93,11 @@ def setting_for(
 
 
 def mutants_for(style: str) -> tuple[Mutant, ...]:
-    """The mistakes a target of this style can make."""
+    """The mistakes a target of this style can make: a self-attention target (one input) cannot project
+    its K and V from another input than its query, so that mistake is not one of its own (nor evidence
+    that its check could not see one)."""
+    if style == "self":
+        return tuple(m for m in MUTANTS if m.knobs.inputs != "kv_from_query")
     if style != "function":
         return MUTANTS
     return tuple(m for m in MUTANTS if not m.knobs.turned() & FUNCTION_KNOBS)

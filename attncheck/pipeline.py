@@ -43,7 +43,7 @@ from attncheck.static.result import FileResult
 from attncheck.suppressions import unknown_codes, unsuppressed
 
 if TYPE_CHECKING:
-    from concurrent.futures import Executor
+    from concurrent.futures import Executor, Future
 
     from attncheck.static.rule import Rule
 
@@ -177,21 +177,20 @@ def _as_result(source: Source, findings: list[Finding], targets: list[Target], e
     return FileError(source.path, error)
 
 
-def _in_order(function: Callable, items: list, codes: tuple[str, ...], jobs: int,
-              pool: Executor | None = None) -> Iterator:
-    """``function(item, codes)`` for every item, in order: in ``pool``, or in a new process
-    pool when there are many and ``jobs`` > 1.
+def _in_order(function: Callable, items: list, codes: tuple[str, ...], jobs: int) -> Iterator:
+    """``function(item, codes)`` for every item, in order: in a process pool when there are
+    many and ``jobs`` > 1.
 
     The pool gets the largest files first, a few at a time, so no worker is left
     with a big file while the others idle; the answers are put back in order.
     """
-    if pool is None and (jobs <= 1 or len(items) < POOL_THRESHOLD):
+    if jobs <= 1 or len(items) < POOL_THRESHOLD:
         for item in items:
             yield function(item, codes)
         return
     order = sorted(range(len(items)), key=lambda i: _size(items[i]), reverse=True)
     answers: list = [None] * len(items)
-    with pool if pool is not None else _started_pool(codes, jobs) as running:
+    with _started_pool(codes, jobs) as running:
         done = running.map(function, [items[i] for i in order], [codes] * len(items), chunksize=2)
         for index, answer in zip(order, done, strict=True):
             answers[index] = answer
@@ -199,21 +198,34 @@ def _in_order(function: Callable, items: list, codes: tuple[str, ...], jobs: int
 
 
 def _started_pool(codes: tuple[str, ...], jobs: int) -> Executor:
-    """A pool of ``jobs`` lint workers, started now: each imports the linter (about half a
-    second) while this process goes on, reading and looking up files."""
+    """A pool of ``jobs`` lint workers, started now, forked from this process once it has
+    imported the linter (``_import_linter``).
+
+    Each worker inherits the engine and the rules rather than importing them: the import
+    (about a quarter of a second of CPU, most of it libcst's node classes) is done once, not
+    once per worker. It stays where it was on the run's path, which was the workers' import;
+    with a cache, they are handed files from then on while this process still reads the
+    others (``_pooled_with_cache``)."""
     from concurrent.futures import ProcessPoolExecutor
 
+    _import_linter(codes)
     pool = ProcessPoolExecutor(max_workers=jobs, initializer=_start_worker, initargs=(codes,))
     pool.submit(int)  # the first task is what starts the workers
     return pool
 
 
-def _start_worker(codes: tuple[str, ...]) -> None:
-    """A lint worker's initializer: the engine and the rules imported before the first file,
-    and then the collector paused (``collector.start_worker``), with them frozen."""
-    from attncheck.static import engine  # noqa: F401  (imported for the worker's life)
+def _import_linter(codes: tuple[str, ...]) -> None:
+    """The engine and the rules of ``codes``, imported (and the rules listed) in this process."""
+    from attncheck.static import engine  # noqa: F401  (imported for the process's life)
 
     _rules(codes)
+
+
+def _start_worker(codes: tuple[str, ...]) -> None:
+    """A lint worker's initializer: the linter imported before the first file (nothing to do
+    in a forked worker, which has it already; a worker started by ``spawn`` imports it), and
+    then the collector paused (``collector.start_worker``), with it frozen."""
+    _import_linter(codes)
     collector.start_worker()
 
 
@@ -239,21 +251,44 @@ def lint_all(items: Iterable[Item], codes: tuple[str, ...], jobs: int,
     if cache is None:
         yield from _in_order(lint_one, items, codes, jobs)
         return
-    pooled = jobs > 1 and len(items) >= POOL_THRESHOLD
+    if jobs > 1 and len(items) >= POOL_THRESHOLD:
+        yield from _pooled_with_cache(items, codes, jobs, cache)
+        return
+    looked_up = [_look_up(item, cache) for item in items]
+    misses = [Miss(source, key) for key, source, _ in looked_up if source is not None]
+    yield from _answered(items, looked_up, _in_order(partial(_lint_and_store, cache), misses, codes, jobs), codes)
+
+
+LookedUp = tuple[str, Source | None, FileResult | FileError | None]  # what ``_look_up`` says of an item
+
+
+def _pooled_with_cache(items: list[Item], codes: tuple[str, ...], jobs: int, cache: Cache
+                       ) -> Iterator[FileResult | FileError]:
+    """``lint_all`` of many items with a cache, in a pool of workers started at the first miss.
+
+    The items are looked up largest first, and each miss is handed to a worker as soon as it
+    is read: the workers lint while this process still reads the other files, and the big
+    files are not left for last, when a worker would lint one while the other idles."""
+    order = sorted(range(len(items)), key=lambda i: _size(items[i]), reverse=True)
+    looked_up: list[LookedUp] = [("", None, None)] * len(items)
+    pending: dict[int, Future[Answer]] = {}
     pool: Executor | None = None
-    looked_up = []
     try:
-        for item in items:
-            found = _look_up(item, cache)
-            if found[1] is not None and pooled and pool is None:  # a miss: the workers start importing
-                pool = _started_pool(codes, jobs)
-            looked_up.append(found)
-    except BaseException:
+        for index in order:
+            key, source, _ = looked_up[index] = _look_up(items[index], cache)
+            if source is not None:
+                pool = pool or _started_pool(codes, jobs)
+                pending[index] = pool.submit(_lint_and_store, cache, Miss(source, key), codes)
+        yield from _answered(items, looked_up, (pending[index].result() for index in sorted(pending)), codes)
+    finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
-        raise
-    misses = [Miss(source, key) for key, source, _ in looked_up if source is not None]
-    answers = _in_order(partial(_lint_and_store, cache), misses, codes, jobs, pool)
+
+
+def _answered(items: list[Item], looked_up: list[LookedUp], answers: Iterator[Answer], codes: tuple[str, ...]
+              ) -> Iterator[FileResult | FileError]:
+    """Each item's result, in order: the cache's, the next of ``answers`` for a miss, or, for an
+    item linted as usual (stdin, unreadable, empty), its lint here."""
     for item, (_, source, entry) in zip(items, looked_up, strict=True):
         if source is None:
             yield entry if entry is not None else lint_one(item, codes)
@@ -271,7 +306,7 @@ def _lint_and_store(cache: Cache, miss: Miss, codes: tuple[str, ...]) -> Answer:
     return answer
 
 
-def _look_up(item: Item, cache: Cache) -> tuple[str, Source | None, FileResult | FileError | None]:
+def _look_up(item: Item, cache: Cache) -> LookedUp:
     """(key, source to lint, None) for a miss; ("", None, result) for a hit;
     ("", None, None) for an item linted as usual (stdin, unreadable, empty)."""
     if not isinstance(item, Candidate):

@@ -49,9 +49,9 @@ def linted(monkeypatch) -> list[str]:
     return seen
 
 
-def run(paths: list[Path], settings: Settings | None = None, use_cache: bool = True) -> str:
+def run(paths: list[Path], settings: Settings | None = None, use_cache: bool = True, jobs: int = 1) -> str:
     outcome, _ = pipeline.run(list(discover([str(p) for p in paths])), settings or Settings(),
-                              static_only=True, jobs=1, use_cache=use_cache)
+                              static_only=True, jobs=jobs, use_cache=use_cache)
     stream = io.StringIO()
     writer("json")(outcome, stream)
     return stream.getvalue()
@@ -171,6 +171,21 @@ def test_fixtures_cold_and_warm_give_the_same_report(cache_dir, linted):
     warm = run([fixtures])
     assert len(linted) == count and count > 20
     assert warm == cold == run([fixtures], use_cache=False)
+
+
+def test_a_pooled_run_over_hits_and_misses_reports_as_a_run_without_cache(tmp_path, cache_dir):
+    # Files of different sizes (the pool looks them up largest first), every other one cached.
+    files = []
+    for n in range(pipeline.POOL_THRESHOLD + 6):
+        file = tmp_path / f"m{n:03}.py"
+        file.write_text(BUGGY.replace("64", str(n + 1)) + "# padding\n" * (n * 7 % 11))
+        files.append(file)
+    run(files[::2])
+    codes = pipeline.enabled_codes(Settings())
+    results = list(pipeline.lint_all(discover([str(f) for f in files]), codes, 2, pipeline.open_cache(codes)))
+    assert [r.source.path for r in results] == [str(f) for f in files]  # in order, each with its own answer
+    assert all(f.path == r.source.path for r in results for f in r.findings) and results[1].findings
+    assert run(files, jobs=2) == run(files, use_cache=False)
 
 
 def test_a_warm_run_loads_neither_libcst_nor_a_process_pool(tmp_path, cache_dir):

@@ -42,7 +42,22 @@ from libcst.metadata import CodePosition, CodeRange
 from attncheck.static.tree import construct, fstrings, node_fields, subtree
 
 Span = tuple[int, int, int, int]  # start line, start byte column, end line, end byte column
-_Located = ast.AST | Span
+
+
+class _Grouped:
+    """Where an argument is, until it is asked: its value's span (an ast node) widened over
+    the parentheses that group it (``_grouped``; libcst's Arg holds the value's ``lpar`` and
+    ``rpar``). Finding them reads the bytes around every argument, about a tenth of a
+    conversion, and few arguments are ever asked where they are or what their code is;
+    ``_resolved`` widens the span when one is."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: ast.expr) -> None:
+        self.value = value
+
+
+_Located = ast.AST | Span | _Grouped
 
 
 class NotModelledError(Exception):
@@ -117,7 +132,7 @@ class FastModule(cst.Module):
         located = self.positions.spans.get(id(node))
         if located is None:
             raise NotModelledError(f"the code of a {type(node).__name__} without a span")
-        return _grouped(self.positions.lines, self._written(node, _span(located)))
+        return _grouped(self.positions.lines, self._written(node, _resolved(located, self.positions.lines)))
 
     def _written(self, node: cst.CSTNode, span: Span) -> Span:
         """Where ``node``'s own text is: its span, but for a tuple, which runs from its first
@@ -141,7 +156,7 @@ class FastModule(cst.Module):
         if id(node) not in positions.spans and not positions.in_tree(node):
             return bool(getattr(node, "lpar", ()))  # built by the analyses, on either tree
         return self._own_parentheses(node) or \
-            self._code_span(node) != self._written(node, _span(positions.spans[id(node)]))
+            self._code_span(node) != self._written(node, _resolved(positions.spans[id(node)], positions.lines))
 
     def _own_parentheses(self, node: cst.CSTNode) -> bool:
         """Whether ``node`` is a tuple with parentheses of its own: ``(a, b)``, not ``(a), b``
@@ -173,7 +188,7 @@ class Positions(Mapping[cst.CSTNode, CodeRange]):
                 # libcst's mapping has no such key either.
                 raise KeyError(node)
             raise MissingPositionError(type(node).__name__)
-        line, column, end_line, end_column = _span(located)
+        line, column, end_line, end_column = _resolved(located, self.lines)
         return CodeRange(
             CodePosition(line, self._characters(line, column)),
             CodePosition(end_line, self._characters(end_line, end_column)),
@@ -205,7 +220,7 @@ class Positions(Mapping[cst.CSTNode, CodeRange]):
         return column if text.isascii() else len(text.encode()[:column].decode(errors="ignore"))
 
     def text_of(self, located: _Located) -> str:
-        line, column, end_line, end_column = _span(located)
+        line, column, end_line, end_column = _resolved(located, self.lines)
         if line == end_line:
             return _byte_slice(self.lines[line - 1], column, end_column)
         parts = [_byte_slice(self.lines[line - 1], column, None)]
@@ -214,10 +229,18 @@ class Positions(Mapping[cst.CSTNode, CodeRange]):
         return "".join(parts)
 
 
-def _span(located: _Located) -> Span:
+def _span(located: ast.AST | Span) -> Span:
     if isinstance(located, tuple):
         return located
     return located.lineno, located.col_offset, located.end_lineno, located.end_col_offset  # type: ignore[attr-defined,return-value]
+
+
+def _resolved(located: _Located, lines: Sequence[str]) -> Span:
+    """The span a recorded place stands for, in the text of ``lines``: an argument's is widened
+    over the parentheses that group it here, when it is first asked for (``_Grouped``)."""
+    if type(located) is _Grouped:
+        return _grouped(lines, _span(located.value))
+    return _span(located)  # type: ignore[arg-type]
 
 
 # A generator's parentheses are its own, or its call's when it is the only argument, and libcst
@@ -550,7 +573,8 @@ class _Converter:
             self.placed.add(id(converted))
             if earlier is None:
                 spans, written = self.spans, self.positions.written
-                _CONVERTED.offer(text, lambda: _Converted(converted, first, spans, written, self.events[start:], start))
+                _CONVERTED.offer(text, lambda: _Converted(converted, first, spans, written, self.events[start:], start,
+                                                           self.lines))
             return converted
         finally:
             self.in_function = False
@@ -690,10 +714,7 @@ class _Converter:
         # A lone generator argument borrows the call's parentheses in ast's span. Any other
         # argument's span is its value's and the parentheses around it, as in libcst (whose
         # Arg holds the value's ``lpar``/``rpar``): ast's ends inside them (``f(((s)))``).
-        if isinstance(value, ast.GeneratorExp):
-            located = self.spans.get(id(converted), value)
-        else:
-            located = _grouped(self.lines, _span(value))
+        located = self.spans.get(id(converted), value) if isinstance(value, ast.GeneratorExp) else _Grouped(value)
         return self.at(_new[cst.Arg](value=converted), located)
 
     def keyword(self, node: ast.keyword) -> cst.Arg:
@@ -1024,11 +1045,11 @@ class _Converted:
     """
 
     def __init__(self, node: cst.FunctionDef, first: int, spans: dict[int, _Located],
-                 written: dict[int, Span], events: list[Any], start: int) -> None:
+                 written: dict[int, Span], events: list[Any], start: int, lines: Sequence[str]) -> None:
         self.node = node
         # Counted from the line the text starts on (``first``), and from ``events[0]``, whose
-        # index in its tree's events is ``start``: nothing of that tree is kept.
-        self.spans = {key: _moved(_span(located), -first) for key, located in spans.items()}
+        # index in its tree's events is ``start``: nothing of that tree (``lines``) is kept.
+        self.spans = {key: _moved(_resolved(located, lines), -first) for key, located in spans.items()}
         self.written = {key: _moved(span, -first) for key, span in written.items()}
         self.events = [(node, end - start) for node, end in events]
 

@@ -127,7 +127,7 @@ def test_a_crash_on_the_gpu_alone_takes_the_cpu_runs_verdict_with_a_device_check
     from attncheck.findings import Finding, Severity
 
     prepared = runner.prepare(file_result(FIXTURES / "correct" / "gqa_sdpa.py"), Options(device="cpu"))
-    found, results = runner.run_prepared(prepared, Options(device="cpu"), in_process_child)
+    _, results = runner.run_prepared(prepared, Options(device="cpu"), in_process_child)
     assert [r.status for r in results] == ["passed"]
     crash = Finding(codes.FORWARD_CRASH, Severity.ERROR, "forward raises RuntimeError: device-side assert",
                     results[0].target.path, None, source="dynamic", target=results[0].target.name)

@@ -63,6 +63,7 @@ def jailed(request, tmp_path_factory) -> dict[str, ChildOutcome]:
         "fill_disk_unlinked": HOSTILE / "fill_disk_unlinked.py",
         "forge_reply_frame": HOSTILE / "forge_reply_frame.py",
         "checker_tells": HOSTILE / "checker_tells.py",
+        **{name: HOSTILE / f"{name}.py" for name in ("fake_bwrap_failure", "fake_grading_jail_failure")},
     }
     from concurrent.futures import ThreadPoolExecutor
 
@@ -181,6 +182,36 @@ def test_unlinked_open_files_end_in_enospc_inside_the_jail(jailed):
                            "mount": jail.JAIL_HOME}, report
     assert report["/tmp"] == {"written_mb": tmp_mb, "error": "ENOSPC", "fs": "tmpfs", "fs_mb": tmp_mb,
                               "mount": "/tmp"}, report
+
+
+@pytest.mark.parametrize("name", ["fake_bwrap_failure", "fake_grading_jail_failure"])
+def test_user_code_cannot_pass_its_end_off_as_the_jail_failing(jailed, name):
+    """Item 2: after the child said it was ready, its stderr and exit status are user code's: a
+    forward that writes bubblewrap's or grade's own "jail failed" line and exits as the jail does
+    crashed (its target fails), never "error: the jail failed" (the checker's fault, not run)."""
+    outcome = jailed[name]
+    assert outcome.status == "crashed", outcome.reason
+    assert "jail failed" not in outcome.reason and outcome.reason.startswith("exited with status"), outcome.reason
+
+
+def test_a_jail_that_fails_before_the_ready_byte_is_still_reported_as_such(tmp_path):
+    """The other side of the test above: bubblewrap's own failure (the child never said it was
+    ready, so no user code ran) stays an error that names the jail."""
+    from attncheck.dynamic.harness.pipes import Transfer
+
+    (tmp_path / "stdout").write_bytes(b"")
+    (tmp_path / "stderr").write_bytes(b"bwrap: Can't mount proc on /newroot/proc: Operation not permitted\n")
+
+    def ended(start_s: float | None) -> ChildOutcome:
+        transfer = Transfer()
+        transfer.close()
+        ending = sandbox.Ending(returncode=1, start_s=start_s)
+        return sandbox.outcome(tmp_path, tmp_path / "m.py", ROOMY, sandbox.BUBBLEWRAP, ending, transfer)
+
+    never_ready, after_ready = ended(None), ended(1.5)
+    assert (never_ready.status, never_ready.reason.startswith("the bubblewrap jail failed: bwrap:")) == ("error", True)
+    assert after_ready.status == "crashed"
+    assert after_ready.reason == "exited with status 1 (os._exit / sys.exit in user code)"
 
 
 def test_a_forged_frame_header_in_the_reply_pipe_is_refused_at_once(jailed):

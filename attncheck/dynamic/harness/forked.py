@@ -95,7 +95,8 @@ def run_forked(module_path: Path, request: dict, tensors: dict[str, np.ndarray],
         except ZygoteGoneError as error:
             return ChildOutcome("error", str(error), [], "", "", isolation)
         outcome = sandbox.outcome(run_dir.path, module_path, limits, isolation, ending, transfer)
-        if ending.returncode == JAIL_FAILED_EXIT and JAIL_FAILED in outcome.stderr:
+        said_failed = ending.returncode == JAIL_FAILED_EXIT and JAIL_FAILED in outcome.stderr
+        if said_failed and sandbox.jail_may_have_failed(ending):
             reason = outcome.stderr[outcome.stderr.index(JAIL_FAILED):].splitlines()[0]
             return replace(outcome, status="error", reason=reason)
         return outcome

@@ -381,10 +381,21 @@ def outcome(
     if status == "ok":
         reason = _completed_reason(replies, limits, module_path.name)
     err_text = _kept(run_dir / "stderr", limits.output_bytes)
-    if isolation == BUBBLEWRAP and ending.returncode == 1 and err_text.startswith("bwrap:"):
+    said_bwrap = isolation == BUBBLEWRAP and ending.returncode == 1 and err_text.startswith("bwrap:")
+    if said_bwrap and jail_may_have_failed(ending):
         status, reason = "error", f"the bubblewrap jail failed: {err_text.splitlines()[0]}"
     out_text = _kept(run_dir / "stdout", limits.output_bytes)
     return ChildOutcome(status, reason, replies, out_text, err_text, isolation, ending.start_s)
+
+
+def jail_may_have_failed(ending: Ending) -> bool:
+    """Whether the jail, not user code, may be why the child ended: only before its ready byte.
+
+    User code runs after that byte, and can write anything to its stderr (even truncate what is
+    there) and exit with any status: after it, "the jail failed" on stderr is the user's word,
+    and would pass a wrong module off as the checker's own failure.
+    """
+    return ending.start_s is None
 
 
 def watch(

@@ -64,6 +64,7 @@ def jailed(request, tmp_path_factory) -> dict[str, ChildOutcome]:
         "forge_reply_frame": HOSTILE / "forge_reply_frame.py",
         "checker_tells": HOSTILE / "checker_tells.py",
         **{name: HOSTILE / f"{name}.py" for name in ("fake_bwrap_failure", "fake_grading_jail_failure")},
+        "terminal_escapes": HOSTILE / "terminal_escapes.py",
     }
     from concurrent.futures import ThreadPoolExecutor
 
@@ -222,6 +223,18 @@ def test_a_forged_frame_header_in_the_reply_pipe_is_refused_at_once(jailed):
     assert outcome.reason == (
         f"reply 0 refused: its tensors are {2**40} bytes, over the limit of {channel.MAX_TENSOR_BYTES}"
     )
+
+
+def test_terminal_escapes_in_an_exception_come_back_as_text(jailed):
+    """Item 4: an exception whose class name and message hold ANSI escapes, a carriage return and
+    a bidi override comes back with each of them escaped: it reads as what it is, and cannot erase
+    or rewrite the report's lines on the grader's terminal."""
+    outcome = jailed["terminal_escapes"]
+    error = outcome.replies[-1].facts["error"]
+    for text in (error["type"], error["message"], error["traceback"], outcome.reason):
+        assert text.replace("\n", "").isprintable(), repr(text)
+    assert error["message"] == "\\x1b[1A\\x1b[2K\\r\\x1b[32mall checks passed\\x1b[0m \\u202eevil"
+    assert outcome.reason.startswith("user code raised: \\x1b[1A"), outcome.reason
 
 
 # Item 4: the parent reads replies defensively (no child needed). Nothing the child writes is a

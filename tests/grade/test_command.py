@@ -46,3 +46,25 @@ def test_one_candidate_file_prints_its_row_and_writes_the_outputs(tmp_path, caps
     assert sorted(p.name for p in out.iterdir()) == ["feedback", "gradebook.csv", "gradebook.sqlite",
                                                       "gradescope", "report.html"]
     assert "seed 3" in (out / "report.html").read_text()
+
+
+def test_a_students_chosen_text_is_no_markup_in_the_table_and_no_formula_in_the_csv(tmp_path, capsys):
+    """Issue 17: a name or a file name a student chose is shown as written: rich markup in it
+    (``[bold green]``) is not applied, control characters are escaped, and a cell of
+    gradebook.csv that starts like a formula (``=HYPERLINK(...)``) is not one."""
+    import csv
+
+    from attncheck.grade import csv_export
+    from attncheck.grade.command import _print_table
+    from attncheck.grade.record import Grade
+
+    grades = [Grade("[bold green]dan[x]", "d1", "graded", score=78, maximum=100),
+              Grade('=HYPERLINK("http://evil","y")', "d2", "could not be read", maximum=100,
+                    problem="could not be read: [red]a\x1b[2K.py, line 1: syntax error")]
+    _print_table(grades, 1.0, tmp_path)
+    text = capsys.readouterr().out
+    assert "[bold green]dan[x]" in text and "[red]a\\x1b[2K.py" in text and "\x1b" not in text
+    csv_export.write(tmp_path / "gradebook.csv", grades, [])
+    with (tmp_path / "gradebook.csv").open(newline="", encoding="utf-8") as handle:
+        rows = list(csv.reader(handle))
+    assert [row[0] for row in rows[1:]] == ["[bold green]dan[x]", '\'=HYPERLINK("http://evil","y")']

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import stat
 import zipfile
 from pathlib import Path
@@ -106,3 +107,44 @@ def test_not_a_zip_or_no_python_is_a_clear_reason(tmp_path):
     assert reasons["broken"].startswith("cannot read the zip file")
     assert reasons["empty"] == "no Python file or notebook found in the submission"
     assert reasons["essay"].startswith("not a submission: essay.docx")
+
+
+def test_a_link_or_a_fifo_in_the_class_folder_is_refused_unread(tmp_path):
+    """Issue 17: an entry that is a link (to a secret, to ``/``) is neither hashed through nor
+    staged (the grader would copy what it points to with its own rights); a FIFO is not opened."""
+    root = tmp_path / "class"
+    root.mkdir()
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the grader's token")
+    (root / "shadowy.py").symlink_to(secret)
+    (root / "everything").symlink_to("/")
+    os.mkfifo(root / "fifo.py")
+    found = {s.student: s for s in submissions.find(root)}  # hashing "/" or reading the FIFO would never end
+    assert sorted(found) == ["everything", "fifo", "shadowy"]
+    reasons = {}
+    for student, submission in found.items():
+        with pytest.raises(UnreadableError) as raised:
+            submissions.stage(submission, tmp_path / "staging")
+        reasons[student] = str(raised.value)
+    assert reasons["shadowy"] == f"a link, not a submission (to {secret}): not followed"
+    assert reasons["everything"] == "a link, not a submission (to /): not followed"
+    assert reasons["fifo"] == "not a file or a folder"
+    assert not (tmp_path / "staging").exists()
+
+
+def test_a_students_name_shows_no_control_character_and_stages_when_long(tmp_path):
+    """Issue 17: a folder named with a newline, an ANSI escape, a carriage return or bytes that are
+    not UTF-8 gets a name that shows as it is (escaped), never acts on a terminal or breaks a UTF-8
+    writer; a 250-character name stages (its folder's name is capped) instead of failing."""
+    root = tmp_path / "class"
+    root.mkdir()
+    hostile = b"eve\nalice  100\xe2\x81\x84100\x1b[2K\rcarol\xff"  # a name has no "/": a fraction slash
+    for name in (hostile, b"x" * 250):
+        os.mkdir(os.path.join(os.fsencode(root), name))
+        Path(os.fsdecode(os.path.join(os.fsencode(root), name)), "attention.py").write_text(CODE)
+    found = submissions.find(root)
+    assert [s.student for s in found] == ["eve\\nalice  100\u2044100\\x1b[2K\\rcarol\\xff", "x" * 250]
+    assert all(s.student.isprintable() and s.student.encode("utf-8") for s in found)
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    assert [submissions.stage(s, staging).files[0].name for s in found] == ["attention.py"] * 2

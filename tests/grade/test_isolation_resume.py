@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
+import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
+from attncheck.dynamic.harness import rundir
 from attncheck.grade import assignment, schedule, submissions
 from attncheck.grade.gradebook import Gradebook
 from attncheck.grade.record import GRADED, NOT_RUN
@@ -173,3 +179,44 @@ def test_where_the_jail_cannot_be_built_a_submission_is_not_run_unless_the_opera
     assert refused.status == NOT_RUN and "--unsafe-no-sandbox" in refused.problem, refused.problem
     (ran,) = schedule.run(_plan(root, tmp_path / "unsafe", unsafe_no_sandbox=True))
     assert ran.status == GRADED and ran.score == ran.maximum and ran.isolation == forked.FORKED_RLIMITS
+
+
+def test_a_grader_killed_with_sigkill_leaves_no_child_running_and_no_staged_code_behind(tmp_path):
+    """Issue 17: ``kill -9`` of ``attncheck grade`` while a submission's forward runs: its zygote
+    sees the order socket close and kills the child at once (it ran on to its time limit), and
+    the staged copies lie in a locked run folder, which the next run sweeps (a bare temp folder,
+    never removed, before)."""
+    root, temp = tmp_path / "class", tmp_path / "temp"
+    (root / "mallory").mkdir(parents=True)
+    temp.mkdir()
+    shutil.copy(HOSTILE_FIXTURES / "outlive_the_grader.py", root / "mallory" / "attention.py")
+    grader = subprocess.Popen([sys.executable, "-m", "attncheck", "grade", str(root), "--out", str(tmp_path / "out"),
+                               "--jobs", "1"], env={**os.environ, "TMPDIR": str(temp)},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        heartbeat = _first_heartbeat(temp, deadline=time.monotonic() + 60)
+    finally:
+        grader.send_signal(signal.SIGKILL)
+        grader.wait()
+    killed_at = time.monotonic()
+    size = -1
+    while size != heartbeat.stat().st_size:  # still beating, or the last beat just written
+        size = heartbeat.stat().st_size
+        time.sleep(0.5)
+        assert time.monotonic() - killed_at < 6, "the child ran on after its grader was killed"
+    left = list(temp.iterdir())
+    assert left and all(path.name.startswith(rundir.PREFIX) for path in left), left
+    old = time.time() - 2 * rundir.FRESH_S
+    for path in left:
+        os.utime(path, (old, old))
+    assert sorted(rundir.sweep_stale(temp)) == sorted(left) and not list(temp.iterdir())
+
+
+def _first_heartbeat(temp: Path, deadline: float) -> Path:
+    """The stdout file of the child that prints ``beat`` lines, once it has printed one."""
+    while time.monotonic() < deadline:
+        for path in temp.glob("*/stdout"):
+            if path.read_bytes().startswith(b"beat"):
+                return path
+        time.sleep(0.1)
+    raise AssertionError("the child never started beating")

@@ -399,29 +399,37 @@ def jail_may_have_failed(ending: Ending) -> bool:
 
 
 def watch(
-    process: subprocess.Popen, ready: ReadyPipe, limits: Limits, started: float, transfer: Transfer | None = None
+    process: subprocess.Popen,
+    ready: ReadyPipe,
+    limits: Limits,
+    started: float,
+    transfer: Transfer | None = None,
+    abandoned_by: int = -1,
 ) -> Ending:
     """Wait for the child, moving its request and replies (``transfer``, when this process holds
-    them), and kill its process group on timeout or when its replies are refused.
+    them), and kill its process group on timeout, when its replies are refused, or once
+    ``abandoned_by`` (grade's zygote: its order socket) is readable: whoever waited for the
+    answer is gone (a ``kill -9`` of the grader), and the child must not run on to its timeout.
 
     The deadline is ``start_s`` after launch until the child says it is ready, then ``timeout_s``
     after that moment.
     """
     deadline = started + limits.start_s
     ready_at: float | None = None
-    timed_out = False
+    timed_out = abandoned = False
     while True:
         pid, status, usage = os.wait4(process.pid, os.WNOHANG)
         if pid:
             break
         timed_out = time.monotonic() >= deadline
-        if timed_out or (transfer is not None and transfer.refused is not None):
+        if timed_out or abandoned or (transfer is not None and transfer.refused is not None):
             _kill_group(process.pid)
             pid, status, usage = os.wait4(process.pid, 0)
             break
-        waiting = [ready.fd] if ready.fd >= 0 else []
+        waiting = [fd for fd in (ready.fd, abandoned_by) if fd >= 0]
         wait_s = min(POLL_S, deadline - time.monotonic())
         readable = transfer.wait(wait_s, waiting) if transfer is not None else _readable(waiting, wait_s)
+        abandoned = abandoned_by in readable
         if ready.fd in readable and ready.said_ready():
             ready_at = time.monotonic()
             deadline = ready_at + limits.timeout_s

@@ -10,7 +10,8 @@ closes its copies of those ends, watches the child with the sandbox's own watch 
 from the ready byte, on a pipe of its own) and answers how it ended. The request and the
 replies pass between the worker and the child alone: no student's data ever passes through
 the zygote. The zygote ends when its worker does: the order socket closes (a death signal
-would be tied to the thread that started it, not the worker).
+would be tied to the thread that started it, not the worker); a child it is watching then is
+killed at once, not left to run to its time limit.
 
 Run as ``python -m attncheck.dynamic.harness.zygote CONTROL_FD`` by ``zygote_client.Zygote``.
 """
@@ -52,7 +53,7 @@ def _serve(order: dict[str, Any], fds: list[int], control: int) -> dict[str, Any
         os.close(fd)
     ready.close_child_end()
     try:
-        ending = sandbox.watch(forked.Forked(pid), ready, limits, started)
+        ending = sandbox.watch(forked.Forked(pid), ready, limits, started, abandoned_by=control)
     finally:
         ready.close()
     return asdict(ending)

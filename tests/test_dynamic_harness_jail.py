@@ -26,7 +26,8 @@ HOSTILE = Path(__file__).resolve().parents[1] / "fixtures" / "hostile"
 ENTRY = {"entry": "tests.sandbox_entries:forward_then_report"}
 ROOMY = Limits(timeout_s=20)
 SMALL_HOME = Limits(timeout_s=20, workdir_mb=32)
-LIMITS = {"fill_disk_unlinked": SMALL_HOME}  # the rest run under ROOMY
+SMALL_MEMORY = Limits(timeout_s=20, memory_mb=1024)
+LIMITS = {"fill_disk_unlinked": SMALL_HOME, "memory_outside_the_cap": SMALL_MEMORY}  # the rest run under ROOMY
 X = numpy.random.default_rng(0).standard_normal((2, 4, 8)).astype(numpy.float32)
 SIBLING_SECRET = "the sibling's answer"
 
@@ -65,6 +66,7 @@ def jailed(request, tmp_path_factory) -> dict[str, ChildOutcome]:
         "checker_tells": HOSTILE / "checker_tells.py",
         **{name: HOSTILE / f"{name}.py" for name in ("fake_bwrap_failure", "fake_grading_jail_failure")},
         "terminal_escapes": HOSTILE / "terminal_escapes.py",
+        "memory_outside_the_cap": HOSTILE / "memory_outside_the_cap.py",
     }
     from concurrent.futures import ThreadPoolExecutor
 
@@ -169,6 +171,14 @@ def test_threads_are_capped(jailed):
     """Item 5: RLIMIT_NPROC under the child's own uid stops a thread bomb well short of 1500."""
     facts = _report(jailed["thread_bomb"])
     assert 0 < facts["started"] < jail.MAX_TASKS, facts
+
+
+def test_no_memory_is_held_outside_the_address_space_limit(jailed):
+    """Item 5: a memfd's written pages and a detached SysV shared memory segment are not counted
+    by RLIMIT_AS (1.5 GB held under a 1 GB cap, on main); the seccomp filter refuses both
+    ``memfd_create`` and ``shmget``, so all the memory a child holds is in its address space."""
+    report = _report(jailed["memory_outside_the_cap"])["report"]
+    assert report == {"memfd_mb": 0, "memfd_error": "EPERM", "sysv_mb": 0, "sysv_error": "EPERM"}, report
 
 
 @needs_jail

@@ -18,6 +18,9 @@ process on the host. The filter is small and the same with or without bubblewrap
   (its requests bypass seccomp), ``bpf``, ``userfaultfd``, ``perf_event_open``, the key ring;
 - no queued signals with forged senders (``rt_sigqueueinfo``, ``rt_tgsigqueueinfo``: they
   take any pid, and without bubblewrap killed the checker itself);
+- no memory outside the address-space limit: ``memfd_create``, ``memfd_secret`` and SysV
+  ``shmget`` make memory that stays in the host's RAM while nothing maps it, which RLIMIT_AS
+  does not count (1024 memfds of 256 MB each would be 256 GB);
 - no other syscall ABI (x32, i386 through ``int 0x80``).
 
 A filter cannot be removed once installed and is inherited by everything the
@@ -65,6 +68,7 @@ class _Arch:
 
 # Syscall numbers shared by x86_64 and aarch64 (the unified table of newer calls).
 _IO_URING = (425, 426, 427)  # io_uring_setup, io_uring_enter, io_uring_register
+_MEMFD_SECRET = 447
 _NEW_MOUNT_API = (428, 429, 430, 431, 432, 433, 442)  # open_tree, move_mount, fsopen..fspick, mount_setattr
 
 _ARCHES = {
@@ -81,6 +85,7 @@ _ARCHES = {
             *(321, 323, 298),  # bpf, userfaultfd, perf_event_open
             *(129, 297),  # rt_sigqueueinfo, rt_tgsigqueueinfo
             *(248, 249, 250),  # add_key, request_key, keyctl
+            *(319, 29, _MEMFD_SECRET),  # memfd_create, shmget, memfd_secret
             *_IO_URING,
             *_NEW_MOUNT_API,
         ),
@@ -98,6 +103,7 @@ _ARCHES = {
             *(280, 282, 241),  # bpf, userfaultfd, perf_event_open
             *(138, 240),  # rt_sigqueueinfo, rt_tgsigqueueinfo
             *(217, 218, 219),  # add_key, request_key, keyctl
+            *(279, 194, _MEMFD_SECRET),  # memfd_create, shmget, memfd_secret
             *_IO_URING,
             *_NEW_MOUNT_API,
         ),
@@ -162,4 +168,4 @@ def install_filter() -> str:
         return f"no seccomp filter (no_new_privs: {os.strerror(ctypes.get_errno())})"
     if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(program), 0, 0) != 0:
         return f"no seccomp filter ({os.strerror(ctypes.get_errno())})"
-    return "seccomp: no fork or exec, signals to itself only, no ptrace, namespaces, mounts, io_uring or bpf"
+    return "seccomp: no fork or exec, signals to itself only, no ptrace, namespaces, mounts, io_uring, bpf or memfd"

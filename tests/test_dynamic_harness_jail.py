@@ -181,6 +181,21 @@ def test_no_memory_is_held_outside_the_address_space_limit(jailed):
     assert report == {"memfd_mb": 0, "memfd_error": "EPERM", "sysv_mb": 0, "sysv_error": "EPERM"}, report
 
 
+def test_memfds_and_sysv_segments_are_allowed_only_where_a_gpu_driver_may_need_them():
+    """CUDA's driver may share memory through memfds; a child that can use a GPU (its device
+    nodes in its /dev) keeps them, and its memory is outside the jail in any case (README)."""
+    import platform
+
+    from attncheck.dynamic.harness import confine
+
+    arch = confine._ARCHES.get(platform.machine())
+    if arch is None:
+        pytest.skip(f"no seccomp filter on {platform.machine()}")
+    refused = {k for op, _jt, jf, k in confine._program(arch, 1, shared_memory=False) if op == 0x15 and jf == 0}
+    allowed = {k for op, _jt, jf, k in confine._program(arch, 1, shared_memory=True) if op == 0x15 and jf == 0}
+    assert set(arch.shared_memory) <= refused and not set(arch.shared_memory) & allowed
+
+
 @needs_jail
 def test_unlinked_open_files_end_in_enospc_inside_the_jail(jailed):
     """Item 5: the child's home and /tmp are size-limited tmpfs mounts of its own mount namespace,

@@ -67,6 +67,7 @@ def jailed(request, tmp_path_factory) -> dict[str, ChildOutcome]:
         **{name: HOSTILE / f"{name}.py" for name in ("fake_bwrap_failure", "fake_grading_jail_failure")},
         "terminal_escapes": HOSTILE / "terminal_escapes.py",
         "memory_outside_the_cap": HOSTILE / "memory_outside_the_cap.py",
+        "flood_output": HOSTILE / "flood_output.py",
     }
     from concurrent.futures import ThreadPoolExecutor
 
@@ -181,6 +182,18 @@ def test_no_memory_is_held_outside_the_address_space_limit(jailed):
     assert report == {"memfd_mb": 0, "memfd_error": "EPERM", "sysv_mb": 0, "sysv_error": "EPERM"}, report
 
 
+def test_an_output_flood_goes_through_pipes_and_only_its_head_and_tail_are_kept(jailed):
+    """Item 5: the child's stdout and stderr are pipes the parent drains, not files on the host's
+    disk (256 MB each there on main, outside the jail's tmpfs caps): 300 MB go through each, and
+    the parent keeps 64 kB of each, its head and its tail, saying how much it left out."""
+    outcome = jailed["flood_output"]
+    report = _report(outcome)["report"]
+    assert report == {str(fd): {"pipe": True, "written_mb": 300, "error": None} for fd in (1, 2)}, report
+    for text in (outcome.stdout, outcome.stderr):
+        assert len(text) < ROOMY.output_bytes + 100 and "bytes left out ..." in text
+    assert outcome.stderr.startswith("confined: seccomp")  # the head is the start of the stream
+
+
 def test_memfds_and_sysv_segments_are_allowed_only_where_a_gpu_driver_may_need_them():
     """CUDA's driver may share memory through memfds; a child that can use a GPU (its device
     nodes in its /dev) keeps them, and its memory is outside the jail in any case (README)."""
@@ -225,14 +238,13 @@ def test_a_jail_that_fails_before_the_ready_byte_is_still_reported_as_such(tmp_p
     ready, so no user code ran) stays an error that names the jail."""
     from attncheck.dynamic.harness.pipes import Transfer
 
-    (tmp_path / "stdout").write_bytes(b"")
-    (tmp_path / "stderr").write_bytes(b"bwrap: Can't mount proc on /newroot/proc: Operation not permitted\n")
 
     def ended(start_s: float | None) -> ChildOutcome:
         transfer = Transfer()
-        transfer.close()
+        os.write(transfer.stderr.child_end, b"bwrap: Can't mount proc on /newroot/proc: Operation not permitted\n")
+        transfer.drain()
         ending = sandbox.Ending(returncode=1, start_s=start_s)
-        return sandbox.outcome(tmp_path, tmp_path / "m.py", ROOMY, sandbox.BUBBLEWRAP, ending, transfer)
+        return sandbox.outcome(tmp_path / "m.py", ROOMY, sandbox.BUBBLEWRAP, ending, transfer)
 
     never_ready, after_ready = ended(None), ended(1.5)
     assert (never_ready.status, never_ready.reason.startswith("the bubblewrap jail failed: bwrap:")) == ("error", True)

@@ -194,16 +194,14 @@ def test_a_grader_killed_with_sigkill_leaves_no_child_running_and_no_staged_code
                                "--jobs", "1"], env={**os.environ, "TMPDIR": str(temp)},
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        heartbeat = _first_heartbeat(temp, deadline=time.monotonic() + 60)
+        tree = _jailed_child_tree(grader.pid, deadline=time.monotonic() + 60)
     finally:
         grader.send_signal(signal.SIGKILL)
         grader.wait()
     killed_at = time.monotonic()
-    size = -1
-    while size != heartbeat.stat().st_size:  # still beating, or the last beat just written
-        size = heartbeat.stat().st_size
-        time.sleep(0.5)
-        assert time.monotonic() - killed_at < 6, "the child ran on after its grader was killed"
+    while alive := [pid for pid in tree if os.path.exists(f"/proc/{pid}")]:
+        assert time.monotonic() - killed_at < 6, f"the grader's processes ran on after it was killed: {alive}"
+        time.sleep(0.2)
     left = list(temp.iterdir())
     assert left and all(path.name.startswith(rundir.PREFIX) for path in left), left
     old = time.time() - 2 * rundir.FRESH_S
@@ -212,11 +210,23 @@ def test_a_grader_killed_with_sigkill_leaves_no_child_running_and_no_staged_code
     assert sorted(rundir.sweep_stale(temp)) == sorted(left) and not list(temp.iterdir())
 
 
-def _first_heartbeat(temp: Path, deadline: float) -> Path:
-    """The stdout file of the child that prints ``beat`` lines, once it has printed one."""
+def _jailed_child_tree(pid: int, deadline: float) -> set[int]:
+    """The processes below ``pid`` once its jailed child runs user code: the zygote, the forked
+    child, pid 1 of its namespace and pid 2 (four levels), a second after they appeared."""
     while time.monotonic() < deadline:
-        for path in temp.glob("*/stdout"):
-            if path.read_bytes().startswith(b"beat"):
-                return path
+        levels = [{pid}]
+        while levels[-1]:
+            levels.append({child for parent in levels[-1] for child in _children(parent)})
+        if len(levels) > 5:
+            time.sleep(1.0)
+            return set().union(*levels[1:])
         time.sleep(0.1)
-    raise AssertionError("the child never started beating")
+    raise AssertionError("the jailed child never started")
+
+
+def _children(pid: int) -> set[int]:
+    try:
+        return {int(child) for task in os.listdir(f"/proc/{pid}/task")
+                for child in Path(f"/proc/{pid}/task/{task}/children").read_text().split()}
+    except OSError:
+        return set()

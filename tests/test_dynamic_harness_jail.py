@@ -58,6 +58,7 @@ def jailed(request, tmp_path_factory) -> dict[str, ChildOutcome]:
     (submissions / "sibling").mkdir()
     (submissions / "sibling" / "secret.txt").write_text(SIBLING_SECRET)
     shutil.copy(HOSTILE / "read_host.py", submissions / "alice" / "read_host.py")
+    forged = _with_forged_bytecode(submissions / "forged_bytecode")
     paths = {
         "read_host": submissions / "alice" / "read_host.py",
         **{name: HOSTILE / f"{name}.py" for name in ("seccomp_escapes", "leak_in_message", "thread_bomb")},
@@ -68,12 +69,27 @@ def jailed(request, tmp_path_factory) -> dict[str, ChildOutcome]:
         "terminal_escapes": HOSTILE / "terminal_escapes.py",
         "memory_outside_the_cap": HOSTILE / "memory_outside_the_cap.py",
         "flood_output": HOSTILE / "flood_output.py",
+        "forged_bytecode": forged / "attention.py",
     }
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         futures = {name: pool.submit(request.param, path) for name, path in paths.items()}
         return {name: future.result() for name, future in futures.items()}
+
+
+def _with_forged_bytecode(folder: Path) -> Path:
+    """forged_bytecode/ copied to ``folder``, with an unchecked-hash pyc of other code for its helper."""
+    import importlib.util
+    import py_compile
+
+    shutil.copytree(HOSTILE / "forged_bytecode", folder)
+    forged = folder / "forged_helper.py"
+    forged.write_text('WHO = "forged bytecode"\n')
+    cached = importlib.util.cache_from_source(str(folder / "helper.py"))
+    py_compile.compile(str(forged), cfile=cached, invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    forged.unlink()
+    return folder
 
 
 def _report(outcome: ChildOutcome) -> dict:
@@ -180,6 +196,13 @@ def test_no_memory_is_held_outside_the_address_space_limit(jailed):
     ``memfd_create`` and ``shmget``, so all the memory a child holds is in its address space."""
     report = _report(jailed["memory_outside_the_cap"])["report"]
     assert report == {"memfd_mb": 0, "memfd_error": "EPERM", "sysv_mb": 0, "sysv_error": "EPERM"}, report
+
+
+def test_the_projects_modules_run_from_their_source_not_a_shipped_pycache(jailed):
+    """Item 2: a sibling's ``__pycache__`` holding an unchecked-hash pyc of other code ran instead
+    of its source (on main, in both jails): the verdict was about code the static checks and a
+    reviewer never read. The project's own modules are now compiled from their source."""
+    assert _report(jailed["forged_bytecode"])["report"] == {"helper": "the source"}
 
 
 def test_an_output_flood_goes_through_pipes_and_only_its_head_and_tail_are_kept(jailed):

@@ -9,8 +9,9 @@ like any module. Zips are read member by member: absolute names, ``..``, links a
 are refused, and the count and the total size are capped before anything is written. An entry
 of the class folder that is a link (to ``/etc/shadow``, to a sibling's folder, to ``/``) or
 not a file or folder (a FIFO) is refused unread: the grader would read it with its own rights.
-Links inside a folder are left out. A student's name is the entry's name as it can be shown
-(``untrusted_text``): a newline or an ANSI escape in it cannot forge a row of the table.
+Links inside a folder are left out, and so is compiled code (``.so``, ``.pyc``). A student's
+name is the entry's name as it can be shown (``untrusted_text``): a newline or an ANSI escape
+in it cannot forge a row of the table.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ KINDS = (".py", ".ipynb", ".zip")
 MAX_FILES = 500  # per submission
 MAX_BYTES = 20 * 1024 * 1024  # per submission, after extraction
 SKIPPED_NAMES = ("__pycache__", "__MACOSX", ".git", ".ipynb_checkpoints")
+# Compiled code is not staged: it would run instead of the source beside it (an extension module
+# before its ``.py``), and the grade would be about code the grader cannot read.
+COMPILED_SUFFIXES = (".so", ".pyd", ".pyc", ".pyo", ".dylib", ".dll")
 MAX_FOLDER_CHARS = 64  # of a student's name in its staged folder's name (a file name has at most 255 bytes)
 
 
@@ -93,12 +97,12 @@ def content_hash(path: Path) -> str:
 
 
 def _files(folder: Path) -> Iterator[Path]:
-    """Regular files under ``folder``, links and skipped folders left out."""
+    """Regular files under ``folder``, links, compiled code and skipped folders left out."""
     for top, dirs, names in os.walk(folder):
         dirs[:] = [d for d in dirs if d not in SKIPPED_NAMES and not os.path.islink(os.path.join(top, d))]
         for name in names:
             path = Path(top, name)
-            if stat.S_ISREG(path.lstat().st_mode):
+            if stat.S_ISREG(path.lstat().st_mode) and not name.endswith(COMPILED_SUFFIXES):
                 yield path
 
 
@@ -182,7 +186,9 @@ def _safe_member_name(member: zipfile.ZipInfo) -> PurePosixPath | None:
     kind = stat.S_IFMT(member.external_attr >> 16)  # 0 when the zip was written without Unix modes
     if kind and kind != stat.S_IFREG:
         raise UnreadableError(f"the zip holds a link or a special file: {member.filename!r}")
-    if any(part in SKIPPED_NAMES or part.startswith("._") for part in name.parts):
+    if any(part in SKIPPED_NAMES or part.startswith("._") for part in name.parts) or name.name.endswith(
+        COMPILED_SUFFIXES
+    ):
         return None
     return name
 

@@ -148,3 +148,22 @@ def test_a_students_name_shows_no_control_character_and_stages_when_long(tmp_pat
     staging = tmp_path / "staging"
     staging.mkdir()
     assert [submissions.stage(s, staging).files[0].name for s in found] == ["attention.py"] * 2
+
+
+def test_compiled_code_is_not_staged(tmp_path):
+    """Issue 17: an extension module is imported before the ``.py`` beside it, and a ``.pyc`` may
+    hold other code than its source: neither is staged (from a folder or a zip), so the grade is
+    about the source the grader can read."""
+    root = tmp_path / "class"
+    (root / "mallory").mkdir(parents=True)
+    (root / "mallory" / "attention.py").write_text(CODE)
+    for name in ("helper.cpython-311-x86_64-linux-gnu.so", "helper.abi3.so", "old.pyc", "native.pyd"):
+        (root / "mallory" / name).write_bytes(b"\x7fELF not really")
+    with zipfile.ZipFile(root / "trent.zip", "w") as archive:
+        archive.writestr("attention.py", CODE)
+        archive.writestr("helper.cpython-311-x86_64-linux-gnu.so", b"\x7fELF not really")
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    for found in submissions.find(root):
+        staged = submissions.stage(found, staging)
+        assert sorted(p.name for p in staged.folder.rglob("*") if p.is_file()) == ["attention.py"], found.student

@@ -35,6 +35,7 @@ SKIPPED_NAMES = ("__pycache__", "__MACOSX", ".git", ".ipynb_checkpoints")
 # Compiled code is not staged: it would run instead of the source beside it (an extension module
 # before its ``.py``), and the grade would be about code the grader cannot read.
 COMPILED_SUFFIXES = (".so", ".pyd", ".pyc", ".pyo", ".dylib", ".dll")
+MAX_DEPTH = 32  # folders below a submission's own; deeper ones are left out
 MAX_FOLDER_CHARS = 64  # of a student's name in its staged folder's name (a file name has at most 255 bytes)
 
 
@@ -97,13 +98,22 @@ def content_hash(path: Path) -> str:
 
 
 def _files(folder: Path) -> Iterator[Path]:
-    """Regular files under ``folder``, links, compiled code and skipped folders left out."""
-    for top, dirs, names in os.walk(folder):
-        dirs[:] = [d for d in dirs if d not in SKIPPED_NAMES and not os.path.islink(os.path.join(top, d))]
-        for name in names:
-            path = Path(top, name)
-            if stat.S_ISREG(path.lstat().st_mode) and not name.endswith(COMPILED_SUFFIXES):
-                yield path
+    """Regular files under ``folder``, links, compiled code, skipped folders and folders more than
+    ``MAX_DEPTH`` deep left out. A loop, not ``os.walk``'s recursion: a folder nested 1500 deep
+    ended the whole run in a RecursionError while the class was only being listed."""
+    pending = [(folder, 0)]
+    while pending:
+        top, depth = pending.pop()
+        try:
+            entries = sorted(os.scandir(top), key=lambda entry: entry.name)
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                if entry.name not in SKIPPED_NAMES and depth < MAX_DEPTH:
+                    pending.append((Path(entry.path), depth + 1))
+            elif entry.is_file(follow_symlinks=False) and not entry.name.endswith(COMPILED_SUFFIXES):
+                yield Path(entry.path)
 
 
 def stage(submission: Submission, staging_root: Path) -> Staged:
@@ -176,6 +186,8 @@ def _extract(archive: Path, target: Path) -> None:
                 destination.chmod(0o644)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError, RuntimeError) as error:
         raise UnreadableError(f"cannot read the zip file: {error}") from error
+    except OSError as error:  # a member that is a file and a folder ("a", "a/b.py"), a name too long
+        raise UnreadableError(f"cannot extract the zip file: {error.strerror or error}") from None
 
 
 def _safe_member_name(member: zipfile.ZipInfo) -> PurePosixPath | None:

@@ -167,3 +167,42 @@ def test_compiled_code_is_not_staged(tmp_path):
     for found in submissions.find(root):
         staged = submissions.stage(found, staging)
         assert sorted(p.name for p in staged.folder.rglob("*") if p.is_file()) == ["attention.py"], found.student
+
+
+def test_a_folder_nested_1500_deep_or_a_zip_that_cannot_be_extracted_costs_only_its_row(tmp_path):
+    """Issue 17: listing a folder nested 1500 deep raised RecursionError (os.walk recurses) and
+    ended the whole run before any grade; a zip holding "a" and "a/b.py" raised FileExistsError,
+    a "grader error". Folders past MAX_DEPTH are left out; the zip is unreadable, with its reason."""
+    root = tmp_path / "class"
+    deep = root / "eve"
+    deep.mkdir(parents=True)
+    (deep / "attention.py").write_text(CODE)
+    below = os.open(deep, os.O_RDONLY)
+    for _ in range(1500):  # relative to a descriptor: the whole path is longer than PATH_MAX
+        os.mkdir("a", dir_fd=below)
+        below, above = os.open("a", os.O_RDONLY, dir_fd=below), below
+        os.close(above)
+    os.close(below)
+    with zipfile.ZipFile(root / "zed.zip", "w") as archive:
+        archive.writestr("a", "x")
+        archive.writestr("a/b.py", CODE)
+    try:
+        found = {s.student: s for s in submissions.find(root)}
+        staging = tmp_path / "staging"
+        staging.mkdir()
+        assert [p.name for p in submissions.stage(found["eve"], staging).files] == ["attention.py"]
+        with pytest.raises(UnreadableError, match="cannot extract the zip file: File exists"):
+            submissions.stage(found["zed"], staging)
+    finally:
+        _remove_chain(deep)
+
+
+def _remove_chain(folder: Path) -> None:
+    """Remove ``folder``/a/a/... one level at a time from the top (rmtree recurses as deep)."""
+    while (folder / "a").exists():
+        if (folder / "a" / "a").exists():
+            os.rename(folder / "a" / "a", folder / "b")
+            os.rmdir(folder / "a")
+            os.rename(folder / "b", folder / "a")
+        else:
+            os.rmdir(folder / "a")

@@ -107,11 +107,8 @@ class SourceOnlyLoader(importlib.machinery.SourceFileLoader):
 
 
 def _import_from_source(roots: list[str], environments: list[str]) -> None:
-    """Modules in ``roots`` (but in the interpreter's or ``environments``' packages, or attncheck's
-    own, which an editable install keeps inside its project) from source."""
-    checker = Path(__file__).resolve().parents[2]
+    """Modules in ``roots`` (but in the interpreter's or ``environments``' packages) from source."""
     ours = [Path(folder).resolve() for folder in (sys.prefix, sys.base_prefix, *site.getsitepackages(), *environments)]
-    ours.append(checker)
     theirs = [Path(root).resolve() for root in roots]
 
     def project_folder(path: str) -> bool:

@@ -30,6 +30,7 @@ Weights = list[list[float]]
 # what the dynamic pass gives: findings, targets, isolation, attention weights
 Dynamic = tuple[list[Finding], list[TargetResult], str, dict[str, dict[str, Weights]]]
 NO_TORCH = f"not run: the dynamic checks need torch ({pipeline.INSTALL_HINT})"
+MAX_SHOWN_SIDE = 64  # queries or keys of the attention weights a report draws (the inputs have fewer)
 
 
 @dataclass
@@ -129,7 +130,11 @@ class _GradingChild:
 
 
 def _weights(replies: list[Any], request: dict, tensors: dict) -> dict[str, dict[str, Weights]]:
-    """Per target: the student's first attention weights and, where the layout allows, the reference's."""
+    """Per target: the student's first attention weights and, where the layout allows, the reference's.
+
+    Only a (query, key) square the report can draw: the child chooses what it sends, and one
+    softmax over 5000 x 5000 became 25 million floats in the grader's memory, the gradebook and
+    report.html (gigabytes, for every student's report)."""
     from attncheck.dynamic.inside import weights_capture as capture
     from attncheck.grade.reference_view import reference_weights
 
@@ -138,7 +143,7 @@ def _weights(replies: list[Any], request: dict, tensors: dict) -> dict[str, dict
     for reply in replies:
         unit = units.get(str(reply.facts.get("unit")))
         weights = reply.tensors.get(capture.WEIGHTS)
-        if unit is None or weights is None:
+        if unit is None or weights is None or weights.ndim != 2 or max(weights.shape) > MAX_SHOWN_SIDE:
             continue
         heads = int(reply.tensors[capture.HEADS][0]) if capture.HEADS in reply.tensors else 1
         shown[unit["name"]] = {"student": weights.tolist()}

@@ -230,3 +230,21 @@ def _children(pid: int) -> set[int]:
                 for child in Path(f"/proc/{pid}/task/{task}/children").read_text().split()}
     except OSError:
         return set()
+
+
+def test_a_submission_cannot_choose_the_size_of_the_weights_the_report_draws(tmp_path):
+    """Issue 17: the first softmax a forward computes is drawn in report.html; a correct module
+    whose first softmax was 300 x 300 put 90 000 floats in the gradebook and 90 000 cells in the
+    report (5000 x 5000 fits a reply: gigabytes). Only a square of at most MAX_SHOWN_SIDE is drawn."""
+    from attncheck.grade import outputs, worker
+
+    root = tmp_path / "class"
+    (root / "mallory").mkdir(parents=True)
+    shutil.copy(HOSTILE_FIXTURES / "huge_attention_weights.py", root / "mallory" / "attention.py")
+    (grade,) = schedule.run(_plan(root, tmp_path / "out"))
+    assert grade.status == GRADED and grade.score == grade.maximum, (grade.status, grade.problem)
+    assert all(len(matrix) < 300 for matrix in grade.weights.values())  # the run's sequence is far shorter
+    outputs.write_all(tmp_path / "out", [grade], assignment.Assignment(), 7)
+    assert (tmp_path / "out" / "report.html").read_text().count("<rect") < 5000
+    for matrix in grade.weights.values():
+        assert len(matrix) <= worker.MAX_SHOWN_SIDE and all(len(row) <= worker.MAX_SHOWN_SIDE for row in matrix)

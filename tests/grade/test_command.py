@@ -68,3 +68,21 @@ def test_a_students_chosen_text_is_no_markup_in_the_table_and_no_formula_in_the_
     with (tmp_path / "gradebook.csv").open(newline="", encoding="utf-8") as handle:
         rows = list(csv.reader(handle))
     assert [row[0] for row in rows[1:]] == ["[bold green]dan[x]", '\'=HYPERLINK("http://evil","y")']
+
+
+def test_every_student_gets_a_feedback_file_of_its_own(tmp_path):
+    """Issue 17: names that became the same file name ("a b" and "a_b"; "Bob" and "bob" where
+    case is ignored) overwrote each other's feedback, and 100 CJK letters (300 bytes, over a file
+    name's 255) ended the writing of every output after the CSV."""
+    from attncheck.grade import outputs
+    from attncheck.grade.assignment import Assignment
+    from attncheck.grade.record import Grade
+
+    students = ["a b", "a_b", "中" * 100, "Bob", "bob", "a_b-2"]
+    grades = [Grade(name, f"d{i}", "could not be read", maximum=100, problem="x") for i, name in enumerate(students)]
+    outputs.write_all(tmp_path, grades, Assignment(), 7)
+    written = sorted((tmp_path / "feedback").iterdir())
+    assert len(written) == len(students) and all(len(path.name.encode()) <= 255 for path in written)
+    assert len(list((tmp_path / "gradescope").iterdir())) == len(students) and (tmp_path / "report.html").is_file()
+    texts = {path.read_text(encoding="utf-8").splitlines()[0] for path in written}
+    assert len(texts) == len(students)  # each file is its own student's

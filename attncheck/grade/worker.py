@@ -31,6 +31,7 @@ Weights = list[list[float]]
 Dynamic = tuple[list[Finding], list[TargetResult], str, dict[str, dict[str, Weights]]]
 NO_TORCH = f"not run: the dynamic checks need torch ({pipeline.INSTALL_HINT})"
 MAX_SHOWN_SIDE = 64  # queries or keys of the attention weights a report draws (the inputs have fewer)
+MAX_TIMEOUTS = 4  # a submission's children share this many of the assignment's timeouts in all
 
 
 @dataclass
@@ -108,22 +109,37 @@ def _run_dynamic(results: list[FileResult], assignment: Assignment, seed: int, s
 
 class _GradingChild:
     """The runner's child: a jailed fork of this process per call, running the capturing entry;
-    keeps how it was jailed and the attention weights each target showed."""
+    keeps how it was jailed and the attention weights each target showed.
+
+    All its calls share one time budget, ``MAX_TIMEOUTS`` times the assignment's timeout: the
+    runner runs a file's targets again one by one after its child timed out, so twelve classes
+    whose forward hangs held the worker for 320 s at a 4 s timeout (twelve children, each to its
+    limit). Once the budget is spent, a call is answered at once, as timed out."""
 
     def __init__(self, own: Path, options: DynamicOptions) -> None:
         self.own, self.options = own, options
         self.isolation = ""
         self.weights: dict[str, dict[str, Weights]] = {}
+        self.budget_s = options.timeout * MAX_TIMEOUTS
 
     def __call__(self, path: Path, request: dict, tensors: dict) -> Any:
+        from dataclasses import replace
+
         from attncheck.dynamic.harness.forked import run_forked
         from attncheck.dynamic.harness.prestarted import limits_for
+        from attncheck.dynamic.harness.sandbox import ChildOutcome
         from attncheck.dynamic.inside import weights_capture as capture
 
+        if self.budget_s <= 0:
+            spent = f"not run: the submission used its {self.options.timeout * MAX_TIMEOUTS:g} s"
+            return ChildOutcome("timeout", spent, [], "", "", self.isolation)
         module = path if path.is_absolute() else self.own / path  # sources are named relative to the submission
         limits = limits_for(self.options, len(request.get("targets", [])))
+        limits = replace(limits, timeout_s=min(limits.timeout_s, self.budget_s))
+        started = time.monotonic()
         outcome = run_forked(module, {**request, "entry": capture.ENTRY}, tensors, limits, [self.own],
                              self.options.unsafe_no_sandbox)
+        self.budget_s -= time.monotonic() - started
         self.isolation = outcome.isolation
         self.weights.update(_weights(outcome.replies, request, tensors))
         return outcome

@@ -248,3 +248,21 @@ def test_a_submission_cannot_choose_the_size_of_the_weights_the_report_draws(tmp
     assert (tmp_path / "out" / "report.html").read_text().count("<rect") < 5000
     for matrix in grade.weights.values():
         assert len(matrix) <= worker.MAX_SHOWN_SIDE and all(len(row) <= worker.MAX_SHOWN_SIDE for row in matrix)
+
+
+def test_a_submission_cannot_buy_time_with_its_number_of_targets(tmp_path):
+    """Issue 17: a child gets the timeout once per target, and a submission chooses how many
+    targets it has, and the runner runs them again one by one after a timeout: twelve classes
+    whose forward hangs held the worker for 320 s at this test's 4 s timeout. All of a
+    submission's children now share MAX_TIMEOUTS timeouts (16 s), less than twelve alone."""
+    root = tmp_path / "class"
+    (root / "mallory").mkdir(parents=True)
+    text = (HOSTILE_FIXTURES / "many_hanging_targets.py").read_text()
+    head, hangs = text.split("\nclass Attention(")
+    copies = "".join(f"\nclass Attention{index}({hangs}" for index in range(12))
+    (root / "mallory" / "attention.py").write_text(head + copies)
+    started = time.monotonic()
+    (grade,) = schedule.run(_plan(root, tmp_path / "out"))
+    seconds = time.monotonic() - started
+    assert seconds < 12 * 4.0, f"{seconds:.1f} s for one submission"  # 320 s on main, 28 s here
+    assert grade.status != GRADED or grade.score < grade.maximum, grade

@@ -192,6 +192,8 @@ def _notebook(data: bytes, shown: str) -> Source | FileError:
         return FileError(shown, f"invalid notebook: not UTF-8 (byte at offset {error.start})")
     except json.JSONDecodeError as error:
         return FileError(shown, f"invalid notebook: not JSON ({error.msg} at line {error.lineno})")
+    except RecursionError:  # "[[[[...]]]]" 100 000 deep: the run and the other files go on
+        return FileError(shown, "invalid notebook: its JSON is nested too deeply")
     cells = document.get("cells") if isinstance(document, dict) else None
     if not isinstance(cells, list):
         return FileError(shown, "invalid notebook: no list of cells")

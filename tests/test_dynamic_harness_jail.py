@@ -26,7 +26,8 @@ HOSTILE = Path(__file__).resolve().parents[1] / "fixtures" / "hostile"
 ENTRY = {"entry": "tests.sandbox_entries:forward_then_report"}
 ROOMY = Limits(timeout_s=20)
 SMALL_HOME = Limits(timeout_s=20, workdir_mb=32)
-LIMITS = {"fill_disk_unlinked": SMALL_HOME}  # the rest run under ROOMY
+SMALL_MEMORY = Limits(timeout_s=20, memory_mb=1024)
+LIMITS = {"fill_disk_unlinked": SMALL_HOME, "memory_outside_the_cap": SMALL_MEMORY}  # the rest run under ROOMY
 X = numpy.random.default_rng(0).standard_normal((2, 4, 8)).astype(numpy.float32)
 SIBLING_SECRET = "the sibling's answer"
 
@@ -57,18 +58,38 @@ def jailed(request, tmp_path_factory) -> dict[str, ChildOutcome]:
     (submissions / "sibling").mkdir()
     (submissions / "sibling" / "secret.txt").write_text(SIBLING_SECRET)
     shutil.copy(HOSTILE / "read_host.py", submissions / "alice" / "read_host.py")
+    forged = _with_forged_bytecode(submissions / "forged_bytecode")
     paths = {
         "read_host": submissions / "alice" / "read_host.py",
         **{name: HOSTILE / f"{name}.py" for name in ("seccomp_escapes", "leak_in_message", "thread_bomb")},
         "fill_disk_unlinked": HOSTILE / "fill_disk_unlinked.py",
         "forge_reply_frame": HOSTILE / "forge_reply_frame.py",
         "checker_tells": HOSTILE / "checker_tells.py",
+        **{name: HOSTILE / f"{name}.py" for name in ("fake_bwrap_failure", "fake_grading_jail_failure")},
+        "terminal_escapes": HOSTILE / "terminal_escapes.py",
+        "memory_outside_the_cap": HOSTILE / "memory_outside_the_cap.py",
+        "flood_output": HOSTILE / "flood_output.py",
+        "forged_bytecode": forged / "attention.py",
     }
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         futures = {name: pool.submit(request.param, path) for name, path in paths.items()}
         return {name: future.result() for name, future in futures.items()}
+
+
+def _with_forged_bytecode(folder: Path) -> Path:
+    """forged_bytecode/ copied to ``folder``, with an unchecked-hash pyc of other code for its helper."""
+    import importlib.util
+    import py_compile
+
+    shutil.copytree(HOSTILE / "forged_bytecode", folder)
+    forged = folder / "forged_helper.py"
+    forged.write_text('WHO = "forged bytecode"\n')
+    cached = importlib.util.cache_from_source(str(folder / "helper.py"))
+    py_compile.compile(str(forged), cfile=cached, invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    forged.unlink()
+    return folder
 
 
 def _report(outcome: ChildOutcome) -> dict:
@@ -169,6 +190,48 @@ def test_threads_are_capped(jailed):
     assert 0 < facts["started"] < jail.MAX_TASKS, facts
 
 
+def test_no_memory_is_held_outside_the_address_space_limit(jailed):
+    """Item 5: a memfd's written pages and a detached SysV shared memory segment are not counted
+    by RLIMIT_AS (1.5 GB held under a 1 GB cap, on main); the seccomp filter refuses both
+    ``memfd_create`` and ``shmget``, so all the memory a child holds is in its address space."""
+    report = _report(jailed["memory_outside_the_cap"])["report"]
+    assert report == {"memfd_mb": 0, "memfd_error": "EPERM", "sysv_mb": 0, "sysv_error": "EPERM"}, report
+
+
+def test_the_projects_modules_run_from_their_source_not_a_shipped_pycache(jailed):
+    """Item 2: a sibling's ``__pycache__`` holding an unchecked-hash pyc of other code ran instead
+    of its source (on main, in both jails): the verdict was about code the static checks and a
+    reviewer never read. The project's own modules are now compiled from their source."""
+    assert _report(jailed["forged_bytecode"])["report"] == {"helper": "the source"}
+
+
+def test_an_output_flood_goes_through_pipes_and_only_its_head_and_tail_are_kept(jailed):
+    """Item 5: the child's stdout and stderr are pipes the parent drains, not files on the host's
+    disk (256 MB each there on main, outside the jail's tmpfs caps): 300 MB go through each, and
+    the parent keeps 64 kB of each, its head and its tail, saying how much it left out."""
+    outcome = jailed["flood_output"]
+    report = _report(outcome)["report"]
+    assert report == {str(fd): {"pipe": True, "written_mb": 300, "error": None} for fd in (1, 2)}, report
+    for text in (outcome.stdout, outcome.stderr):
+        assert len(text) < ROOMY.output_bytes + 100 and "bytes left out ..." in text
+    assert outcome.stderr.startswith("confined: seccomp")  # the head is the start of the stream
+
+
+def test_memfds_and_sysv_segments_are_allowed_only_where_a_gpu_driver_may_need_them():
+    """CUDA's driver may share memory through memfds; a child that can use a GPU (its device
+    nodes in its /dev) keeps them, and its memory is outside the jail in any case (README)."""
+    import platform
+
+    from attncheck.dynamic.harness import confine
+
+    arch = confine._ARCHES.get(platform.machine())
+    if arch is None:
+        pytest.skip(f"no seccomp filter on {platform.machine()}")
+    refused = {k for op, _jt, jf, k in confine._program(arch, 1, shared_memory=False) if op == 0x15 and jf == 0}
+    allowed = {k for op, _jt, jf, k in confine._program(arch, 1, shared_memory=True) if op == 0x15 and jf == 0}
+    assert set(arch.shared_memory) <= refused and not set(arch.shared_memory) & allowed
+
+
 @needs_jail
 def test_unlinked_open_files_end_in_enospc_inside_the_jail(jailed):
     """Item 5: the child's home and /tmp are size-limited tmpfs mounts of its own mount namespace,
@@ -183,6 +246,35 @@ def test_unlinked_open_files_end_in_enospc_inside_the_jail(jailed):
                               "mount": "/tmp"}, report
 
 
+@pytest.mark.parametrize("name", ["fake_bwrap_failure", "fake_grading_jail_failure"])
+def test_user_code_cannot_pass_its_end_off_as_the_jail_failing(jailed, name):
+    """Item 2: after the child said it was ready, its stderr and exit status are user code's: a
+    forward that writes bubblewrap's or grade's own "jail failed" line and exits as the jail does
+    crashed (its target fails), never "error: the jail failed" (the checker's fault, not run)."""
+    outcome = jailed[name]
+    assert outcome.status == "crashed", outcome.reason
+    assert "jail failed" not in outcome.reason and outcome.reason.startswith("exited with status"), outcome.reason
+
+
+def test_a_jail_that_fails_before_the_ready_byte_is_still_reported_as_such(tmp_path):
+    """The other side of the test above: bubblewrap's own failure (the child never said it was
+    ready, so no user code ran) stays an error that names the jail."""
+    from attncheck.dynamic.harness.pipes import Transfer
+
+
+    def ended(start_s: float | None) -> ChildOutcome:
+        transfer = Transfer()
+        os.write(transfer.stderr.child_end, b"bwrap: Can't mount proc on /newroot/proc: Operation not permitted\n")
+        transfer.drain()
+        ending = sandbox.Ending(returncode=1, start_s=start_s)
+        return sandbox.outcome(tmp_path / "m.py", ROOMY, sandbox.BUBBLEWRAP, ending, transfer)
+
+    never_ready, after_ready = ended(None), ended(1.5)
+    assert (never_ready.status, never_ready.reason.startswith("the bubblewrap jail failed: bwrap:")) == ("error", True)
+    assert after_ready.status == "crashed"
+    assert after_ready.reason == "exited with status 1 (os._exit / sys.exit in user code)"
+
+
 def test_a_forged_frame_header_in_the_reply_pipe_is_refused_at_once(jailed):
     """Item 4: user code that writes a header announcing 2**40 bytes into the reply pipe gets an
     error for its file; the parent refuses the stream at the header, never waits for the bytes."""
@@ -191,6 +283,18 @@ def test_a_forged_frame_header_in_the_reply_pipe_is_refused_at_once(jailed):
     assert outcome.reason == (
         f"reply 0 refused: its tensors are {2**40} bytes, over the limit of {channel.MAX_TENSOR_BYTES}"
     )
+
+
+def test_terminal_escapes_in_an_exception_come_back_as_text(jailed):
+    """Item 4: an exception whose class name and message hold ANSI escapes, a carriage return and
+    a bidi override comes back with each of them escaped: it reads as what it is, and cannot erase
+    or rewrite the report's lines on the grader's terminal."""
+    outcome = jailed["terminal_escapes"]
+    error = outcome.replies[-1].facts["error"]
+    for text in (error["type"], error["message"], error["traceback"], outcome.reason):
+        assert text.replace("\n", "").isprintable(), repr(text)
+    assert error["message"] == "\\x1b[1A\\x1b[2K\\r\\x1b[32mall checks passed\\x1b[0m \\u202eevil"
+    assert outcome.reason.startswith("user code raised: \\x1b[1A"), outcome.reason
 
 
 # Item 4: the parent reads replies defensively (no child needed). Nothing the child writes is a

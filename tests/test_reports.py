@@ -313,3 +313,16 @@ def test_github_says_a_target_error(target_error):
     lines = render("github", target_error).splitlines()
     assert lines[0] == ("::error file=clean.py,line=3,title=attncheck::"
                         "Crashy (class, line 3): dynamic check error: timed out after 20 s")
+
+
+@pytest.mark.parametrize("name", ["text", "concise", "junit"])
+def test_a_file_name_with_terminal_escapes_is_shown_escaped(name):
+    """Issue 17: a file named ``a\\x1b[1A\\x1b[2K.py`` would move up and erase the report's line
+    above on a terminal (and is no valid XML in JUnit): human formats show its escapes."""
+    path = "a\x1b[1A\x1b[2K\r.py"
+    found = finding(path=path, source="dynamic", target=None)
+    hostile = Outcome(findings=[found], targets=[TargetResult(target(path=path), "failed", "output differs")],
+                      errors=[FileError(path, "syntax error at line 1")], paths=[path])
+    stream = io.StringIO()
+    writer(name)(hostile, stream, color=False)
+    assert "\x1b" not in stream.getvalue() and "a\\x1b[1A\\x1b[2K\\r.py" in stream.getvalue()

@@ -70,6 +70,13 @@ def test_notebook_errors_are_file_errors():
     assert isinstance(empty, Source) and empty.text == ""
 
 
+def test_a_notebook_nested_too_deeply_is_a_file_error_not_an_internal_one():
+    """Issue 17: 100 000 nested brackets raised RecursionError out of the JSON decoder, which
+    ended ``attncheck check`` for every file and made a graded notebook a "grader error"."""
+    deep = from_bytes(b"[" * 100_000 + b"]" * 100_000, "deep.ipynb", notebook=True)
+    assert isinstance(deep, FileError) and deep.message == "invalid notebook: its JSON is nested too deeply"
+
+
 def test_markdown_keeps_python_blocks_at_their_lines_and_blanks_the_rest():
     text = (
         "# Title\n\n```python\nimport torch\n```\n\n```js\nlet x = 1;\n```\n"

@@ -88,13 +88,16 @@ class _ProgressBar:
 def _print_table(grades, seconds: float, out: Path) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
+
+    from attncheck.untrusted_text import shown
 
     table = Table(box=None, pad_edge=False)
     for column in ("student", "score", "status", "mistakes"):
         table.add_column(column)
-    for grade in grades:
-        table.add_row(grade.student, f"{grade.score:g}/{grade.maximum:g}", grade.status,
-                      grade.codes() or (grade.problem[:80] if grade.problem else ""))
+    for grade in grades:  # as Text: a "[green]" in a student's name or file name is no markup
+        table.add_row(Text(grade.student), f"{grade.score:g}/{grade.maximum:g}", grade.status,
+                      Text(grade.codes() or shown(grade.problem[:80] if grade.problem else "")))
     console = Console(highlight=False, soft_wrap=True)
     console.print(table)
     console.print(f"{len(grades)} submissions in {seconds:.1f} s; gradebook, feedback, Gradescope results and "

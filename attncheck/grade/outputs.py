@@ -15,6 +15,7 @@ FEEDBACK = "feedback"
 GRADESCOPE = "gradescope"
 RESULTS = "results.json"
 HTML = "report.html"
+MAX_NAME_BYTES = 200
 
 
 def write_all(out: Path, grades: Sequence[Grade], assignment: Assignment, seed: int) -> None:
@@ -22,10 +23,9 @@ def write_all(out: Path, grades: Sequence[Grade], assignment: Assignment, seed: 
     groups = assignment.rubric.columns
     csv_export.write(out / CSV, grades, groups)
     (out / FEEDBACK).mkdir(exist_ok=True)
-    for grade in grades:
-        (out / FEEDBACK / f"{_file_name(grade.student)}.md").write_text(
-            feedback.feedback(grade, assignment), encoding="utf-8")
-        folder = out / GRADESCOPE / _file_name(grade.student)
+    for grade, name in zip(grades, file_names(grades), strict=True):
+        (out / FEEDBACK / f"{name}.md").write_text(feedback.feedback(grade, assignment), encoding="utf-8")
+        folder = out / GRADESCOPE / name
         folder.mkdir(parents=True, exist_ok=True)
         document = gradescope.results(grade, assignment)
         (folder / RESULTS).write_text(json.dumps(document, indent=1), encoding="utf-8")
@@ -33,5 +33,20 @@ def write_all(out: Path, grades: Sequence[Grade], assignment: Assignment, seed: 
     (out / HTML).write_text(page, encoding="utf-8")
 
 
-def _file_name(student: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in student).strip(".") or "student"
+def file_names(grades: Sequence[Grade]) -> list[str]:
+    """Each student's feedback and Gradescope file name: its name's letters and digits, at most
+    ``MAX_NAME_BYTES`` of UTF-8, and ``-2``, ``-3``... after a name taken already. A name that
+    became another's ("a b" and "a_b") overwrote its feedback; 100 CJK letters (300 bytes) are
+    over the 255 a file name may have, and ended the run's outputs there."""
+    taken: set[str] = set()
+    names = []
+    for grade in grades:
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in grade.student).strip(".") or "student"
+        safe = safe.encode("utf-8")[:MAX_NAME_BYTES].decode("utf-8", errors="ignore")
+        name, count = safe, 1
+        while name.lower() in taken:  # also where file names ignore case
+            count += 1
+            name = f"{safe}-{count}"
+        taken.add(name.lower())
+        names.append(name)
+    return names

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import multiprocessing
 import secrets
-import tempfile
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
+from attncheck.dynamic.harness import rundir
 from attncheck.grade import worker
 from attncheck.grade.assignment import Assignment
 from attncheck.grade.gradebook import Gradebook
@@ -86,23 +86,28 @@ def _graded(plan: Plan, todo: list[Submission]) -> Iterator[Grade]:
     if plan.dask_scheduler is not None:
         yield from _on_dask(plan, todo)
         return
-    with tempfile.TemporaryDirectory() as staging:  # a neutral name: the child sees its own path below it
+    # Every student's code is staged in a run folder (a neutral name: the child sees its own path
+    # below it), locked while this run lives and swept by the next run if this one is killed.
+    staging = rundir.create()
+    try:
         workers = min(plan.jobs, max(1, len(todo) // SUBMISSIONS_PER_WORKER))
         if workers == 1:
             dynamic = worker.warm_up()
             for submission in todo:
-                yield grade_one(submission, plan.assignment, plan.seed, Path(staging), dynamic,
+                yield grade_one(submission, plan.assignment, plan.seed, staging.work, dynamic,
                                 plan.unsafe_no_sandbox)
             return
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(workers, mp_context=context, initializer=worker.warm_up) as pool:
             futures = [
-                pool.submit(grade_one, s, plan.assignment, plan.seed, Path(staging), _has_torch(),
+                pool.submit(grade_one, s, plan.assignment, plan.seed, staging.work, _has_torch(),
                             plan.unsafe_no_sandbox)
                 for s in todo
             ]
             for future in as_completed(futures):
                 yield future.result()
+    finally:
+        staging.remove()
 
 
 def _has_torch() -> bool:

@@ -6,7 +6,12 @@ private staging root, so a submission is checked from a place no other student's
 reach, and nothing the user owns is ever written. Notebooks are staged as Python scripts
 (their code cells, magics commented out, line for line), so the dynamic check imports them
 like any module. Zips are read member by member: absolute names, ``..``, links and devices
-are refused, and the count and the total size are capped before anything is written.
+are refused, and the count and the total size are capped before anything is written. An entry
+of the class folder that is a link (to ``/etc/shadow``, to a sibling's folder, to ``/``) or
+not a file or folder (a FIFO) is refused unread: the grader would read it with its own rights.
+Links inside a folder are left out, and so is compiled code (``.so``, ``.pyc``). A student's
+name is the entry's name as it can be shown (``untrusted_text``): a newline or an ANSI escape
+in it cannot forge a row of the table.
 """
 
 from __future__ import annotations
@@ -21,11 +26,17 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from attncheck.sources import FileError, from_bytes
+from attncheck.untrusted_text import shown
 
 KINDS = (".py", ".ipynb", ".zip")
 MAX_FILES = 500  # per submission
 MAX_BYTES = 20 * 1024 * 1024  # per submission, after extraction
 SKIPPED_NAMES = ("__pycache__", "__MACOSX", ".git", ".ipynb_checkpoints")
+# Compiled code is not staged: it would run instead of the source beside it (an extension module
+# before its ``.py``), and the grade would be about code the grader cannot read.
+COMPILED_SUFFIXES = (".so", ".pyd", ".pyc", ".pyo", ".dylib", ".dll")
+MAX_DEPTH = 32  # folders below a submission's own; deeper ones are left out
+MAX_FOLDER_CHARS = 64  # of a student's name in its staged folder's name (a file name has at most 255 bytes)
 
 
 class UnreadableError(Exception):
@@ -63,13 +74,21 @@ def find(root: Path, skip: tuple[Path, ...] = ()) -> list[Submission]:
 
 
 def _student_name(path: Path) -> str:
-    return path.name if path.is_dir() else path.stem
+    return shown(path.name if path.is_dir() else path.stem)
 
 
 def content_hash(path: Path) -> str:
-    """SHA-256 of a file, or of a folder's relative names and contents (in sorted order)."""
+    """SHA-256 of a file, or of a folder's relative names and contents (in sorted order); of a
+    link's target's name, or of nothing for another kind of entry: ``stage`` refuses those, and
+    hashing ``/`` through a link, or reading a FIFO, would never end."""
     digest = hashlib.sha256()
-    if path.is_file():
+    kind = stat.S_IFMT(path.lstat().st_mode)
+    if kind == stat.S_IFLNK:
+        digest.update(b"link\0" + os.fsencode(os.readlink(path)))
+        return digest.hexdigest()
+    if kind not in (stat.S_IFREG, stat.S_IFDIR):
+        return digest.hexdigest()
+    if kind == stat.S_IFREG:
         digest.update(path.read_bytes())
         return digest.hexdigest()
     for file in sorted(_files(path)):
@@ -79,20 +98,34 @@ def content_hash(path: Path) -> str:
 
 
 def _files(folder: Path) -> Iterator[Path]:
-    """Regular files under ``folder``, links and skipped folders left out."""
-    for top, dirs, names in os.walk(folder):
-        dirs[:] = [d for d in dirs if d not in SKIPPED_NAMES and not os.path.islink(os.path.join(top, d))]
-        for name in names:
-            path = Path(top, name)
-            if stat.S_ISREG(path.lstat().st_mode):
-                yield path
+    """Regular files under ``folder``, links, compiled code, skipped folders and folders more than
+    ``MAX_DEPTH`` deep left out. A loop, not ``os.walk``'s recursion: a folder nested 1500 deep
+    ended the whole run in a RecursionError while the class was only being listed."""
+    pending = [(folder, 0)]
+    while pending:
+        top, depth = pending.pop()
+        try:
+            entries = sorted(os.scandir(top), key=lambda entry: entry.name)
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                if entry.name not in SKIPPED_NAMES and depth < MAX_DEPTH:
+                    pending.append((Path(entry.path), depth + 1))
+            elif entry.is_file(follow_symlinks=False) and not entry.name.endswith(COMPILED_SUFFIXES):
+                yield Path(entry.path)
 
 
 def stage(submission: Submission, staging_root: Path) -> Staged:
     """Copy or extract ``submission`` into a new folder of ``staging_root``; raise UnreadableError."""
+    origin = submission.origin
+    kind = stat.S_IFMT(origin.lstat().st_mode)
+    if kind == stat.S_IFLNK:
+        raise UnreadableError(f"a link, not a submission (to {shown(os.readlink(origin))}): not followed")
+    if kind not in (stat.S_IFREG, stat.S_IFDIR):
+        raise UnreadableError("not a file or a folder")
     folder = staging_root / _folder_name(submission)
     folder.mkdir(mode=0o755)
-    origin = submission.origin
     if origin.is_dir():
         _copy_folder(origin, folder)
     elif origin.suffix == ".zip":
@@ -110,7 +143,8 @@ def stage(submission: Submission, staging_root: Path) -> Staged:
 
 
 def _folder_name(submission: Submission) -> str:
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in submission.student).strip(".") or "student"
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in submission.student[:MAX_FOLDER_CHARS])
+    safe = safe.strip(".") or "student"
     return f"{safe}-{submission.digest[:8]}"
 
 
@@ -152,6 +186,8 @@ def _extract(archive: Path, target: Path) -> None:
                 destination.chmod(0o644)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError, RuntimeError) as error:
         raise UnreadableError(f"cannot read the zip file: {error}") from error
+    except OSError as error:  # a member that is a file and a folder ("a", "a/b.py"), a name too long
+        raise UnreadableError(f"cannot extract the zip file: {error.strerror or error}") from None
 
 
 def _safe_member_name(member: zipfile.ZipInfo) -> PurePosixPath | None:
@@ -162,7 +198,9 @@ def _safe_member_name(member: zipfile.ZipInfo) -> PurePosixPath | None:
     kind = stat.S_IFMT(member.external_attr >> 16)  # 0 when the zip was written without Unix modes
     if kind and kind != stat.S_IFREG:
         raise UnreadableError(f"the zip holds a link or a special file: {member.filename!r}")
-    if any(part in SKIPPED_NAMES or part.startswith("._") for part in name.parts):
+    if any(part in SKIPPED_NAMES or part.startswith("._") for part in name.parts) or name.name.endswith(
+        COMPILED_SUFFIXES
+    ):
         return None
     return name
 

@@ -30,6 +30,8 @@ Weights = list[list[float]]
 # what the dynamic pass gives: findings, targets, isolation, attention weights
 Dynamic = tuple[list[Finding], list[TargetResult], str, dict[str, dict[str, Weights]]]
 NO_TORCH = f"not run: the dynamic checks need torch ({pipeline.INSTALL_HINT})"
+MAX_SHOWN_SIDE = 64  # queries or keys of the attention weights a report draws (the inputs have fewer)
+MAX_TIMEOUTS = 4  # a submission's children share this many of the assignment's timeouts in all
 
 
 @dataclass
@@ -107,29 +109,48 @@ def _run_dynamic(results: list[FileResult], assignment: Assignment, seed: int, s
 
 class _GradingChild:
     """The runner's child: a jailed fork of this process per call, running the capturing entry;
-    keeps how it was jailed and the attention weights each target showed."""
+    keeps how it was jailed and the attention weights each target showed.
+
+    All its calls share one time budget, ``MAX_TIMEOUTS`` times the assignment's timeout: the
+    runner runs a file's targets again one by one after its child timed out, so twelve classes
+    whose forward hangs held the worker for 320 s at a 4 s timeout (twelve children, each to its
+    limit). Once the budget is spent, a call is answered at once, as timed out."""
 
     def __init__(self, own: Path, options: DynamicOptions) -> None:
         self.own, self.options = own, options
         self.isolation = ""
         self.weights: dict[str, dict[str, Weights]] = {}
+        self.budget_s = options.timeout * MAX_TIMEOUTS
 
     def __call__(self, path: Path, request: dict, tensors: dict) -> Any:
+        from dataclasses import replace
+
         from attncheck.dynamic.harness.forked import run_forked
         from attncheck.dynamic.harness.prestarted import limits_for
+        from attncheck.dynamic.harness.sandbox import ChildOutcome
         from attncheck.dynamic.inside import weights_capture as capture
 
+        if self.budget_s <= 0:
+            spent = f"not run: the submission used its {self.options.timeout * MAX_TIMEOUTS:g} s"
+            return ChildOutcome("timeout", spent, [], "", "", self.isolation)
         module = path if path.is_absolute() else self.own / path  # sources are named relative to the submission
         limits = limits_for(self.options, len(request.get("targets", [])))
+        limits = replace(limits, timeout_s=min(limits.timeout_s, self.budget_s))
+        started = time.monotonic()
         outcome = run_forked(module, {**request, "entry": capture.ENTRY}, tensors, limits, [self.own],
                              self.options.unsafe_no_sandbox)
+        self.budget_s -= time.monotonic() - started
         self.isolation = outcome.isolation
         self.weights.update(_weights(outcome.replies, request, tensors))
         return outcome
 
 
 def _weights(replies: list[Any], request: dict, tensors: dict) -> dict[str, dict[str, Weights]]:
-    """Per target: the student's first attention weights and, where the layout allows, the reference's."""
+    """Per target: the student's first attention weights and, where the layout allows, the reference's.
+
+    Only a (query, key) square the report can draw: the child chooses what it sends, and one
+    softmax over 5000 x 5000 became 25 million floats in the grader's memory, the gradebook and
+    report.html (gigabytes, for every student's report)."""
     from attncheck.dynamic.inside import weights_capture as capture
     from attncheck.grade.reference_view import reference_weights
 
@@ -138,7 +159,7 @@ def _weights(replies: list[Any], request: dict, tensors: dict) -> dict[str, dict
     for reply in replies:
         unit = units.get(str(reply.facts.get("unit")))
         weights = reply.tensors.get(capture.WEIGHTS)
-        if unit is None or weights is None:
+        if unit is None or weights is None or weights.ndim != 2 or max(weights.shape) > MAX_SHOWN_SIDE:
             continue
         heads = int(reply.tensors[capture.HEADS][0]) if capture.HEADS in reply.tensors else 1
         shown[unit["name"]] = {"student": weights.tolist()}

@@ -14,6 +14,7 @@ from typing import Any, Protocol, TextIO
 from attncheck.findings import Finding, Severity, Span, TargetResult
 from attncheck.pipeline import Outcome
 from attncheck.sources import FileError
+from attncheck.untrusted_text import shown
 
 FORMATS = ("text", "json", "sarif", "github", "junit")
 VIEWS = ("concise", "statistics")  # other human reports: ``--output-format concise``, ``--statistics``
@@ -36,7 +37,9 @@ def location(finding: Finding) -> str:
 
 
 def place(path: str, span: Span | None) -> str:
-    """``path:line:col`` (``path:cell N:line:col``), or the bare path when there is no span."""
+    """``path:line:col`` (``path:cell N:line:col``), or the bare path when there is no span; the
+    path as it can be shown (``untrusted_text``): a file named with ANSI escapes cannot erase lines."""
+    path = shown(path)
     if span is None:
         return path
     cell = f"cell {span.cell}:" if span.cell is not None else ""

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TextIO
 
 from attncheck.pipeline import Outcome
-from attncheck.report import location, plain_file_errors, summary_line
+from attncheck.report import location, place, plain_file_errors, summary_line
 
 
 def write(outcome: Outcome, stream: TextIO, *, color: bool = False) -> None:
@@ -21,5 +21,5 @@ def write(outcome: Outcome, stream: TextIO, *, color: bool = False) -> None:
         if result.status in ("failed", "error"):
             target = result.target
             reason = f": {result.reason}" if result.reason else ""
-            stream.write(f"{target.path}:{target.line}: {target.name}: {result.status}{reason}\n")
+            stream.write(f"{place(target.path, None)}:{target.line}: {target.name}: {result.status}{reason}\n")
     stream.write(summary_line(outcome) + "\n")

@@ -37,7 +37,7 @@ def write(outcome: Outcome, stream: TextIO, *, color: bool = False) -> None:
         "skipped": "0",
     })
     for path in outcome.paths:
-        case = ElementTree.SubElement(suite, "testcase", {"classname": "attncheck", "name": path})
+        case = ElementTree.SubElement(suite, "testcase", {"classname": "attncheck", "name": place(path, None)})
         if path in errors:
             error = ElementTree.SubElement(case, "error", {
                 "message": errors[path][0], "type": "file-error" if path in unreadable else "target-error"})

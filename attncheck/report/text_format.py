@@ -127,7 +127,7 @@ def _target(console: Console, result: TargetResult, *, table: bool, every_check:
     where = ", ".join(part for part in (result.device, result.isolation) if part)
     console.print(
         Text.assemble(
-            (f"{target.path}:{target.line}: ", "bold"),
+            (f"{place(target.path, None)}:{target.line}: ", "bold"),
             f"{target.name}: ",
             status,
             (f" ({where})" if where else "", "dim"),

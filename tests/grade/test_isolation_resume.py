@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
+import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
+from attncheck.dynamic.harness import rundir
 from attncheck.grade import assignment, schedule, submissions
 from attncheck.grade.gradebook import Gradebook
 from attncheck.grade.record import GRADED, NOT_RUN
@@ -173,3 +179,90 @@ def test_where_the_jail_cannot_be_built_a_submission_is_not_run_unless_the_opera
     assert refused.status == NOT_RUN and "--unsafe-no-sandbox" in refused.problem, refused.problem
     (ran,) = schedule.run(_plan(root, tmp_path / "unsafe", unsafe_no_sandbox=True))
     assert ran.status == GRADED and ran.score == ran.maximum and ran.isolation == forked.FORKED_RLIMITS
+
+
+def test_a_grader_killed_with_sigkill_leaves_no_child_running_and_no_staged_code_behind(tmp_path):
+    """Issue 17: ``kill -9`` of ``attncheck grade`` while a submission's forward runs: its zygote
+    sees the order socket close and kills the child at once (it ran on to its time limit), and
+    the staged copies lie in a locked run folder, which the next run sweeps (a bare temp folder,
+    never removed, before)."""
+    root, temp = tmp_path / "class", tmp_path / "temp"
+    (root / "mallory").mkdir(parents=True)
+    temp.mkdir()
+    shutil.copy(HOSTILE_FIXTURES / "outlive_the_grader.py", root / "mallory" / "attention.py")
+    grader = subprocess.Popen([sys.executable, "-m", "attncheck", "grade", str(root), "--out", str(tmp_path / "out"),
+                               "--jobs", "1"], env={**os.environ, "TMPDIR": str(temp)},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        tree = _jailed_child_tree(grader.pid, deadline=time.monotonic() + 60)
+    finally:
+        grader.send_signal(signal.SIGKILL)
+        grader.wait()
+    killed_at = time.monotonic()
+    while alive := [pid for pid in tree if os.path.exists(f"/proc/{pid}")]:
+        assert time.monotonic() - killed_at < 6, f"the grader's processes ran on after it was killed: {alive}"
+        time.sleep(0.2)
+    left = list(temp.iterdir())
+    assert left and all(path.name.startswith(rundir.PREFIX) for path in left), left
+    old = time.time() - 2 * rundir.FRESH_S
+    for path in left:
+        os.utime(path, (old, old))
+    assert sorted(rundir.sweep_stale(temp)) == sorted(left) and not list(temp.iterdir())
+
+
+def _jailed_child_tree(pid: int, deadline: float) -> set[int]:
+    """The processes below ``pid`` once its jailed child runs user code: the zygote, the forked
+    child, pid 1 of its namespace and pid 2 (four levels), a second after they appeared."""
+    while time.monotonic() < deadline:
+        levels = [{pid}]
+        while levels[-1]:
+            levels.append({child for parent in levels[-1] for child in _children(parent)})
+        if len(levels) > 5:
+            time.sleep(1.0)
+            return set().union(*levels[1:])
+        time.sleep(0.1)
+    raise AssertionError("the jailed child never started")
+
+
+def _children(pid: int) -> set[int]:
+    try:
+        return {int(child) for task in os.listdir(f"/proc/{pid}/task")
+                for child in Path(f"/proc/{pid}/task/{task}/children").read_text().split()}
+    except OSError:
+        return set()
+
+
+def test_a_submission_cannot_choose_the_size_of_the_weights_the_report_draws(tmp_path):
+    """Issue 17: the first softmax a forward computes is drawn in report.html; a correct module
+    whose first softmax was 300 x 300 put 90 000 floats in the gradebook and 90 000 cells in the
+    report (5000 x 5000 fits a reply: gigabytes). Only a square of at most MAX_SHOWN_SIDE is drawn."""
+    from attncheck.grade import outputs, worker
+
+    root = tmp_path / "class"
+    (root / "mallory").mkdir(parents=True)
+    shutil.copy(HOSTILE_FIXTURES / "huge_attention_weights.py", root / "mallory" / "attention.py")
+    (grade,) = schedule.run(_plan(root, tmp_path / "out"))
+    assert grade.status == GRADED and grade.score == grade.maximum, (grade.status, grade.problem)
+    assert all(len(matrix) < 300 for matrix in grade.weights.values())  # the run's sequence is far shorter
+    outputs.write_all(tmp_path / "out", [grade], assignment.Assignment(), 7)
+    assert (tmp_path / "out" / "report.html").read_text().count("<rect") < 5000
+    for matrix in grade.weights.values():
+        assert len(matrix) <= worker.MAX_SHOWN_SIDE and all(len(row) <= worker.MAX_SHOWN_SIDE for row in matrix)
+
+
+def test_a_submission_cannot_buy_time_with_its_number_of_targets(tmp_path):
+    """Issue 17: a child gets the timeout once per target, and a submission chooses how many
+    targets it has, and the runner runs them again one by one after a timeout: twelve classes
+    whose forward hangs held the worker for 320 s at this test's 4 s timeout. All of a
+    submission's children now share MAX_TIMEOUTS timeouts (16 s), less than twelve alone."""
+    root = tmp_path / "class"
+    (root / "mallory").mkdir(parents=True)
+    text = (HOSTILE_FIXTURES / "many_hanging_targets.py").read_text()
+    head, hangs = text.split("\nclass Attention(")
+    copies = "".join(f"\nclass Attention{index}({hangs}" for index in range(12))
+    (root / "mallory" / "attention.py").write_text(head + copies)
+    started = time.monotonic()
+    (grade,) = schedule.run(_plan(root, tmp_path / "out"))
+    seconds = time.monotonic() - started
+    assert seconds < 12 * 4.0, f"{seconds:.1f} s for one submission"  # 320 s on main, 28 s here
+    assert grade.status != GRADED or grade.score < grade.maximum, grade

@@ -20,7 +20,8 @@ and the parent may be root: ``ReplyStream`` checks each frame's lengths in its h
 keeps a byte of it (no frame over ``MAX_REPLY_JSON_BYTES`` + ``MAX_TENSOR_BYTES``, no more than
 ``MAX_TOTAL_BYTES`` in all, no more than ``MAX_REPLIES`` frames), and refuses the stream at the
 first frame that breaks them; a tensor's shape is checked in the header before any array exists
-(no 2**40-long empty tensors); every text in the facts is cut to ``MAX_TEXT_CHARS``.
+(no 2**40-long empty tensors); every text in the facts is cut to ``MAX_TEXT_CHARS``, its
+control characters escaped.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ import os
 import struct
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from attncheck.untrusted_text import shown
 
 if TYPE_CHECKING:
     import numpy
@@ -213,9 +216,12 @@ def _reply(text: bytes, blob: bytes) -> Reply:
 
 
 def _capped_texts(value: Any) -> Any:
-    """The facts with every string cut to ``MAX_TEXT_CHARS``: nothing long comes back to a report."""
+    """The facts with every string cut to ``MAX_TEXT_CHARS``, nothing long comes back to a report,
+    and every character but a newline that would act on a terminal escaped (``untrusted_text``):
+    an exception message's ANSI escapes would erase the report's lines above it."""
     if isinstance(value, str):
-        return value if len(value) <= MAX_TEXT_CHARS else value[: MAX_TEXT_CHARS - 1] + "…"
+        text = shown(value[:MAX_TEXT_CHARS], keep="\n")
+        return text if max(len(value), len(text)) <= MAX_TEXT_CHARS else text[: MAX_TEXT_CHARS - 1] + "…"
     if isinstance(value, dict):
         return {_capped_texts(key): _capped_texts(item) for key, item in value.items()}
     if isinstance(value, list):

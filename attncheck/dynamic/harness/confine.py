@@ -18,6 +18,11 @@ process on the host. The filter is small and the same with or without bubblewrap
   (its requests bypass seccomp), ``bpf``, ``userfaultfd``, ``perf_event_open``, the key ring;
 - no queued signals with forged senders (``rt_sigqueueinfo``, ``rt_tgsigqueueinfo``: they
   take any pid, and without bubblewrap killed the checker itself);
+- no memory outside the address-space limit: ``memfd_create``, ``memfd_secret`` and SysV
+  ``shmget`` make memory that stays in the host's RAM while nothing maps it, which RLIMIT_AS
+  does not count (1024 memfds of 256 MB each would be 256 GB); allowed only where the child
+  can use a GPU (its device nodes are in its /dev), whose driver may share memory this way and
+  whose memory is outside the jail in any case (see the README's threat model);
 - no other syscall ABI (x32, i386 through ``int 0x80``).
 
 A filter cannot be removed once installed and is inherited by everything the
@@ -61,10 +66,12 @@ class _Arch:
     clone3: int
     signal_self_only: tuple[int, ...]  # first argument must be our pid
     refused: tuple[int, ...]  # always refused
+    shared_memory: tuple[int, ...]  # refused unless a GPU driver may need them
 
 
 # Syscall numbers shared by x86_64 and aarch64 (the unified table of newer calls).
 _IO_URING = (425, 426, 427)  # io_uring_setup, io_uring_enter, io_uring_register
+_MEMFD_SECRET = 447
 _NEW_MOUNT_API = (428, 429, 430, 431, 432, 433, 442)  # open_tree, move_mount, fsopen..fspick, mount_setattr
 
 _ARCHES = {
@@ -84,6 +91,7 @@ _ARCHES = {
             *_IO_URING,
             *_NEW_MOUNT_API,
         ),
+        shared_memory=(319, 29, _MEMFD_SECRET),  # memfd_create, shmget, memfd_secret
     ),
     "aarch64": _Arch(
         audit_arch=0xC00000B7,
@@ -101,13 +109,14 @@ _ARCHES = {
             *_IO_URING,
             *_NEW_MOUNT_API,
         ),
+        shared_memory=(279, 194, _MEMFD_SECRET),  # memfd_create, shmget, memfd_secret
     ),
 }
 
 
-def _program(arch: _Arch, pid: int) -> list[tuple[int, int, int, int]]:
+def _program(arch: _Arch, pid: int, shared_memory: bool) -> list[tuple[int, int, int, int]]:
     """The BPF program, written with symbolic jump targets and then resolved."""
-    refused = (*arch.forks, *arch.refused)
+    refused = (*arch.forks, *arch.refused, *(() if shared_memory else arch.shared_memory))
     code: list[tuple[int, str | int, str | int, int]] = [
         (_LD_ABS_W, 0, 0, _OFFSET_ARCH),
         (_JEQ, 0, "deny", arch.audit_arch),
@@ -145,12 +154,13 @@ def _program(arch: _Arch, pid: int) -> list[tuple[int, int, int, int]]:
     return [(op, offset(jt, i), offset(jf, i), k) for i, (op, jt, jf, k) in enumerate(instructions)]
 
 
-def install_filter() -> str:
-    """Install the filter on the calling process; return what was done, in words."""
+def install_filter(shared_memory: bool = False) -> str:
+    """Install the filter on the calling process (``shared_memory``: memfds and SysV segments
+    allowed, for a GPU driver); return what was done, in words."""
     arch = _ARCHES.get(platform.machine())
     if arch is None:
         return f"no seccomp filter (unsupported machine {platform.machine()})"
-    blob = b"".join(struct.pack("=HBBI", *instruction) for instruction in _program(arch, os.getpid()))
+    blob = b"".join(struct.pack("=HBBI", *instruction) for instruction in _program(arch, os.getpid(), shared_memory))
     buffer = ctypes.create_string_buffer(blob, len(blob))
 
     class SockFprog(ctypes.Structure):
@@ -162,4 +172,5 @@ def install_filter() -> str:
         return f"no seccomp filter (no_new_privs: {os.strerror(ctypes.get_errno())})"
     if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(program), 0, 0) != 0:
         return f"no seccomp filter ({os.strerror(ctypes.get_errno())})"
-    return "seccomp: no fork or exec, signals to itself only, no ptrace, namespaces, mounts, io_uring or bpf"
+    refused = "io_uring or bpf" if shared_memory else "io_uring, bpf or memfd"
+    return f"seccomp: no fork or exec, signals to itself only, no ptrace, namespaces, mounts, {refused}"

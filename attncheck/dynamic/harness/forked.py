@@ -7,7 +7,7 @@ holds a student's data); each submission gets a child forked from it, and before
 code runs the child jails itself in the same jail ``attncheck check`` gets from bubblewrap:
 
 - a new session, the sandbox's rlimits (address space, CPU, file size, open files, no core),
-  death with the parent, a scrubbed environment, stdout and stderr into capped files;
+  death with the parent, a scrubbed environment, stdout and stderr into pipes the worker reads;
 - the jail's one definition (``jail.view``), built by the child itself (``unshared``): an empty
   root holding only the system's libraries, the interpreter, its packages, attncheck and the
   submission (read-only), a size-limited tmpfs as its home (at the neutral ``/home/user``) and
@@ -16,12 +16,12 @@ code runs the child jails itself in the same jail ``attncheck check`` gets from 
 - then ``attncheck.dynamic.inside.child.main``: the seccomp filter, the user's import, the
   executor's experiments, replies through ``channel``'s pipes.
 
-The worker makes the request and reply pipes and sends their child ends to the zygote with the
-order (``SCM_RIGHTS``); the zygote hands them to the forked child and closes its copies, so
+The worker makes the request, reply and output pipes and sends their child ends to the zygote
+with the order (``SCM_RIGHTS``); the zygote hands them to the forked child and closes its copies, so
 the request goes in and the replies come out between the worker and the child alone, while the
 zygote watches the child with the sandbox's own watch and judgement (time limit from the ready
 byte, which comes to the zygote on a pipe of its own; signals), so a hang, a crash, a memory
-bomb or an output flood ends as that submission's status. Its run folder (stdout, stderr, the
+bomb or an output flood ends as that submission's status. Its run folder (its new root, the
 copies it may read) is a ``rundir`` one (locked, neutral name, swept when a killed run left
 it). Where namespaces are refused (some containers), ``jail_available`` says so and the child
 runs with rlimits and seccomp only, as the sandbox's fallback does.
@@ -77,25 +77,24 @@ def run_forked(module_path: Path, request: dict, tensors: dict[str, np.ndarray],
         return ChildOutcome("error", UNJAILED_REFUSAL, [], "", "", isolation)
     run_dir = rundir.create()
     new_root = run_dir.path / "root"
-    transfer = Transfer()
+    transfer = Transfer(limits.output_bytes)
     try:
         new_root.mkdir(mode=0o700)
         uid = jail.sandbox_uid() if jailed and jail.started_by_root() else None
         readable = jail.readable_paths(expose)
         copies = jail.readable_copies(expose, run_dir.path / "exposed") if uid is not None else {}
         transfer.send(channel.request_frame({**request, "module_path": str(module_path)}, tensors))
-        for name in ("stdout", "stderr"):
-            (run_dir.path / name).touch(mode=0o600)
         home = jail.JAIL_HOME if jailed else str(run_dir.work)
-        order = {"run_dir": str(run_dir.path), "home": home, "root": str(new_root), "uid": uid,
+        order = {"home": home, "root": str(new_root), "uid": uid,
                  "mounts": [asdict(mount) for mount in jail.view(limits.workdir_mb, readable, copies)] if jailed
                  else None, "limits": asdict(limits)}
         try:
             ending = sandbox.Ending(**start_zygote().fork(order, transfer))
         except ZygoteGoneError as error:
             return ChildOutcome("error", str(error), [], "", "", isolation)
-        outcome = sandbox.outcome(run_dir.path, module_path, limits, isolation, ending, transfer)
-        if ending.returncode == JAIL_FAILED_EXIT and JAIL_FAILED in outcome.stderr:
+        outcome = sandbox.outcome(module_path, limits, isolation, ending, transfer)
+        said_failed = ending.returncode == JAIL_FAILED_EXIT and JAIL_FAILED in outcome.stderr
+        if said_failed and sandbox.jail_may_have_failed(ending):
             reason = outcome.stderr[outcome.stderr.index(JAIL_FAILED):].splitlines()[0]
             return replace(outcome, status="error", reason=reason)
         return outcome
@@ -104,15 +103,14 @@ def run_forked(module_path: Path, request: dict, tensors: dict[str, np.ndarray],
         run_dir.remove()
 
 
-def enter_jail(order: dict, limits: Limits, ends: ChildEnds) -> None:
+def enter_jail(order: dict, limits: Limits, ends: ChildEnds, outputs: tuple[int, int]) -> None:
     """The forked side (in the zygote's child): jail, then the sandbox child's main with ``ends``,
-    its pipes; never returns."""
+    its pipes, and ``outputs`` as its stdout and stderr; never returns."""
     code = 0
-    run_dir = Path(order["run_dir"])
     try:
         os.setsid()
         faulthandler.disable()  # a parent's handler would write a crash to the parent's stderr
-        _redirect_output(run_dir)
+        _redirect_output(outputs)
         sandbox.preexec(limits, None if order["uid"] is not None else sandbox.nproc_limit())()
         if order["mounts"] is not None:
             unshared.enter([jail.Mount(**mount) for mount in order["mounts"]], Path(order["root"]), order["uid"])
@@ -132,9 +130,8 @@ def enter_jail(order: dict, limits: Limits, ends: ChildEnds) -> None:
         os._exit(code)
 
 
-def _redirect_output(run_dir: Path) -> None:
-    for fd, name in ((1, "stdout"), (2, "stderr")):
-        target = os.open(run_dir / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+def _redirect_output(outputs: tuple[int, int]) -> None:
+    for fd, target in zip((1, 2), outputs, strict=True):
         os.dup2(target, fd)
         os.close(target)
     stdin = os.open(os.devnull, os.O_RDONLY)

@@ -172,7 +172,7 @@ class StartedChild:
         self.started = time.monotonic()
         self.process: subprocess.Popen | None = None
         self.failure: str | None = None
-        self.transfer, self.ready = Transfer(), ReadyPipe()
+        self.transfer, self.ready = Transfer(limits.output_bytes), ReadyPipe()
         ends = ChildEnds(self.transfer.child_request, self.transfer.child_replies, self.ready.child_end)
         jailed = isolation == BUBBLEWRAP
         uid = jail.sandbox_uid() if jailed and jail.started_by_root() else None
@@ -180,22 +180,20 @@ class StartedChild:
         if uid is not None:
             copies = jail.readable_copies(expose, self.run_dir.path / "exposed")
         home = jail.JAIL_HOME if jailed else str(workdir)
-        out_path, err_path = self.run_dir.path / "stdout", self.run_dir.path / "stderr"
-        with open(out_path, "wb") as stdout, open(err_path, "wb") as stderr:
-            try:
-                self.process = subprocess.Popen(
-                    _command(home, ends, expose, isolation, uid, copies, limits),
-                    stdin=subprocess.DEVNULL,
-                    stdout=stdout,
-                    stderr=stderr,
-                    pass_fds=(ends.request, ends.replies, ends.ready),
-                    cwd=workdir,
-                    env=environment(home, limits.gpu),
-                    start_new_session=True,
-                    preexec_fn=preexec(limits, None if jailed else nproc_limit()),
-                )
-            except OSError as error:
-                self.failure = f"could not start the child: {error}"
+        try:
+            self.process = subprocess.Popen(
+                _command(home, ends, expose, isolation, uid, copies, limits),
+                stdin=subprocess.DEVNULL,
+                stdout=self.transfer.stdout.child_end,
+                stderr=self.transfer.stderr.child_end,
+                pass_fds=(ends.request, ends.replies, ends.ready),
+                cwd=workdir,
+                env=environment(home, limits.gpu),
+                start_new_session=True,
+                preexec_fn=preexec(limits, None if jailed else nproc_limit()),
+            )
+        except OSError as error:
+            self.failure = f"could not start the child: {error}"
         self.transfer.close_child_ends()
         self.ready.close_child_end()
 
@@ -214,7 +212,7 @@ class StartedChild:
                 self._stop()
                 return ChildOutcome("error", f"cannot send the request: {error}", [], "", "", self.isolation)
             ending = watch(self.process, self.ready, limits, self.started, self.transfer)
-            return outcome(self.run_dir.path, self.module_path, limits, self.isolation, ending, self.transfer)
+            return outcome(self.module_path, limits, self.isolation, ending, self.transfer)
         finally:
             self._close()
 
@@ -373,44 +371,61 @@ class Ending:
     start_s: float | None = None  # launch to ready; None when the child never got ready
 
 
-def outcome(
-    run_dir: Path, module_path: Path, limits: Limits, isolation: str, ending: Ending, transfer: Transfer
-) -> ChildOutcome:
+def outcome(module_path: Path, limits: Limits, isolation: str, ending: Ending, transfer: Transfer) -> ChildOutcome:
+    """How the child ended, from its end, its replies and its output (``transfer``, drained)."""
     replies, refused = transfer.replies()
     status, reason = _judge(ending, replies, refused, transfer.finished, limits, isolation)
     if status == "ok":
         reason = _completed_reason(replies, limits, module_path.name)
-    err_text = _kept(run_dir / "stderr", limits.output_bytes)
-    if isolation == BUBBLEWRAP and ending.returncode == 1 and err_text.startswith("bwrap:"):
+    err_text = transfer.stderr.text()
+    said_bwrap = isolation == BUBBLEWRAP and ending.returncode == 1 and err_text.startswith("bwrap:")
+    if said_bwrap and jail_may_have_failed(ending):
         status, reason = "error", f"the bubblewrap jail failed: {err_text.splitlines()[0]}"
-    out_text = _kept(run_dir / "stdout", limits.output_bytes)
-    return ChildOutcome(status, reason, replies, out_text, err_text, isolation, ending.start_s)
+    return ChildOutcome(status, reason, replies, transfer.stdout.text(), err_text, isolation, ending.start_s)
+
+
+def jail_may_have_failed(ending: Ending) -> bool:
+    """Whether the jail, not user code, may be why the child ended: only before its ready byte.
+
+    User code runs after that byte, and can write anything to its stderr (even truncate what is
+    there) and exit with any status: after it, "the jail failed" on stderr is the user's word,
+    and would pass a wrong module off as the checker's own failure.
+    """
+    return ending.start_s is None
 
 
 def watch(
-    process: subprocess.Popen, ready: ReadyPipe, limits: Limits, started: float, transfer: Transfer | None = None
+    process: subprocess.Popen,
+    ready: ReadyPipe,
+    limits: Limits,
+    started: float,
+    transfer: Transfer | None = None,
+    abandoned_by: int = -1,
 ) -> Ending:
     """Wait for the child, moving its request and replies (``transfer``, when this process holds
-    them), and kill its process group on timeout or when its replies are refused.
+    them), and kill its process group on timeout, when its replies are refused, or once
+    ``abandoned_by`` (grade's zygote: its order socket) is readable: whoever waited for the
+    answer is gone (a ``kill -9`` of the grader), and the child must not run on to its timeout.
 
     The deadline is ``start_s`` after launch until the child says it is ready, then ``timeout_s``
     after that moment.
     """
     deadline = started + limits.start_s
     ready_at: float | None = None
-    timed_out = False
+    timed_out = abandoned = False
     while True:
         pid, status, usage = os.wait4(process.pid, os.WNOHANG)
         if pid:
             break
         timed_out = time.monotonic() >= deadline
-        if timed_out or (transfer is not None and transfer.refused is not None):
+        if timed_out or abandoned or (transfer is not None and transfer.refused is not None):
             _kill_group(process.pid)
             pid, status, usage = os.wait4(process.pid, 0)
             break
-        waiting = [ready.fd] if ready.fd >= 0 else []
+        waiting = [fd for fd in (ready.fd, abandoned_by) if fd >= 0]
         wait_s = min(POLL_S, deadline - time.monotonic())
         readable = transfer.wait(wait_s, waiting) if transfer is not None else _readable(waiting, wait_s)
+        abandoned = abandoned_by in readable
         if ready.fd in readable and ready.said_ready():
             ready_at = time.monotonic()
             deadline = ready_at + limits.timeout_s
@@ -482,21 +497,3 @@ def _completed_reason(replies: list[Reply], limits: Limits, file_name: str) -> s
 def _one_line(text: str, limit: int = 200) -> str:
     line = " ".join(text.split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-def _kept(path: Path, limit: int) -> str:
-    """The head and tail of an output file, at most ``limit`` bytes in all."""
-    size = path.stat().st_size
-    with open(path, "rb") as handle:
-        if size <= limit:
-            data = handle.read()
-            return data.decode("utf-8", errors="replace")
-        head = handle.read(limit // 2)
-        handle.seek(size - limit // 2)
-        tail = handle.read()
-    skipped = size - len(head) - len(tail)
-    return (
-        head.decode("utf-8", errors="replace")
-        + f"\n[... {skipped} bytes left out ...]\n"
-        + tail.decode("utf-8", errors="replace")
-    )

@@ -4,13 +4,14 @@ byte of another student's data.
 A child forked straight from a grading worker would inherit that worker's memory, where earlier
 submissions' sources were read, linted and judged (freed memory is not cleared). The zygote is
 a fresh interpreter that imports torch and the child's code once and then only ever reads
-orders (paths and limits, one JSON message each, with the child's request and reply pipe ends
-attached by ``SCM_RIGHTS``) from its worker; it forks the jailed child (``forked.enter_jail``),
+orders (paths and limits, one JSON message each, with the child's request, reply and output
+pipe ends attached by ``SCM_RIGHTS``) from its worker; it forks the jailed child (``forked.enter_jail``),
 closes its copies of those ends, watches the child with the sandbox's own watch (time limit
 from the ready byte, on a pipe of its own) and answers how it ended. The request and the
 replies pass between the worker and the child alone: no student's data ever passes through
 the zygote. The zygote ends when its worker does: the order socket closes (a death signal
-would be tied to the thread that started it, not the worker).
+would be tied to the thread that started it, not the worker); a child it is watching then is
+killed at once, not left to run to its time limit.
 
 Run as ``python -m attncheck.dynamic.harness.zygote CONTROL_FD`` by ``zygote_client.Zygote``.
 """
@@ -33,7 +34,7 @@ from attncheck.dynamic.harness.pipes import ReadyPipe
 from attncheck.dynamic.harness.sandbox import Limits
 
 MAX_ORDER_BYTES = 1 << 20
-ORDER_FDS = 2  # the child's ends of its request and reply pipes, in that order
+ORDER_FDS = 4  # the child's ends of its request, reply, stdout and stderr pipes, in that order
 
 
 def _serve(order: dict[str, Any], fds: list[int], control: int) -> dict[str, Any]:
@@ -47,12 +48,12 @@ def _serve(order: dict[str, Any], fds: list[int], control: int) -> dict[str, Any
     if pid == 0:
         os.close(control)  # the child must not write answers for the next student
         os.close(ready.fd)
-        forked.enter_jail(order, limits, ChildEnds(fds[0], fds[1], ready.child_end))
+        forked.enter_jail(order, limits, ChildEnds(fds[0], fds[1], ready.child_end), (fds[2], fds[3]))
     for fd in fds:
         os.close(fd)
     ready.close_child_end()
     try:
-        ending = sandbox.watch(forked.Forked(pid), ready, limits, started)
+        ending = sandbox.watch(forked.Forked(pid), ready, limits, started, abandoned_by=control)
     finally:
         ready.close()
     return asdict(ending)

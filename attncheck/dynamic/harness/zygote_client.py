@@ -46,11 +46,12 @@ class Zygote:
 
     def fork(self, order: dict[str, Any], transfer: Transfer) -> dict[str, Any]:
         """Have the zygote fork the child of ``order`` with ``transfer``'s child ends; move the
-        request and the replies while it runs; how it ended."""
+        request, the replies and its output while it runs; how it ended."""
         with self.lock:
             try:
                 socket.send_fds(self.control, [json.dumps(order).encode()],
-                                [transfer.child_request, transfer.child_replies])
+                                [transfer.child_request, transfer.child_replies, transfer.stdout.child_end,
+                                 transfer.stderr.child_end])
             except OSError as error:
                 raise ZygoteGoneError(f"the grading zygote ended: {error}") from error
             transfer.close_child_ends()

@@ -136,7 +136,7 @@ def main(home: Path, ends: ChildEnds) -> None:
     del inputs_blob
     entry = load_entry(request.get("entry", DEFAULT_ENTRY))
     writer = ReplyWriter(ends.replies)
-    confinement = install_filter()
+    confinement = install_filter(shared_memory=bool(jail.gpu_nodes()))  # a GPU's driver may share memory
     print(f"confined: {confinement}", file=sys.stderr, flush=True)  # no name of the checker: user code may read it
     say_ready(ends.ready)
     disguise(user_file)  # as if its author ran it: no sign of the checker in argv or sys.modules

@@ -7,11 +7,18 @@ package, so its relative imports and the project's own absolute imports resolve 
 under ``python -m``. When a whole import fails at a top-level statement that the definitions
 leave out (a data file read, a training loop), the definitions are loaded instead, and the
 reason says so. No torch here: this is plain importing.
+
+The project's own modules are imported from their source only (``SourceOnlyLoader``): a
+``__pycache__`` shipped beside them (an unchecked-hash ``.pyc`` is never compared with its
+source) would otherwise run instead of the source the static checks and a reviewer read, and
+the verdict would be about code nobody saw. Compiled extensions stay importable (a project may
+build its own); the interpreter's and the environment's packages keep their bytecode.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import importlib.util
 import site
 import sys
@@ -40,6 +47,7 @@ def load(request: dict) -> Loaded:
             sys.path.insert(0, root)
     for folder in request.get("site", []):  # the user's environment, after attncheck's own
         site.addsitedir(folder)
+    _import_from_source(request.get("roots", []), request.get("site", []))
     definitions = request.get("definitions")
     if request.get("mode") == "definitions" and definitions is not None:
         return Loaded(_run_text(request, definitions), request.get("why", "its definitions only"))
@@ -88,6 +96,44 @@ def _run_text(request: dict, text: str) -> ModuleType:
     code = compile(text, path, "exec", dont_inherit=True)
     exec(code, module.__dict__)  # running the user's module is the point (inside the sandbox)
     return module
+
+
+class SourceOnlyLoader(importlib.machinery.SourceFileLoader):
+    """Compiles the module from its ``.py`` every time: no ``.pyc`` is read (nor written)."""
+
+    def get_code(self, fullname: str):
+        path = self.get_filename(fullname)
+        return self.source_to_code(self.get_data(path), path)
+
+
+def _import_from_source(roots: list[str], environments: list[str]) -> None:
+    """Modules in ``roots`` (but in the interpreter's or ``environments``' packages) from source."""
+    ours = [Path(folder).resolve() for folder in (sys.prefix, sys.base_prefix, *site.getsitepackages(), *environments)]
+    theirs = [Path(root).resolve() for root in roots]
+
+    def project_folder(path: str) -> bool:
+        try:
+            folder = Path(path or ".").resolve()
+        except (OSError, RuntimeError, TypeError):
+            return False
+        return _within(folder, theirs) and not _within(folder, ours)
+
+    def finder(path: str) -> importlib.machinery.FileFinder:
+        if not project_folder(path):
+            raise ImportError("not a folder of the project")  # the next hook takes it, bytecode and all
+        return importlib.machinery.FileFinder(
+            path,
+            (importlib.machinery.ExtensionFileLoader, importlib.machinery.EXTENSION_SUFFIXES),
+            (SourceOnlyLoader, importlib.machinery.SOURCE_SUFFIXES),
+        )
+
+    sys.path_hooks.insert(0, finder)
+    for path in [path for path in sys.path_importer_cache if project_folder(path)]:
+        del sys.path_importer_cache[path]
+
+
+def _within(folder: Path, tops: list[Path]) -> bool:
+    return any(folder == top or top in folder.parents for top in tops)
 
 
 def _module_level_line(error: BaseException, path: Path) -> int | None:

@@ -105,6 +105,10 @@ class GqaGrouping(Rule):
         Invalid("import torch\ndef widen(memory, n_rep):\n    return torch.cat([memory] * n_rep, dim=1)\n",
                 line=3, message="tiles"),
         Invalid(_SDPA.replace(", enable_gqa=True", ""), line=18, severity=Severity.ERROR, message="enable_gqa"),
+        # the group count read through attributes whose names say neither "kv" nor "rep".
+        Invalid(_MODULE.replace("self.num_groups = num_heads // num_kv_heads", "self.h, self.g = num_heads, num_kv_heads")
+                .replace("k.repeat_interleave(self.num_groups, dim=1)", "torch.cat([k] * (self.h // self.g), dim=1)"),
+                line=18, severity=Severity.ERROR, message="tiles"),
     )
 
     def __init__(self, context: FileContext) -> None:
@@ -195,11 +199,11 @@ class GqaGrouping(Rule):
         for candidate in (size, resolved):
             if _GROUP.search(self._text(candidate)):
                 return True
-        return (
-            isinstance(resolved, cst.BinaryOperation)
-            and isinstance(resolved.operator, cst.FloorDivide)
-            and bool(_KV_HEADS.search(self._text(resolved.right)))
-        )
+        if not (isinstance(resolved, cst.BinaryOperation) and isinstance(resolved.operator, cst.FloorDivide)):
+            return False
+        # heads over the KV-head count, that count read through ``self.g = num_groups`` if need be.
+        divisor = self.context.facts.resolve(resolved.right, self.context.function)
+        return any(_KV_HEADS.search(self._text(d)) or _GROUP.search(self._text(d)) for d in (resolved.right, divisor))
 
     def _check_concatenation(self, node: cst.Call) -> None:
         """``torch.cat([k] * n_rep, dim=1)`` or ``torch.cat([k for _ in range(n_rep)], 1)``: n_rep copies

@@ -106,7 +106,8 @@ class GqaGrouping(Rule):
                 line=3, message="tiles"),
         Invalid(_SDPA.replace(", enable_gqa=True", ""), line=18, severity=Severity.ERROR, message="enable_gqa"),
         # the group count read through attributes whose names say neither "kv" nor "rep".
-        Invalid(_MODULE.replace("self.num_groups = num_heads // num_kv_heads", "self.h, self.g = num_heads, num_kv_heads")
+        Invalid(_MODULE.replace("self.num_groups = num_heads // num_kv_heads",
+                                "self.h, self.g = num_heads, num_kv_heads")
                 .replace("k.repeat_interleave(self.num_groups, dim=1)", "torch.cat([k] * (self.h // self.g), dim=1)"),
                 line=18, severity=Severity.ERROR, message="tiles"),
     )

@@ -40,9 +40,9 @@ def kv_split(
             return None
         if split is None and name in _SPLITS:
             counts = [a.value for a in node.args if _KV_COUNT.search(code(a.value))]
-            if counts and integer_value(facts.resolve(counts[0], fn)) != 1:
-                split = node
-            elif not counts and _inferred_heads(node) and _projects_to_kv_heads(node, fn, facts, code):
+            named = bool(counts) and integer_value(facts.resolve(counts[0], fn)) != 1
+            inferred = not counts and _inferred_heads(node) and _projects_to_kv_heads(node, fn, facts, code)
+            if named or inferred:
                 split = node
     return split
 

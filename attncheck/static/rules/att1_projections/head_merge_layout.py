@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import libcst as cst
 
-from attncheck.static.analysis import semantics
+from attncheck.static.analysis import calls, semantics
 from attncheck.static.analysis.patterns import (
     dim_role,
     is_heads_first_product,
@@ -34,6 +34,9 @@ class HeadMergeLayout(Rule):
         "def f(self, a, v):\n    o = torch.einsum('bqhk,bkhd->bqhd', a, v)\n"
         "    return o.reshape(a.size(0), a.size(1), -1)",
         "def f(self, o):\n    return einops.rearrange(o, 'b h s d -> b s (h d)')",
+        # a merge helper given the output already transposed back.
+        "class A:\n    def _merge(self, t, b, s):\n        return t.contiguous().view(b, s, -1)\n"
+        "    def forward(self, a, v, b, s):\n        return self._merge((a @ v).transpose(1, 2), b, s)",
     )
     INVALID = (
         Invalid(  # a buffer allocated heads-first, filled per head
@@ -69,6 +72,13 @@ class HeadMergeLayout(Rule):
             "def f(self, p, v, b, n):\n    out = torch.einsum('bhij,bhjd->bhid', p, v)\n"
             "    return out.reshape(b, n, -1)",
             line=3,
+        ),
+        Invalid(  # a merge helper whose caller hands it the heads-first output
+            "class A:\n    def _merge(self, t):\n        B, nh, T, hs = t.size()\n"
+            "        return t.contiguous().view(B, T, nh * hs)\n"
+            "    def forward(self, a, v):\n        return self._merge(a @ v)",
+            line=4,
+            message="heads before",
         ),
     )
 
@@ -110,6 +120,13 @@ class HeadMergeLayout(Rule):
         source, where = self.tracer.origin(tensor, fn)
         if is_heads_first_product(source, self.tracer, where) or _allocated_heads_first(source, self.context):
             return source
+        if type(source) is cst.Name and where is not None and source.value in where.params:
+            # a merge helper (``def _merge(self, t)``): what its callers in the file hand it.
+            for argument, caller in calls.passed(where, source.value, self.context.facts):
+                value, inner = self.tracer.origin(argument, caller)
+                if is_heads_first_product(value, self.tracer, inner):
+                    return value
+            return None
         attr = self_attribute(source.func) if type(source) is cst.Call else None
         helper = where.owner.methods.get(attr) if where is not None and where.owner is not None and attr else None
         if helper is None or helper is where:

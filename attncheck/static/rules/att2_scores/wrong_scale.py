@@ -7,7 +7,7 @@ from collections import defaultdict
 import libcst as cst
 
 from attncheck.findings import Edit, Severity
-from attncheck.static.analysis import semantics, syntax
+from attncheck.static.analysis import calls, semantics, syntax
 from attncheck.static.analysis.results import Factor, Pipeline, Term
 from attncheck.static.analysis.syntax import DESCRIPTION
 from attncheck.static.context import FileContext
@@ -85,6 +85,16 @@ class WrongScale(Rule):
             "        return eager(self, q, k, v, scaling=self.scaling)",
             line=9,
             message="scaled twice",
+        ),
+        Invalid(  # the model width, under another name, handed to the file's eager function as its scale
+            "import torch\ndef eager(module, query, key, value, scaling):\n"
+            "    return torch.softmax(query @ key.transpose(2, 3) * scaling, dim=-1) @ value\n"
+            "class A:\n    def __init__(self, config):\n        self.feats = config.hidden_size\n"
+            "        self.head_dim = self.feats // config.num_attention_heads\n"
+            "        self.scaling = self.feats ** -0.5\n"
+            "    def forward(self, q, k, v):\n        return eager(self, q, k, v, self.scaling)",
+            line=10,
+            message="through its `scaling` argument",
         ),
         Invalid(_mha("s = q @ k.transpose(-2, -1) / math.sqrt(T)"), line=12, message="T = x.shape[1]"),
         Invalid(_mha("s = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(C)"), line=12, message="d_model"),
@@ -248,9 +258,33 @@ class WrongScale(Rule):
                     fix=scale_fixes.replace_factor(self, sem, pipeline, factor),
                 )
                 return
+        if by_kind[None]:
+            self._judge_passed_scale(pipeline, [factor for factor, _ in by_kind[None]], sem)
         if by_kind[None] or by_kind["const"] or pipeline.scale_argument:
             return
         self._judge_head_dim(pipeline, powers["head_dim"], by_kind["head_dim"])
+
+    def _judge_passed_scale(self, pipeline: Pipeline, unknown: list[Factor], sem: semantics.Semantics) -> None:
+        """A scale that is a parameter of the attention function (HF's ``eager_attention_forward(...,
+        scaling)``) is what its callers in the file pass: ``self.scaling = self.feats ** -0.5`` with
+        ``self.feats = config.hidden_size`` scales by the model width, whatever the names."""
+        for factor in unknown:
+            if type(factor.value) is not cst.Name or factor.value.value not in pipeline.fn.params:
+                continue
+            for argument, caller in calls.passed(pipeline.fn, factor.value.value, sem.facts):
+                heads = sem.has_heads(pipeline.fn) or sem.has_heads(caller)
+                sign = -1.0 if factor.divides else 1.0
+                for term in sem.terms(argument, caller, sign):
+                    if term.kind in ("seq_len", "d_model", "num_heads") and (heads or term.kind != "d_model"):
+                        where = "multiplied by" if term.power > 0 else "divided by"
+                        self.report(
+                            argument,
+                            f"scores in {pipeline.fn.name} are {where} {_root(term)} through its "
+                            f"`{factor.value.value}` argument `{sem.code(argument)}`, where {term.evidence} "
+                            f"is {DESCRIPTION[term.kind]}; scale by 1/sqrt(head_dim)",
+                            hint=_HINT,
+                        )
+                        return
 
     def _judge_head_dim(self, pipeline: Pipeline, power: float, found: list) -> None:
         if abs(power + 0.5) < 1e-9:

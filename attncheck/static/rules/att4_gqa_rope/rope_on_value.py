@@ -9,7 +9,8 @@ a rotary helper (``apply_rotary_pos_emb``, ``self.rope``..., or a helper of the
 file of any name whose body rotates the parameter) called with a value tensor
 whose result is bound back to a value name; and such a helper mapped over a
 tuple holding V (``map(lambda t: rope(t), (q, k, v))``, a generator or a list
-comprehension) with V bound to the result. HF's
+comprehension) with V bound to the result, the helper judged on the parameter the mapped
+tensor is passed as (``map(lambda t: apply_rotary_pos_emb(freqs, t), (q, k, v))``). HF's
 ``cos, sin = self.rotary_emb(value_states, position_ids)``, which passes V only
 for its dtype and device, is not a rotation of V.
 """
@@ -81,6 +82,11 @@ class RopeOnValue(Rule):
                 .replace(", k * cos + rotate_half(k) * sin", "")
                 + "\ndef attend(q, k, v, cos, sin):\n    q, k, v = [with_positions(t, cos, sin) for t in (q, k, v)]\n"
                 "    return q, k, v\n", line=12, message="with_positions"),
+        # the file's helper takes the frequencies first and the tensor second
+        Invalid(_HELPERS + "\ndef with_freqs(freqs, t):\n    return t * freqs.cos() + rotate_half(t) * freqs.sin()\n"
+                "\ndef attend(q, k, v, freqs):\n"
+                "    q, k, v = map(lambda t: with_freqs(freqs, t), (q, k, v))\n    return q, k, v\n",
+                line=15, message="mapped"),
         Invalid(_HELPERS + "\ndef rope_qkv(q, k, v, cos, sin):\n"
                 "    q, k = apply_rotary_pos_emb(q, k, cos, sin)\n"
                 "    v = v * cos + rotate_half(v) * sin\n    return q, k, v\n", line=13),
@@ -106,10 +112,10 @@ class RopeOnValue(Rule):
         mapped = _mapped(node.value)
         if mapped is None or not _bound_to_value(node):
             return
-        applied, items = mapped
+        applied, items, argument = mapped
         name = rp.last_name(applied) or ""
         helper = self.context.shared(_functions_by_name).get(name)
-        rotates = _ROTARY.search(name) if helper is None else _rotates_first_parameter(self.context, helper)
+        rotates = _ROTARY.search(name) if helper is None else _rotates_mapped(self.context, helper, argument)
         value = next((item for item in items if _VALUE.match(rp.last_name(item) or "")), None)
         if rotates and value is not None:
             shown = rp.code(self.context.facts, value)
@@ -152,26 +158,45 @@ def _bound_to_value(parent: cst.CSTNode | None) -> bool:
     return False
 
 
-def _mapped(value: cst.BaseExpression) -> tuple[cst.BaseExpression, list[cst.BaseExpression]] | None:
-    """(the callee, the tensors) of ``map(f, (a, b))``, ``map(lambda t: f(t, ...), (a, b))`` or
-    ``(f(t, ...) for t in (a, b))`` (a list comprehension too); None for anything else."""
+# Where the mapped tensor goes in the callee's arguments: (position, the argument), or None for the first.
+_Passed = tuple[int, cst.Arg] | None
+
+
+def _mapped(value: cst.BaseExpression) -> tuple[cst.BaseExpression, list[cst.BaseExpression], _Passed] | None:
+    """(the callee, the tensors, where each tensor is passed) of ``map(f, (a, b))``,
+    ``map(lambda t: f(freqs, t), (a, b))`` or ``(f(t, ...) for t in (a, b))`` (a list
+    comprehension too); None for anything else."""
     if type(value) is cst.Call and type(value.func) is cst.Name and value.func.value == "map" and len(value.args) == 2:
         applied, items = value.args[0].value, value.args[1].value
+        passed: _Passed = None
         if type(applied) is cst.Lambda:
-            applied = applied.body.func if type(applied.body) is cst.Call else None
+            variables = [p.name.value for p in applied.params.params]
+            body = applied.body
+            applied = body.func if type(body) is cst.Call else None
+            passed = _passed_as(body, variables[0]) if type(body) is cst.Call and variables else None
     elif type(value) in (cst.GeneratorExp, cst.ListComp) and type(value.elt) is cst.Call:
         applied, items = value.elt.func, value.for_in.iter
+        target = value.for_in.target
+        passed = _passed_as(value.elt, target.value) if type(target) is cst.Name else None
     else:
         return None
     if applied is None or type(items) not in (cst.Tuple, cst.List):
         return None
-    return applied, [element.value for element in items.elements]
+    return applied, [element.value for element in items.elements], passed
 
 
-def _rotates_first_parameter(context: FileContext, helper: FunctionFacts) -> bool:
-    """Whether the file's own helper rotates the first tensor it is given."""
-    argument = cst.Arg(cst.Name(next((p for p in helper.params if p != "self"), "")))
-    return _rotates_parameter(rp.rope_index(context), helper, 0, argument)
+def _passed_as(call: cst.Call, variable: str) -> _Passed:
+    """Where ``call`` passes the loop variable: ``apply_rotary_pos_emb(freqs, t)`` passes ``t`` second."""
+    return next(
+        ((i, a) for i, a in enumerate(call.args) if type(a.value) is cst.Name and a.value.value == variable), None
+    )
+
+
+def _rotates_mapped(context: FileContext, helper: FunctionFacts, passed: _Passed) -> bool:
+    """Whether the file's own helper rotates the parameter the mapped tensor is given as."""
+    if passed is None:
+        passed = (0, cst.Arg(cst.Name(next((p for p in helper.params if p != "self"), ""))))
+    return _rotates_parameter(rp.rope_index(context), helper, *passed)
 
 
 def _functions_by_name(context: FileContext) -> dict[str, FunctionFacts | None]:

@@ -10,6 +10,7 @@ import libcst as cst
 
 from attncheck.findings import Severity
 from attncheck.static.analysis import semantics, syntax
+from attncheck.static.analysis.flow import reaching
 from attncheck.static.analysis.patterns import (
     FillSite,
     argument,
@@ -23,7 +24,7 @@ from attncheck.static.analysis.patterns import (
     tracer,
 )
 from attncheck.static.context import FileContext
-from attncheck.static.facts import FunctionFacts, whole_number
+from attncheck.static.facts import FileFacts, FunctionFacts, whole_number
 from attncheck.static.rule import Invalid, Rule
 from attncheck.static.tree import subtree
 
@@ -105,6 +106,13 @@ class CausalDiagonal(Rule):
             message="top-left",
             severity=Severity.WARNING,
         ),
+        Invalid(  # the keys extended by a cache of any name
+            "def f(q, k, v, pk):\n    k = torch.cat([pk, k], dim=2)\n"
+            "    return F.scaled_dot_product_attention(q, k, v, is_causal=True)",
+            line=3,
+            message="top-left",
+            severity=Severity.WARNING,
+        ),
         Invalid(
             "def f(s, q_len, kv_len, past_key_values):\n    m = torch.tril(torch.ones(q_len, kv_len))\n"
             "    return s.masked_fill(m == 0, -1e4)",
@@ -162,7 +170,9 @@ class CausalDiagonal(Rule):
                 evidence=[f"bottom-right: {shown}", f"top-left: {self.context.module.code_for_node(causal)}"],
             )
             return
-        if isinstance(causal, cst.Name) and causal.value == "True" and self._has_kv_cache(fn):
+        if isinstance(causal, cst.Name) and causal.value == "True" and (
+            self._has_kv_cache(fn) or _keys_extended(argument(node, 1, "key"), fn, facts)
+        ):
             self.report(
                 node,
                 "is_causal=True in a forward that also takes a KV cache: SDPA aligns the causal mask "
@@ -343,3 +353,21 @@ def _rectangular(source: cst.BaseExpression) -> bool:
         return False
     left, right = (cst.Module([]).code_for_node(s) for s in sizes)
     return left != right
+
+
+_CONCATENATIONS = frozenset({"torch.cat", "torch.concat", "torch.concatenate"})
+
+
+def _keys_extended(key: cst.BaseExpression | None, fn: FunctionFacts | None, facts: FileFacts) -> bool:
+    """The keys given to SDPA were concatenated after something (``k = torch.cat([past_k, k], dim=2)``,
+    whatever the cache is called): there may be more keys than queries."""
+    if type(key) is not cst.Name or fn is None:
+        return False
+    for node in reaching(key, fn):
+        if type(node) is cst.Call and facts.canonical(node.func) in _CONCATENATIONS and node.args:
+            pieces = node.args[0].value
+            if type(pieces) in (cst.List, cst.Tuple) and len(pieces.elements) >= 2:
+                last = pieces.elements[-1].value
+                if type(last) is cst.Name and last.value == key.value:
+                    return True
+    return False

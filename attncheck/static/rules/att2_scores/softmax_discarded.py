@@ -76,11 +76,12 @@ class SoftmaxDiscarded(Rule):
     def _check_scores_weighting(self, fn: FunctionFacts, sem: semantics.Semantics) -> None:
         """``attn = softmax(scores)`` then ``matmul(scores, v)``: the values are weighted by the scores
         the softmax read (the same binding of the name), not by its probabilities."""
-        flow = tracer(self.context).flow(fn)
         softmaxes = [found for call in fn.calls if (found := sem.softmax(call, fn)) is not None]
-        inputs = [(s, flow.value_at(s.input)) for s in softmaxes if type(s.input) is cst.Name]
-        if not inputs:
+        named = [s for s in softmaxes if type(s.input) is cst.Name]
+        if not named:
             return
+        flow = tracer(self.context).flow(fn)
+        inputs = [(s, flow.value_at(s.input)) for s in named]
         for weights, product in _value_products(fn):
             if type(weights) is not cst.Name:
                 continue

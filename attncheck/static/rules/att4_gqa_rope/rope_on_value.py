@@ -143,8 +143,11 @@ class RopeOnValue(Rule):
         helper = self.context.shared(_functions_by_name).get(name)
         if not _ROTARY.search(name) and helper is None:
             return  # a helper of the file is judged by its body, whatever its name (``pos(v, cos, sin)``)
-        roles = self._value_roles(fn)
-        values = [(i, a) for i, a in enumerate(call.args) if _is_value(a.value, roles)]
+        values = [(i, a) for i, a in enumerate(call.args) if _is_value(a.value)]
+        roles: frozenset[str] = frozenset()
+        if not values:  # V by the role the function gives it (SDPA's value), whatever its name
+            roles = self._value_roles(index, fn)
+            values = [(i, a) for i, a in enumerate(call.args) if type(a.value) is cst.Name and a.value.value in roles]
         if not values or not _bound_to_value(_statement_of(index, call), roles):
             return
         position, argument = values[0]
@@ -159,7 +162,7 @@ class RopeOnValue(Rule):
         )
 
 
-    def _value_roles(self, fn: FunctionFacts | None) -> frozenset[str]:
+    def _value_roles(self, index: rp.RopeIndex, fn: FunctionFacts | None) -> frozenset[str]:
         """The names ``fn`` uses as V, whatever they are called: the value given to SDPA
         (``scaled_dot_product_attention(q, k, val)``) and the right side of the product with the
         probabilities (``attn @ vals`` where ``attn`` is a softmax, dropped out or not)."""
@@ -167,14 +170,14 @@ class RopeOnValue(Rule):
             return frozenset()
         known = self._roles.get(id(fn.node))
         if known is None:
-            known = self._roles[id(fn.node)] = self._find_value_roles(fn)
+            known = self._roles[id(fn.node)] = self._find_value_roles(index, fn)
         return known
 
-    def _find_value_roles(self, fn: FunctionFacts) -> frozenset[str]:
+    def _find_value_roles(self, index: rp.RopeIndex, fn: FunctionFacts) -> frozenset[str]:
         sem = semantics.of(self.context)
         follow = tracer(self.context)
         found = set()
-        for node in fn.preorder.nodes:
+        for node in index.nodes_in(fn):
             value = None
             if type(node) is cst.Call and syntax.is_sdpa_call(self.context, node):
                 positional = syntax.positional(node)
@@ -187,7 +190,7 @@ class RopeOnValue(Rule):
         return frozenset(found)
 
 
-def _is_value(node: cst.BaseExpression, roles: frozenset[str]) -> bool:
+def _is_value(node: cst.BaseExpression, roles: frozenset[str] = frozenset()) -> bool:
     """V by name (``v``, ``value_states``) or by the role the function gives it."""
     name = rp.last_name(node) or ""
     return bool(_VALUE.match(name)) or (type(node) is cst.Name and name in roles)

@@ -44,6 +44,10 @@ class FullyMaskedNan(Rule):
         # The fully masked rows are zeroed after the softmax.
         "def f(s, mask):\n    p = s.masked_fill(~mask, float('-inf')).softmax(-1)\n"
         "    return p.masked_fill(~mask.any(-1, keepdim=True), 0.0)",
+        # a causal band of triangles, 1 on the diagonal, its zeros blocked (issue 20)
+        "def f(s, n, window):\n    ones = torch.ones(n, n)\n"
+        "    keep = torch.tril(ones) - torch.tril(ones, diagonal=-window)\n"
+        "    return s.masked_fill(keep == 0, float('-inf')).softmax(-1)",
         # a sliding window that always keeps the diagonal (issue 20): no row is fully masked
         "def f(s, i, j, window):\n    blocked = (j > i) | (i - j >= window)\n"
         "    return s.masked_fill(blocked, float('-inf')).softmax(-1)",
@@ -166,11 +170,59 @@ class _Diagonal:
         if kind is cst.Comparison and len(mask.comparisons) == 1:
             comparison = mask.comparisons[0]
             sign = self._difference(mask.left, comparison.comparator, depth)
+            if sign is None:  # a band of triangles held against a number: ``keep == 0``
+                value, against = self.value(mask.left, depth + 1), number(comparison.comparator)
+                sign = None if value is None or against is None else (value > against) - (value < against)
             return None if sign is None else _HOLDS.get(type(comparison.operator), {}).get(sign)
         if kind is cst.Subscript or (kind is cst.Call and method_name(mask) in _SHAPING):
             return self.holds(mask.value if kind is cst.Subscript else mask.func.value, depth + 1)
         stepped = self.tracer.step(mask, self.fn) if kind is cst.Name else None
         return None if stepped is None else self.holds(stepped[0], depth + 1)
+
+    def value(self, node: cst.BaseExpression, depth: int = 0) -> float | None:
+        """The number a mask of ones and triangles holds on the diagonal: ``tril(ones) -
+        tril(ones, diagonal=-window)`` (a causal band, 1 - 0) holds 1 there."""
+        if depth > 12:
+            return None
+        kind = type(node)
+        literal = number(node) if kind in (cst.Integer, cst.Float) else None
+        if literal is not None:
+            return literal
+        if kind is cst.BinaryOperation and type(node.operator) in (cst.Add, cst.Subtract):
+            left, right = self.value(node.left, depth + 1), self.value(node.right, depth + 1)
+            if left is None or right is None:
+                return None
+            return left + right if type(node.operator) is cst.Add else left - right
+        if kind is cst.Name:
+            stepped = self.tracer.step(node, self.fn)
+            return None if stepped is None else self.value(stepped[0], depth + 1)
+        if kind is not cst.Call:
+            return None
+        name = method_name(node) or _torch_function(node)
+        if name in ("ones", "ones_like", "new_ones"):
+            return 1.0
+        if name in ("zeros", "zeros_like", "new_zeros"):
+            return 0.0
+        if name in _SHAPING:
+            return self.value(node.func.value, depth + 1)
+        return self._triangle(node, name, depth)
+
+    def _triangle(self, node: cst.Call, name: str | None, depth: int) -> float | None:
+        """``tril``/``triu`` of ones (a function or a method) on the diagonal: tril keeps it for a
+        diagonal offset >= 0, triu for <= 0; an offset is a literal or a (positive) window size."""
+        if name not in ("tril", "triu"):
+            return None
+        method = type(node.func) is cst.Attribute and method_name(node) == name and not _torch_function(node)
+        operand = node.func.value if method else (node.args[0].value if node.args else None)
+        rest = [a for a in node.args if a.keyword is None][0 if method else 1 :]
+        offset = next((a.value for a in node.args if a.keyword is not None and a.keyword.value == "diagonal"), None)
+        offset = offset if offset is not None else (rest[0].value if rest else None)
+        ones = self.value(operand, depth + 1) if operand is not None else None
+        sign = 0 if offset is None else self._sign(offset, depth + 1)
+        if ones is None or sign is None:
+            return None
+        kept = sign >= 0 if name == "tril" else sign <= 0
+        return ones if kept else 0.0
 
     def _difference(self, left: cst.BaseExpression, right: cst.BaseExpression, depth: int) -> int | None:
         """The sign of ``left - right`` on the diagonal."""
@@ -240,3 +292,11 @@ def _guarded(fn: FunctionFacts | None, facts: FileFacts) -> bool:
             if site is not None and selects_fully_masked_rows(site.mask) and constant_value(site.value, facts) == 0:
                 return True
     return False
+
+
+def _torch_function(call: cst.Call) -> str | None:
+    """``tril`` for ``torch.tril(...)``, None for a method call on a tensor."""
+    func = call.func
+    if type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value == "torch":
+        return func.attr.value
+    return None

@@ -55,6 +55,7 @@ _STRONG_WORDS = (
     ("inv_freq",),
     ("cos_cached",),
     ("softmax",),
+    ("MultiheadAttention",),  # its attn_mask is judged where the mask is built (ATT305, ATT306)
 )
 # Common outside attention too (losses, generation): relevant only next to a product.
 _WEAK_WORDS = (("masked_fill",), (".tri", "l", "u"))

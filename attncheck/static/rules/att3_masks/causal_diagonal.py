@@ -24,7 +24,7 @@ from attncheck.static.analysis.patterns import (
     tracer,
 )
 from attncheck.static.context import FileContext
-from attncheck.static.facts import FileFacts, FunctionFacts, whole_number
+from attncheck.static.facts import FileFacts, FunctionFacts, self_attribute, whole_number
 from attncheck.static.rule import Invalid, Rule
 from attncheck.static.tree import subtree
 
@@ -106,6 +106,14 @@ class CausalDiagonal(Rule):
             message="top-left",
             severity=Severity.WARNING,
         ),
+        Invalid(  # a keep triangle given to nn.MultiheadAttention, whose bool attn_mask is True where blocked
+            "import torch, torch.nn as nn\nclass B(nn.Module):\n    def __init__(self, d, h):\n"
+            "        super().__init__()\n        self.attn = nn.MultiheadAttention(d, h, batch_first=True)\n"
+            "    def forward(self, x, t):\n        causal = torch.tril(torch.ones(t, t, dtype=torch.bool))\n"
+            "        return self.attn(x, x, x, attn_mask=causal)[0]",
+            line=7,
+            message="wrong triangle",
+        ),
         Invalid(  # the keys extended by a cache of any name
             "def f(q, k, v, pk):\n    k = torch.cat([pk, k], dim=2)\n"
             "    return F.scaled_dot_product_attention(q, k, v, is_causal=True)",
@@ -149,6 +157,12 @@ class CausalDiagonal(Rule):
                 if not self._scoring_head(site, fn):
                     self._check(site.mask, blocked=site.mask_blocks, fn=fn)
                 return
+        if self.triangles and self._is_multihead_attention(node):
+            # nn.MultiheadAttention's attn_mask: a bool mask is True where blocked, a float one is added
+            mask = argument(node, 5, "attn_mask")
+            if mask is not None:
+                self._check(mask, blocked=True, fn=self.context.function)
+            return
         if not syntax.is_sdpa_call(self.context, node) or facts.canonical(node.func) != _SDPA:
             return
         fn = self.context.function
@@ -181,6 +195,17 @@ class CausalDiagonal(Rule):
                 hint="when keys outnumber queries pass an explicit bottom-right mask "
                 "(tril(ones(q_len, k_len), diagonal=k_len - q_len)) or is_causal=q_len > 1 and no cache",
             )
+
+    def _is_multihead_attention(self, node: cst.Call) -> bool:
+        """``self.attn(q, k, v, ...)`` where ``self.attn = nn.MultiheadAttention(...)``."""
+        fn = self.context.function
+        attr = self_attribute(node.func)
+        owner = fn.owner if fn is not None else None
+        return (
+            attr is not None
+            and owner is not None
+            and owner.constructed_as(attr, self.context.facts) == "torch.nn.MultiheadAttention"
+        )
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
         if isinstance(node.operator, cst.AddAssign):

@@ -72,7 +72,7 @@ _ATTENTION_CLASS = re.compile(r"\s*class\s+\w*(?:Attention|Attn|MHA|MultiHead)\w
 # ``self.name = Something(...)`` in a constructor: a module (or tensor) the class builds.
 _BUILT = re.compile(r"self\.(\w+)\s*=\s*[\w.]+\(")
 _SELF_ATTRIBUTE = re.compile(r"self\.(\w+)")
-HELPER_LINES = 30  # the longest function or method kept because kept code calls it
+HELPER_LINES = 15  # the longest function or method kept because kept code calls it
 _CALLED_METHOD = re.compile(r"self\.(\w+)\(")
 _DEF_NAME = re.compile(r"\s*(?:async\s+)?def\s+(\w+)")
 _WORD_CHARACTER = re.compile(r"\w")
@@ -359,8 +359,9 @@ def _relevant_members(index: _LineIndex, start: int, end: int) -> list[tuple[int
         for span, head in zip(spans, heads, strict=True)
     ]
     if not all(keep):  # else ``_keep_first_uses`` has nothing to add
+        relevant = [number for number, kept in enumerate(keep) if kept and heads[number] in ("def", "def forward")]
         _keep_first_uses(keep, heads, _uses_of_built(index.scan, spans, heads))
-        _keep_called_helpers(keep, members, index.scan)
+        _keep_called_helpers(keep, members, relevant, index.scan)
     kept = [(start, spans[0][0] if spans else end)] + [span for span, kept in zip(spans, keep, strict=True) if kept]
     return kept if len(kept) > 1 else [(start, end)]
 
@@ -413,15 +414,15 @@ def _called_functions(
     return found
 
 
-def _keep_called_helpers(keep: list[bool], members: list[_Statement], scan: str) -> None:
-    """Keep the methods a kept member calls (``self._merge_heads(y)``, ``self.split(x)``): a rule
-    follows a tensor into the helper that splits, folds or merges its heads."""
+def _keep_called_helpers(keep: list[bool], members: list[_Statement], relevant: list[int], scan: str) -> None:
+    """Keep the short methods an attention member (``relevant``) calls (``self._merge_heads(y)``,
+    ``self.split(x)``): a rule follows a tensor into the helper that splits, folds or merges its heads."""
     numbers = {}
     for number, (_, _, header) in enumerate(members):
         found = _DEF_NAME.match(scan, *header) if header is not None else None
         if found is not None:
             numbers[found.group(1)] = number
-    for number in [n for n, kept in enumerate(keep) if kept]:
+    for number in relevant:
         start, end, _ = members[number]
         for name in _CALLED_METHOD.findall(scan, start, end):
             if name in numbers and _small(scan, *members[numbers[name]][:2]):

@@ -36,7 +36,8 @@ _ZEROS = re.compile(r"\bFalse\b|(?<![\w.\[-])0(?![\w.\]])|为零|\bzeros?\b", re
 # A 0 or 1 alone in a clause is alone in the text around the clause too, whose neighbours are
 # a separator's (a "." of ". " may follow the digit: unlike in _ONES, it is allowed here).
 _LONE_DIGIT = re.compile(r"(?<![\w.\[-])[01](?![\w\]])")
-_CLAUSE = re.compile(r"[,;，；。\n]|\.\s|\s-\s")
+# "1 for real tokens and 0 for padding": "and"/"while"/"whereas" join two clauses as a comma would.
+_CLAUSE = re.compile(r"[,;，；。\n]|\.\s|\s-\s|\s(?:and|while|whereas)\s")
 
 
 def declared_blocked(text: str) -> Polarity | None:

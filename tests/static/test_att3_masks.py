@@ -114,6 +114,9 @@ def test_seed_004_mask_comment_contradicts_code_on_the_masked_fill_line() -> Non
         ("True means the position is masked out", "ones"),
         ("mask: [batch_size, 1, seq_len_k]", None),
         ("1 means masked, 1 means keep", None),
+        # clauses joined by a conjunction instead of a comma (issue 20)
+        ("mask: (batch, seq) with 1 for real tokens and 0 for padding", "zeros"),
+        ("True where the token is padding while False marks the real ones", "ones"),
     ],
 )
 def test_declared_convention_is_read_from_english_and_chinese(text: str, blocked: str | None) -> None:

@@ -327,7 +327,9 @@ class ShapeQueries(ModuleQueries):
             spec = string_value(args[0])
             if spec and "->" in spec and "..." not in spec.split("->")[1]:  # ``...`` hides the rank
                 return len(spec.split("->")[1].replace(" ", ""))
-        if func == "torch.bmm" or func == "torch.baddbmm":
+        if func in ("torch.bmm", "torch.baddbmm") or (
+            method in ("bmm", "baddbmm") and not func.startswith("torch.")  # ``q.bmm(k)``, ``bias.baddbmm(q, k)``
+        ):
             return 3
         if method in {"unsqueeze"} and type(call.func) is cst.Attribute:
             inner = self.rank(call.func.value, fn, depth + 1)

@@ -55,6 +55,7 @@ _STRONG_WORDS = (
     ("inv_freq",),
     ("cos_cached",),
     ("softmax",),
+    ("MultiheadAttention",),  # its attn_mask is judged where the mask is built (ATT305, ATT306)
 )
 # Common outside attention too (losses, generation): relevant only next to a product.
 _WEAK_WORDS = (("masked_fill",), (".tri", "l", "u"))
@@ -71,6 +72,9 @@ _ATTENTION_CLASS = re.compile(r"\s*class\s+\w*(?:Attention|Attn|MHA|MultiHead)\w
 # ``self.name = Something(...)`` in a constructor: a module (or tensor) the class builds.
 _BUILT = re.compile(r"self\.(\w+)\s*=\s*[\w.]+\(")
 _SELF_ATTRIBUTE = re.compile(r"self\.(\w+)")
+HELPER_LINES = 15  # the longest function or method kept because kept code calls it
+_CALLED_METHOD = re.compile(r"self\.(\w+)\(")
+_DEF_NAME = re.compile(r"\s*(?:async\s+)?def\s+(\w+)")
 _WORD_CHARACTER = re.compile(r"\w")
 # A config class's header, when it starts its line (a search for the word ``class``;
 # ``^`` in multiline mode would make a search try every character).
@@ -313,6 +317,7 @@ def attention_regions(text: str) -> Reduced | None:
     imports: list[tuple[int, int]] = []
     definitions: Definitions = {}
     scan = index.scan
+    helpers: dict[str, tuple[int, int]] = {}  # functions not kept, by name: kept if kept code calls them
     for start, end, header in statements:
         line = header or (start, start)  # an empty line: no keyword
         head = _header_keyword(scan, *line)
@@ -326,11 +331,14 @@ def attention_regions(text: str) -> Reduced | None:
         if not (index.is_relevant(start, end) or (head == "class" and _ATTENTION_CLASS.match(scan, *line))):
             if head == "class" and _is_small_config_class(index, start, end):
                 kept.append((start, end))
+            elif head != "class" and definition is not None:
+                helpers[definition.group(2)] = (start, end)
             continue
         if head != "class":
             kept.append((start, end))
             continue
         kept += _relevant_members(index, start, end)
+    kept += _called_functions(scan, kept, helpers)
     unused = _unused_imports(index, kept, imports)
     kept = _joined(sorted(kept + [span for number, span in enumerate(imports) if number not in unused]))
     return _reduced(index, _uncommented(index, kept), definitions if index.exact else None)
@@ -351,7 +359,9 @@ def _relevant_members(index: _LineIndex, start: int, end: int) -> list[tuple[int
         for span, head in zip(spans, heads, strict=True)
     ]
     if not all(keep):  # else ``_keep_first_uses`` has nothing to add
+        relevant = [number for number, kept in enumerate(keep) if kept and heads[number] in ("def", "def forward")]
         _keep_first_uses(keep, heads, _uses_of_built(index.scan, spans, heads))
+        _keep_called_helpers(keep, members, relevant, index.scan)
     kept = [(start, spans[0][0] if spans else end)] + [span for span, kept in zip(spans, keep, strict=True) if kept]
     return kept if len(kept) > 1 else [(start, end)]
 
@@ -383,6 +393,47 @@ def _keep_first_uses(keep: list[bool], heads: list[str], uses: list[set[str]]) -
         if not keep[number] and uses[number] and (heads[number] == "def forward" or not uses[number] <= seen):
             keep[number] = True
             seen |= uses[number]
+
+
+def _called_functions(
+    scan: str, kept: list[tuple[int, int]], helpers: dict[str, tuple[int, int]]
+) -> list[tuple[int, int]]:
+    """The module-level functions that kept code calls, and those they call (``precompute(...)`` of
+    a RoPE cache, ``apply_rope(q, k, cos, sin)``): rules follow values into the file's own functions.
+    One search of the newly kept code per round, for the names not kept yet; short ones only."""
+    helpers = {name: span for name, span in helpers.items() if _small(scan, *span)}
+    found: list[tuple[int, int]] = []
+    searched = kept
+    for _ in range(4):
+        if not helpers or not searched:
+            break
+        calls = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, helpers)) + r")\(")
+        names = {name for start, end in searched for name in calls.findall(scan, start, end)}
+        searched = [helpers.pop(name) for name in names]
+        found += searched
+    return found
+
+
+def _keep_called_helpers(keep: list[bool], members: list[_Statement], relevant: list[int], scan: str) -> None:
+    """Keep the short methods an attention member (``relevant``) calls (``self._merge_heads(y)``,
+    ``self.split(x)``): a rule follows a tensor into the helper that splits, folds or merges its heads."""
+    numbers = {}
+    for number, (_, _, header) in enumerate(members):
+        found = _DEF_NAME.match(scan, *header) if header is not None else None
+        if found is not None:
+            numbers[found.group(1)] = number
+    for number in relevant:
+        start, end, _ = members[number]
+        for name in _CALLED_METHOD.findall(scan, start, end):
+            if name in numbers and _small(scan, *members[numbers[name]][:2]):
+                keep[numbers[name]] = True
+
+
+def _small(scan: str, start: int, end: int) -> bool:
+    """A helper short enough to be one step of attention (a split, a merge, a RoPE cache): kept
+    when called; a long one (a mask builder, a loss, a decoding loop) costs its parse and holds
+    no step the rules follow a value through."""
+    return scan.count("\n", start, end) <= HELPER_LINES
 
 
 def _unused_imports(index: _LineIndex, kept: list[tuple[int, int]], imports: list[tuple[int, int]]) -> set[int]:

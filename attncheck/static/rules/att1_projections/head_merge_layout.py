@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import libcst as cst
 
-from attncheck.static.analysis import semantics
+from attncheck.static.analysis import calls, semantics
 from attncheck.static.analysis.patterns import (
     dim_role,
     is_heads_first_product,
@@ -34,6 +34,9 @@ class HeadMergeLayout(Rule):
         "def f(self, a, v):\n    o = torch.einsum('bqhk,bkhd->bqhd', a, v)\n"
         "    return o.reshape(a.size(0), a.size(1), -1)",
         "def f(self, o):\n    return einops.rearrange(o, 'b h s d -> b s (h d)')",
+        # a merge helper given the output already transposed back.
+        "class A:\n    def _merge(self, t, b, s):\n        return t.contiguous().view(b, s, -1)\n"
+        "    def forward(self, a, v, b, s):\n        return self._merge((a @ v).transpose(1, 2), b, s)",
     )
     INVALID = (
         Invalid(  # a buffer allocated heads-first, filled per head
@@ -69,6 +72,21 @@ class HeadMergeLayout(Rule):
             "def f(self, p, v, b, n):\n    out = torch.einsum('bhij,bhjd->bhid', p, v)\n"
             "    return out.reshape(b, n, -1)",
             line=3,
+        ),
+        Invalid(  # folded head-major in a helper method, unfolded batch-major
+            "class A:\n    def split(self, x, b, s):\n"
+            "        return x.view(b, s, self.h, -1).permute(2, 0, 1, 3).reshape(self.h * b, s, -1)\n"
+            "    def forward(self, x, w, b, s):\n        v = self.split(x, b, s)\n"
+            "        return torch.bmm(w, v).view(b, self.h, s, -1)",
+            line=6,
+            message="batch-major",
+        ),
+        Invalid(  # a merge helper whose caller hands it the heads-first output
+            "class A:\n    def _merge(self, t):\n        B, nh, T, hs = t.size()\n"
+            "        return t.contiguous().view(B, T, nh * hs)\n"
+            "    def forward(self, a, v):\n        return self._merge(a @ v)",
+            line=4,
+            message="heads before",
         ),
     )
 
@@ -110,6 +128,13 @@ class HeadMergeLayout(Rule):
         source, where = self.tracer.origin(tensor, fn)
         if is_heads_first_product(source, self.tracer, where) or _allocated_heads_first(source, self.context):
             return source
+        if type(source) is cst.Name and where is not None and source.value in where.params:
+            # a merge helper (``def _merge(self, t)``): what its callers in the file hand it.
+            for argument, caller in calls.passed(where, source.value, self.context.facts):
+                value, inner = self.tracer.origin(argument, caller)
+                if is_heads_first_product(value, self.tracer, inner):
+                    return value
+            return None
         attr = self_attribute(source.func) if type(source) is cst.Call else None
         helper = where.owner.methods.get(attr) if where is not None and where.owner is not None and attr else None
         if helper is None or helper is where:
@@ -129,17 +154,31 @@ class HeadMergeLayout(Rule):
         heads_first = mentions_heads(sizes[0]) and not mentions_heads(sizes[1])
         if fn is None or not (heads_first or (mentions_heads(sizes[1]) and not mentions_heads(sizes[0]))):
             return
-        folds = [order for call in fn.calls if (order := _fold_order(call)) is not None]
+        folds = [order for call in _calls_and_helpers(fn) if (order := _fold_order(call)) is not None]
         if not folds or any(order == heads_first for order in folds):
             return
         shown = self.context.module.code_for_node
         self.report(
             node,
             f"`{shown(node)}` unfolds the heads {'head' if heads_first else 'batch'}-major, but this function "
-            f"folds them {'batch' if heads_first else 'head'}-major (`{'b * h' if heads_first else 'h * b'}`): "
+            f"(or a helper it calls) folds them {'batch' if heads_first else 'head'}-major "
+            f"(`{'b * h' if heads_first else 'h * b'}`): "
             "each example's output rows are taken from other examples and heads",
             hint="unfold in the order of the fold: reshape(b * h, ...) is undone by view(b, h, ...)",
         )
+
+
+def _calls_and_helpers(fn: FunctionFacts) -> list[cst.Call]:
+    """The calls of ``fn`` and of the methods of its class it calls (``self.split(x)``, where the
+    heads are folded into the batch)."""
+    found = list(fn.calls)
+    owner = fn.owner
+    if owner is not None:
+        for call in fn.calls:
+            helper = owner.methods.get(self_attribute(call.func) or "")
+            if helper is not None and helper is not fn:
+                found.extend(helper.calls)
+    return found
 
 
 def _fold_order(call: cst.Call) -> bool | None:

@@ -6,7 +6,14 @@ from collections.abc import Sequence
 
 import libcst as cst
 
-from attncheck.static.analysis.patterns import dim_role, is_model_input, method_name, shape_arguments, tracer
+from attncheck.static.analysis.patterns import (
+    dim_role,
+    is_model_input,
+    mentions_heads,
+    method_name,
+    shape_arguments,
+    tracer,
+)
 from attncheck.static.context import FileContext
 from attncheck.static.rule import Invalid, Rule
 
@@ -26,6 +33,11 @@ class HeadSplitLayout(Rule):
         "def f(self, x):\n    b, s, _ = x.shape\n"
         "    q = self.q(x).view(b, s, self.num_heads, self.d_k).transpose(1, 2)\n"
         "    return q.reshape(b * self.num_heads, s, self.d_k)",
+        # Bloom's merge: a (b * h, s, dh) tensor unfolded, its batch size divided out of the first axis
+        "def _merge_heads(self, x):\n    batch_size_and_num_heads, seq_length, _ = x.shape\n"
+        "    batch_size = batch_size_and_num_heads // self.num_heads\n"
+        "    x = x.view(batch_size, self.num_heads, seq_length, self.head_dim)\n"
+        "    return x.permute(0, 2, 1, 3).reshape(batch_size, seq_length, -1)",
     )
     INVALID = (
         Invalid(
@@ -73,6 +85,8 @@ class HeadSplitLayout(Rule):
         folded = swap is None and _heads_folded(sizes) and type(self.tracer.origin(tensor, fn)[0]) is not cst.Name
         if (swap is None and not folded) or not is_model_input(tensor, self.tracer, fn):
             return
+        if swap is not None and self._batch_unfolded(sizes[0]):
+            return  # ``view(b, h, s, dh)`` of a (b * h, s, dh) tensor: the heads come back out of the batch
         shown = [self.context.module.code_for_node(size) for size in sizes]
         if folded:
             self.report(
@@ -94,6 +108,17 @@ class HeadSplitLayout(Rule):
             "memory that mixes tokens instead of one slice of every token's features",
             hint=f"split as ({', '.join(fixed)}) and then .transpose({heads}, {seq})",
             evidence=[f"heads axis `{shown[heads]}` at position {heads}, sequence axis at {seq}"],
+        )
+
+
+    def _batch_unfolded(self, batch: cst.BaseExpression) -> bool:
+        """The batch size is the tensor's first axis divided by the head count (Bloom's
+        ``batch_size = batch_size_and_num_heads // self.num_heads``): the tensor holds b * h rows."""
+        value = self.context.facts.resolve(batch, self.context.function)
+        return (
+            type(value) is cst.BinaryOperation
+            and type(value.operator) is cst.FloorDivide
+            and mentions_heads(value.right)
         )
 
 

@@ -22,10 +22,10 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from attncheck.static.analysis import semantics, syntax
+from attncheck.static.analysis import calls, semantics, syntax
 from attncheck.static.analysis.patterns import method_name, product_operands
 from attncheck.static.analysis.results import Pipeline
-from attncheck.static.facts import ClassFacts, FileFacts, FunctionFacts, self_attribute
+from attncheck.static.facts import ClassFacts, FileFacts, FunctionFacts
 
 _SAYS_UNSCALED = r"no scal|unscaled|without scal|not scaled|does not scale|avoid scaling|scaling is folded"
 DOCUMENTED_UNSCALED = re.compile(rf"\bT5\b|{_SAYS_UNSCALED}", re.I)
@@ -99,22 +99,16 @@ def scaled_by_caller(sem: semantics.Semantics, pipeline: Pipeline, text: str) ->
     roots = {root_name(o) for o in pipeline.operands} & set(fn.params)
     if not roots:
         return False
-    callers = [(sem, f) for f in sem.facts.iter_functions() if any(_calls(c, fn, f) for c in f.calls)]
+    callers = [(sem, f) for f in sem.facts.iter_functions() if any(calls.calls(c, fn, f) for c in f.calls)]
     if not callers:
         callers = list(_callers_in_text(text, fn))
     for where, caller in callers:
         for call in caller.calls:
-            if _calls(call, fn, caller):
-                bound = _bind(call, fn)
+            if calls.calls(call, fn, caller):
+                bound = calls.bind(call, fn)
                 if any(root in bound and where.operand_factors(bound[root], caller) for root in roots):
                     return True
     return False
-
-
-def _calls(call: cst.Call, fn: FunctionFacts, caller: FunctionFacts) -> bool:
-    if fn.owner is not None:
-        return self_attribute(call.func) == fn.name and caller.owner in (fn.owner, None)
-    return isinstance(call.func, cst.Name) and call.func.value == fn.name
 
 
 def _callers_in_text(text: str, fn: FunctionFacts) -> Iterator[tuple[semantics.Semantics, FunctionFacts]]:
@@ -135,13 +129,6 @@ def _callers_in_text(text: str, fn: FunctionFacts) -> Iterator[tuple[semantics.S
         facts = FileFacts(module)
         if facts.functions and facts.functions[0].name != fn.name:
             yield semantics.Semantics(module, facts), facts.functions[0]
-
-
-def _bind(call: cst.Call, fn: FunctionFacts) -> dict[str, cst.BaseExpression]:
-    params = list(fn.params[1:] if fn.owner is not None else fn.params)
-    bound = dict(zip(params, syntax.positional(call), strict=False))
-    bound.update({a.keyword.value: a.value for a in call.args if a.keyword is not None})
-    return bound
 
 
 def unscaled_by_design(sem: semantics.Semantics, pipeline: Pipeline, text: str) -> str | None:

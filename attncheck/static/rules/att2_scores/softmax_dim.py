@@ -48,6 +48,9 @@ class SoftmaxDim(Rule):
         "from torch import einsum\ndef f(query, keys, scale):\n"
         "    logits = einsum('v b ... d, l b ... d -> v l b ...', query, keys) * scale\n"
         "    return logits.softmax(dim = 1)",
+        # the Set Transformer's MAB: the tensor method ``.bmm`` makes 3-D scores, whose keys are dim 2.
+        "import torch\ndef f(Q_, K_, dim_split):\n"
+        "    return torch.softmax(Q_.bmm(K_.transpose(1, 2)) / dim_split ** 0.5, 2)",
     )
     INVALID = (
         Invalid(_heads("return torch.softmax(scores, dim=(2, 3))"), line=8, message="tuple"),

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import libcst as cst
 
 from attncheck.static.analysis import semantics
 from attncheck.static.analysis.blocks import bound, rebinding, straight_blocks
+from attncheck.static.analysis.patterns import tracer
+from attncheck.static.facts import FunctionFacts
 from attncheck.static.rule import Invalid, Rule
 
 _CLASS = """
@@ -40,6 +44,9 @@ class SoftmaxDiscarded(Rule):
     INVALID = (
         Invalid(_cls("attn = self.dropout(dots)"), line=11, message="self.dropout(dots)"),
         Invalid(_cls("x = 1\n        attn = dots"), line=11, message="overwritten"),
+        # the probabilities are computed, and the product with V takes the scores instead.
+        Invalid(_cls("attn = self.dropout(attn)").replace("return attn @ v", "return torch.matmul(dots, v)"),
+                line=13, message="before the softmax"),
     )
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
@@ -49,6 +56,7 @@ class SoftmaxDiscarded(Rule):
         if fn is None:
             return
         sem = semantics.of(self.context)
+        self._check_scores_weighting(fn, sem)
         for statements in straight_blocks(node.body):
             for position, statement in enumerate(statements):
                 name, value = bound(statement)
@@ -64,3 +72,44 @@ class SoftmaxDiscarded(Rule):
                     )
 
 
+
+    def _check_scores_weighting(self, fn: FunctionFacts, sem: semantics.Semantics) -> None:
+        """``attn = softmax(scores)`` then ``matmul(scores, v)``: the values are weighted by the scores
+        the softmax read (the same binding of the name), not by its probabilities."""
+        softmaxes = [found for call in fn.calls if (found := sem.softmax(call, fn)) is not None]
+        named = [s for s in softmaxes if type(s.input) is cst.Name]
+        if not named:
+            return
+        flow = tracer(self.context).flow(fn)
+        inputs = [(s, flow.value_at(s.input)) for s in named]
+        for weights, product in _value_products(fn):
+            if type(weights) is not cst.Name:
+                continue
+            for softmax, held in inputs:
+                if (
+                    weights.value == softmax.input.value
+                    and held is not None
+                    and flow.value_at(weights) is held
+                    and flow.is_after(product, softmax.call)
+                ):
+                    self.report(
+                        product,
+                        f"`{sem.code(product)}` weights the values by `{weights.value}`, the scores before the "
+                        f"softmax, not by the probabilities {softmax.where} makes of them: they are thrown away",
+                        hint=f"multiply the softmax's result by v, not {weights.value}",
+                    )
+                    return
+
+
+def _value_products(fn: FunctionFacts) -> Iterator[tuple[cst.BaseExpression, cst.CSTNode]]:
+    """(left operand, product) of each ``a @ b``, ``torch.matmul(a, b)`` and ``torch.bmm(a, b)`` of ``fn``."""
+    for node in fn.preorder.nodes:
+        if type(node) is cst.BinaryOperation and type(node.operator) is cst.MatrixMultiply:
+            yield node.left, node
+        elif type(node) is cst.Call and _method_or_function(node) in ("matmul", "bmm") and len(node.args) == 2:
+            yield node.args[0].value, node
+
+
+def _method_or_function(call: cst.Call) -> str | None:
+    func = call.func
+    return func.attr.value if type(func) is cst.Attribute else func.value if type(func) is cst.Name else None

@@ -7,7 +7,7 @@ from collections import defaultdict
 import libcst as cst
 
 from attncheck.findings import Edit, Severity
-from attncheck.static.analysis import semantics, syntax
+from attncheck.static.analysis import calls, semantics, syntax
 from attncheck.static.analysis.results import Factor, Pipeline, Term
 from attncheck.static.analysis.syntax import DESCRIPTION
 from attncheck.static.context import FileContext
@@ -85,6 +85,24 @@ class WrongScale(Rule):
             "        return eager(self, q, k, v, scaling=self.scaling)",
             line=9,
             message="scaled twice",
+        ),
+        Invalid(  # the model width, under another name, handed to the file's eager function as its scale
+            "import torch\ndef eager(module, query, key, value, scaling):\n"
+            "    return torch.softmax(query @ key.transpose(2, 3) * scaling, dim=-1) @ value\n"
+            "class A:\n    def __init__(self, config):\n        self.feats = config.hidden_size\n"
+            "        self.head_dim = self.feats // config.num_attention_heads\n"
+            "        self.scaling = self.feats ** -0.5\n"
+            "    def forward(self, q, k, v):\n        return eager(self, q, k, v, self.scaling)",
+            line=10,
+            message="through its `scaling` argument",
+        ),
+        Invalid(  # a function dividing by sqrt of its width argument, given the model width by its caller
+            "import math, torch\ndef attention(q, k, v, dim):\n"
+            "    return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(dim), dim=-1) @ v\n"
+            + _mha("s = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)").replace(
+                "return self.out(", "o = attention(q, k, v, C)\n        return self.out("),
+            line=16,
+            message="through its `dim` argument",
         ),
         Invalid(_mha("s = q @ k.transpose(-2, -1) / math.sqrt(T)"), line=12, message="T = x.shape[1]"),
         Invalid(_mha("s = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(C)"), line=12, message="d_model"),
@@ -248,9 +266,38 @@ class WrongScale(Rule):
                     fix=scale_fixes.replace_factor(self, sem, pipeline, factor),
                 )
                 return
+        # a parameter is what the callers pass: unknown here, or a width read as head_dim for lack of heads
+        passed = [term for _, term in by_kind[None]] + [
+            term for _, term in terms if term.kind == "d_model" and not heads and term.evidence in pipeline.fn.params
+        ]
+        if passed:
+            self._judge_passed_scale(pipeline, passed, sem)
         if by_kind[None] or by_kind["const"] or pipeline.scale_argument:
             return
         self._judge_head_dim(pipeline, powers["head_dim"], by_kind["head_dim"])
+
+    def _judge_passed_scale(self, pipeline: Pipeline, unknown: list[Term], sem: semantics.Semantics) -> None:
+        """A scale that is a parameter of the attention function (HF's ``eager_attention_forward(...,
+        scaling)``, ``attention(q, k, v, dim)`` dividing by ``math.sqrt(dim)``) is what its callers in
+        the file pass: ``self.scaling = self.feats ** -0.5`` with ``self.feats = config.hidden_size``
+        scales by the model width, whatever the names."""
+        for term in unknown:
+            param = term.evidence
+            if param not in pipeline.fn.params:
+                continue
+            for argument, caller in calls.passed(pipeline.fn, param, sem.facts):
+                heads = sem.has_heads(pipeline.fn) or sem.has_heads(caller)
+                for passed in sem.terms(argument, caller, term.power):
+                    if passed.kind in ("seq_len", "d_model", "num_heads") and (heads or passed.kind != "d_model"):
+                        where = "multiplied by" if passed.power > 0 else "divided by"
+                        self.report(
+                            argument,
+                            f"scores in {pipeline.fn.name} are {where} {_root(passed)} through its "
+                            f"`{param}` argument `{sem.code(argument)}`, where {passed.evidence} "
+                            f"is {DESCRIPTION[passed.kind]}; scale by 1/sqrt(head_dim)",
+                            hint=_HINT,
+                        )
+                        return
 
     def _judge_head_dim(self, pipeline: Pipeline, power: float, found: list) -> None:
         if abs(power + 0.5) < 1e-9:

@@ -10,6 +10,7 @@ import libcst as cst
 
 from attncheck.findings import Severity
 from attncheck.static.analysis import semantics, syntax
+from attncheck.static.analysis.flow import reaching
 from attncheck.static.analysis.patterns import (
     FillSite,
     argument,
@@ -23,7 +24,7 @@ from attncheck.static.analysis.patterns import (
     tracer,
 )
 from attncheck.static.context import FileContext
-from attncheck.static.facts import FunctionFacts, whole_number
+from attncheck.static.facts import FileFacts, FunctionFacts, self_attribute, whole_number
 from attncheck.static.rule import Invalid, Rule
 from attncheck.static.tree import subtree
 
@@ -105,6 +106,21 @@ class CausalDiagonal(Rule):
             message="top-left",
             severity=Severity.WARNING,
         ),
+        Invalid(  # a keep triangle given to nn.MultiheadAttention, whose bool attn_mask is True where blocked
+            "import torch, torch.nn as nn\nclass B(nn.Module):\n    def __init__(self, d, h):\n"
+            "        super().__init__()\n        self.attn = nn.MultiheadAttention(d, h, batch_first=True)\n"
+            "    def forward(self, x, t):\n        causal = torch.tril(torch.ones(t, t, dtype=torch.bool))\n"
+            "        return self.attn(x, x, x, attn_mask=causal)[0]",
+            line=7,
+            message="wrong triangle",
+        ),
+        Invalid(  # the keys extended by a cache of any name
+            "def f(q, k, v, pk):\n    k = torch.cat([pk, k], dim=2)\n"
+            "    return F.scaled_dot_product_attention(q, k, v, is_causal=True)",
+            line=3,
+            message="top-left",
+            severity=Severity.WARNING,
+        ),
         Invalid(
             "def f(s, q_len, kv_len, past_key_values):\n    m = torch.tril(torch.ones(q_len, kv_len))\n"
             "    return s.masked_fill(m == 0, -1e4)",
@@ -141,6 +157,12 @@ class CausalDiagonal(Rule):
                 if not self._scoring_head(site, fn):
                     self._check(site.mask, blocked=site.mask_blocks, fn=fn)
                 return
+        if self.triangles and self._is_multihead_attention(node):
+            # nn.MultiheadAttention's attn_mask: a bool mask is True where blocked, a float one is added
+            mask = argument(node, 5, "attn_mask")
+            if mask is not None:
+                self._check(mask, blocked=True, fn=self.context.function)
+            return
         if not syntax.is_sdpa_call(self.context, node) or facts.canonical(node.func) != _SDPA:
             return
         fn = self.context.function
@@ -162,7 +184,9 @@ class CausalDiagonal(Rule):
                 evidence=[f"bottom-right: {shown}", f"top-left: {self.context.module.code_for_node(causal)}"],
             )
             return
-        if isinstance(causal, cst.Name) and causal.value == "True" and self._has_kv_cache(fn):
+        if isinstance(causal, cst.Name) and causal.value == "True" and (
+            self._has_kv_cache(fn) or _keys_extended(argument(node, 1, "key"), fn, facts)
+        ):
             self.report(
                 node,
                 "is_causal=True in a forward that also takes a KV cache: SDPA aligns the causal mask "
@@ -171,6 +195,17 @@ class CausalDiagonal(Rule):
                 hint="when keys outnumber queries pass an explicit bottom-right mask "
                 "(tril(ones(q_len, k_len), diagonal=k_len - q_len)) or is_causal=q_len > 1 and no cache",
             )
+
+    def _is_multihead_attention(self, node: cst.Call) -> bool:
+        """``self.attn(q, k, v, ...)`` where ``self.attn = nn.MultiheadAttention(...)``."""
+        fn = self.context.function
+        attr = self_attribute(node.func)
+        owner = fn.owner if fn is not None else None
+        return (
+            attr is not None
+            and owner is not None
+            and owner.constructed_as(attr, self.context.facts) == "torch.nn.MultiheadAttention"
+        )
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
         if isinstance(node.operator, cst.AddAssign):
@@ -343,3 +378,21 @@ def _rectangular(source: cst.BaseExpression) -> bool:
         return False
     left, right = (cst.Module([]).code_for_node(s) for s in sizes)
     return left != right
+
+
+_CONCATENATIONS = frozenset({"torch.cat", "torch.concat", "torch.concatenate"})
+
+
+def _keys_extended(key: cst.BaseExpression | None, fn: FunctionFacts | None, facts: FileFacts) -> bool:
+    """The keys given to SDPA were concatenated after something (``k = torch.cat([past_k, k], dim=2)``,
+    whatever the cache is called): there may be more keys than queries."""
+    if type(key) is not cst.Name or fn is None:
+        return False
+    for node in reaching(key, fn):
+        if type(node) is cst.Call and facts.canonical(node.func) in _CONCATENATIONS and node.args:
+            pieces = node.args[0].value
+            if type(pieces) in (cst.List, cst.Tuple) and len(pieces.elements) >= 2:
+                last = pieces.elements[-1].value
+                if type(last) is cst.Name and last.value == key.value:
+                    return True
+    return False

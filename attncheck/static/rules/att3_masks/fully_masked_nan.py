@@ -10,6 +10,7 @@ import libcst as cst
 
 from attncheck.static.analysis.patterns import (
     FillSite,
+    Tracer,
     constant_value,
     fill_site,
     method_name,
@@ -43,6 +44,10 @@ class FullyMaskedNan(Rule):
         # The fully masked rows are zeroed after the softmax.
         "def f(s, mask):\n    p = s.masked_fill(~mask, float('-inf')).softmax(-1)\n"
         "    return p.masked_fill(~mask.any(-1, keepdim=True), 0.0)",
+        # a causal band of triangles, 1 on the diagonal, its zeros blocked (issue 20)
+        "def f(s, n, window):\n    ones = torch.ones(n, n)\n"
+        "    keep = torch.tril(ones) - torch.tril(ones, diagonal=-window)\n"
+        "    return s.masked_fill(keep == 0, float('-inf')).softmax(-1)",
         # a sliding window that always keeps the diagonal (issue 20): no row is fully masked
         "def f(s, i, j, window):\n    blocked = (j > i) | (i - j >= window)\n"
         "    return s.masked_fill(blocked, float('-inf')).softmax(-1)",
@@ -124,29 +129,147 @@ class FullyMaskedNan(Rule):
     def _mask_is_causal(self, mask: cst.BaseExpression, fn: FunctionFacts | None) -> bool:
         origin, _ = self.tracer.origin(mask, fn, through=frozenset({"bool", "to", "unsqueeze", "view"}))
         code = self.context.module.code_for_node
-        return bool(_CAUSAL.search(code(origin))) or _keeps_diagonal(origin, code)
+        return bool(_CAUSAL.search(code(origin))) or _Diagonal(self.tracer, fn, code).holds(mask) is False
 
 
-def _keeps_diagonal(mask: cst.BaseExpression, code: Callable[[cst.CSTNode], str]) -> bool:
-    """A blocked-positions mask built from index comparisons, each false where the query and key
-    index are equal: ``(j > i) | (i - j >= window)`` (a sliding window) or ``(i - j).abs() > radius``
-    never blocks the diagonal, so no row is fully masked."""
-    if type(mask) is cst.BinaryOperation and type(mask.operator) in (cst.BitOr, cst.BitAnd):
-        either = _keeps_diagonal(mask.left, code), _keeps_diagonal(mask.right, code)
-        return all(either) if type(mask.operator) is cst.BitOr else any(either)
-    if type(mask) is not cst.Comparison or len(mask.comparisons) != 1:
+_SHAPING = frozenset({"bool", "to", "unsqueeze", "view", "reshape", "expand", "contiguous"})
+_HOLDS = {  # whether ``a OP b`` holds when a - b has this sign
+    cst.GreaterThan: {1: True, 0: False, -1: False},
+    cst.GreaterThanEqual: {1: True, 0: True, -1: False},
+    cst.LessThan: {1: False, 0: False, -1: True},
+    cst.LessThanEqual: {1: False, 0: True, -1: True},
+    cst.Equal: {1: False, 0: True, -1: False},
+    cst.NotEqual: {1: True, 0: False, -1: True},
+}
+
+
+class _Diagonal:
+    """What a mask built from index comparisons holds where the query and the key index are
+    equal: ``(j > i) | (i - j >= window)`` (a sliding window, blocked) and ``~((rel <= 0) &
+    (rel > -window))`` with ``rel = pos[None, :] - pos[:, None]`` (the same, kept) are both
+    false there, so they never block the diagonal and no row is fully masked. Window sizes
+    (names, attributes, positive literals) are taken as positive, as in every real window."""
+
+    def __init__(self, tracer: Tracer, fn: FunctionFacts | None, code: Callable[[cst.CSTNode], str]) -> None:
+        self.tracer, self.fn, self.code = tracer, fn, code
+
+    def holds(self, mask: cst.BaseExpression, depth: int = 0) -> bool | None:
+        """True or False on the diagonal, None when the expression says nothing about it."""
+        if depth > 12:
+            return None
+        kind = type(mask)
+        if kind is cst.BinaryOperation and type(mask.operator) in (cst.BitOr, cst.BitAnd):
+            sides = self.holds(mask.left, depth + 1), self.holds(mask.right, depth + 1)
+            decisive = type(mask.operator) is cst.BitOr  # True decides an or, False an and
+            if decisive in sides:
+                return decisive
+            return None if None in sides else not decisive
+        if kind is cst.UnaryOperation and type(mask.operator) is cst.BitInvert:
+            inner = self.holds(mask.expression, depth + 1)
+            return None if inner is None else not inner
+        if kind is cst.Comparison and len(mask.comparisons) == 1:
+            comparison = mask.comparisons[0]
+            sign = self._difference(mask.left, comparison.comparator, depth)
+            if sign is None:  # a band of triangles held against a number: ``keep == 0``
+                value, against = self.value(mask.left, depth + 1), number(comparison.comparator)
+                sign = None if value is None or against is None else (value > against) - (value < against)
+            return None if sign is None else _HOLDS.get(type(comparison.operator), {}).get(sign)
+        if kind is cst.Subscript or (kind is cst.Call and method_name(mask) in _SHAPING):
+            return self.holds(mask.value if kind is cst.Subscript else mask.func.value, depth + 1)
+        stepped = self.tracer.step(mask, self.fn) if kind is cst.Name else None
+        return None if stepped is None else self.holds(stepped[0], depth + 1)
+
+    def value(self, node: cst.BaseExpression, depth: int = 0) -> float | None:
+        """The number a mask of ones and triangles holds on the diagonal: ``tril(ones) -
+        tril(ones, diagonal=-window)`` (a causal band, 1 - 0) holds 1 there."""
+        if depth > 12:
+            return None
+        kind = type(node)
+        literal = number(node) if kind in (cst.Integer, cst.Float) else None
+        if literal is not None:
+            return literal
+        if kind is cst.BinaryOperation and type(node.operator) in (cst.Add, cst.Subtract):
+            left, right = self.value(node.left, depth + 1), self.value(node.right, depth + 1)
+            if left is None or right is None:
+                return None
+            return left + right if type(node.operator) is cst.Add else left - right
+        if kind is cst.Name:
+            stepped = self.tracer.step(node, self.fn)
+            return None if stepped is None else self.value(stepped[0], depth + 1)
+        if kind is not cst.Call:
+            return None
+        name = method_name(node) or _torch_function(node)
+        if name in ("ones", "ones_like", "new_ones"):
+            return 1.0
+        if name in ("zeros", "zeros_like", "new_zeros"):
+            return 0.0
+        if name in _SHAPING:
+            return self.value(node.func.value, depth + 1)
+        return self._triangle(node, name, depth)
+
+    def _triangle(self, node: cst.Call, name: str | None, depth: int) -> float | None:
+        """``tril``/``triu`` of ones (a function or a method) on the diagonal: tril keeps it for a
+        diagonal offset >= 0, triu for <= 0; an offset is a literal or a (positive) window size."""
+        if name not in ("tril", "triu"):
+            return None
+        method = type(node.func) is cst.Attribute and method_name(node) == name and not _torch_function(node)
+        operand = node.func.value if method else (node.args[0].value if node.args else None)
+        rest = [a for a in node.args if a.keyword is None][0 if method else 1 :]
+        offset = next((a.value for a in node.args if a.keyword is not None and a.keyword.value == "diagonal"), None)
+        offset = offset if offset is not None else (rest[0].value if rest else None)
+        ones = self.value(operand, depth + 1) if operand is not None else None
+        sign = 0 if offset is None else self._sign(offset, depth + 1)
+        if ones is None or sign is None:
+            return None
+        kept = sign >= 0 if name == "tril" else sign <= 0
+        return ones if kept else 0.0
+
+    def _difference(self, left: cst.BaseExpression, right: cst.BaseExpression, depth: int) -> int | None:
+        """The sign of ``left - right`` on the diagonal."""
+        if _indices(left, right, self.code):
+            return 0  # j > i: two different indices, equal on the diagonal
+        if not (self._offset(left, depth) or self._offset(right, depth)):
+            return None  # a size is only known positive where a query-key offset is held against it
+        signs = self._sign(left, depth), self._sign(right, depth)
+        if None in signs or signs[0] == signs[1] != 0:
+            return None
+        return signs[0] if signs[0] != 0 else -signs[1]
+
+    def _offset(self, node: cst.BaseExpression, depth: int) -> bool:
+        """``i - j``, ``(i - j).abs()``, ``-rel`` or a name bound to one: a query-key offset."""
+        while depth <= 12:
+            depth += 1
+            if type(node) is cst.UnaryOperation and type(node.operator) is cst.Minus:
+                node = node.expression
+            elif type(node) is cst.Call and method_name(node) == "abs":
+                node = node.func.value
+            elif type(node) is cst.BinaryOperation and type(node.operator) is cst.Subtract:
+                return _indices(node.left, node.right, self.code)
+            else:
+                stepped = self.tracer.step(node, self.fn) if type(node) is cst.Name else None
+                if stepped is None:
+                    return False
+                node = stepped[0]
         return False
-    operator, right, left = type(mask.comparisons[0].operator), mask.comparisons[0].comparator, mask.left
-    if operator in (cst.GreaterThan, cst.LessThan) and _indices(left, right, code):
-        return True  # j > i: strict, between two different indices
-    if type(left) is cst.Call and type(left.func) is cst.Attribute and left.func.attr.value == "abs":
-        left = left.func.value
-    if operator not in (cst.GreaterThanEqual, cst.GreaterThan) or type(left) is not cst.BinaryOperation:
-        return False
-    if type(left.operator) is not cst.Subtract or not _indices(left.left, left.right, code):
-        return False
-    width = number(right)  # a window named (a size, positive) or a positive literal
-    return type(right) is cst.Name or self_attribute(right) is not None or (width is not None and width > 0)
+
+    def _sign(self, node: cst.BaseExpression, depth: int) -> int | None:
+        """The sign of a position difference (0 on the diagonal), a window size or a literal."""
+        if depth > 12:
+            return None
+        kind = type(node)
+        literal = number(node) if kind in (cst.Integer, cst.Float) else None
+        if literal is not None:
+            return (literal > 0) - (literal < 0)
+        if kind is cst.UnaryOperation and type(node.operator) is cst.Minus:
+            inner = self._sign(node.expression, depth + 1)
+            return None if inner is None else -inner
+        if kind is cst.BinaryOperation and type(node.operator) is cst.Subtract:
+            return 0 if _indices(node.left, node.right, self.code) else None
+        if kind is cst.Call and method_name(node) == "abs":
+            return self._sign(node.func.value, depth + 1)
+        if kind is cst.Name or self_attribute(node) is not None:
+            return 0 if self._offset(node, depth + 1) else 1  # an offset, or a size: a window, positive
+        return None
 
 
 def _indices(one: cst.BaseExpression, other: cst.BaseExpression, code: Callable[[cst.CSTNode], str]) -> bool:
@@ -169,3 +292,11 @@ def _guarded(fn: FunctionFacts | None, facts: FileFacts) -> bool:
             if site is not None and selects_fully_masked_rows(site.mask) and constant_value(site.value, facts) == 0:
                 return True
     return False
+
+
+def _torch_function(call: cst.Call) -> str | None:
+    """``tril`` for ``torch.tril(...)``, None for a method call on a tensor."""
+    func = call.func
+    if type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value == "torch":
+        return func.attr.value
+    return None

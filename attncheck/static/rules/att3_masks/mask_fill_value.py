@@ -17,6 +17,7 @@ from attncheck.static.analysis.patterns import (
     constant_value,
     fill_site,
     looks_like_scores,
+    method_name,
     tracer,
 )
 from attncheck.static.context import FileContext
@@ -56,6 +57,11 @@ class MaskFillValue(Rule):
         Invalid("scores = scores.half().masked_fill(mask == 0, -1e9)", line=1, message="float16"),
         Invalid("import torch\ndef f(scores, mask):\n    scores = scores.masked_fill(mask == 0, 0.0)\n"
                 "    return torch.softmax(scores, dim=-1)", line=3, message="exp(0) = 1"),
+        Invalid(  # in place: the softmax below reads the filled scores
+            "import torch\ndef f(scores, mask):\n    scores.masked_fill_(~mask, 0)\n    return scores.softmax(-1)",
+            line=3,
+            message="is zero",
+        ),
     )
 
     def __init__(self, context: FileContext) -> None:
@@ -94,9 +100,19 @@ class MaskFillValue(Rule):
         if fn is None or site.target is None or not looks_like_scores(site.target, self.context.facts):
             return False
         sem = semantics.of(self.context)
+        # ``scores.masked_fill_(m, 0)`` changes ``scores`` in place: a later softmax of that name reads it
+        in_place = method_name(node) == "masked_fill_" and type(site.target) is cst.Name
+        flow = self.tracer.flow(fn)
         for call in fn.calls:
             softmax = sem.softmax(call, fn)
-            if softmax is not None and any(reached is node for reached in reaching(softmax.input, fn)):
+            if softmax is None:
+                continue
+            lineage = reaching(softmax.input, fn)
+            if any(reached is node for reached in lineage) or (
+                in_place
+                and flow.is_after(call, node)
+                and any(type(n) is cst.Name and n.value == site.target.value for n in lineage)
+            ):
                 return True
         return False
 

@@ -38,6 +38,11 @@ class MaskHeadTiling(Rule):
         "    return mask.unsqueeze(1).repeat(1, num_heads, 1, 1).view(b * num_heads, t, t)",
         # Tiled to b * h rows from one example's mask.
         "def f(attn_mask, bsz, num_heads):\n    return attn_mask.repeat(bsz * num_heads, 1, 1)",
+        # An input with no "mask" in its name, tiled batch-major.
+        "def f(self, x, keep):\n    b, s, _ = x.shape\n    block = ~keep[:, None, :].expand(b, s, s)\n"
+        "    return self.attn(x, x, x, attn_mask=block.repeat_interleave(self.nhead, dim=0))",
+        # A tensor input that is no mask (never negated or compared) tiled by the head count.
+        "def f(pos_emb, num_heads):\n    return pos_emb.repeat(num_heads, 1, 1)",
     )
     INVALID = (
         Invalid(
@@ -48,6 +53,11 @@ class MaskHeadTiling(Rule):
             message="batch-major",
         ),
         Invalid("def f(src_mask, n_heads):\n    return torch.tile(src_mask, (n_heads, 1, 1))", line=2),
+        Invalid(
+            "def f(self, x, keep):\n    b, s, _ = x.shape\n    block = ~keep[:, None, :].expand(b, s, s)\n"
+            "    return self.attn(x, x, x, attn_mask=block.repeat(self.nhead, 1, 1))",
+            line=4,
+        ),
     )
 
     def __init__(self, context: FileContext) -> None:
@@ -60,7 +70,7 @@ class MaskHeadTiling(Rule):
             return
         origin, _ = self.tracer.origin(tiled, self.context.function)
         names = self.context.module.code_for_node(tiled) + " " + self.context.module.code_for_node(origin)
-        if not _PER_EXAMPLE.search(names) or _SHARED.search(names):
+        if _SHARED.search(names) or not (_PER_EXAMPLE.search(names) or self._from_an_input(tiled)):
             return
         shown = self.context.module.code_for_node(node)
         self.report(
@@ -72,6 +82,34 @@ class MaskHeadTiling(Rule):
             "(mask.unsqueeze(1).repeat(1, h, 1, 1)) and fold that",
             evidence=[f"tiled: {self.context.module.code_for_node(tiled)}", "first axis repeated by the head count"],
         )
+
+    def _from_an_input(self, tensor: cst.BaseExpression) -> bool:
+        """Whether ``tensor`` is a mask made from one of the function's inputs, negated or compared
+        on the way and otherwise only reshaped (``~keep[:, None, :].expand(b, s, s)``): a mask the
+        caller passes holds one row per example, whatever its name; a triangle built here does not."""
+        fn = self.context.function
+        node: cst.BaseExpression | None = tensor
+        boolean = False
+        for _ in range(12):
+            if type(node) is cst.Name:
+                if fn is not None and node.value in fn.params and node.value != "self":
+                    return boolean
+                stepped = self.tracer.step(node, fn)
+                node = stepped[0] if stepped is not None else None
+            elif type(node) is cst.UnaryOperation:
+                boolean = boolean or type(node.operator) is cst.BitInvert
+                node = node.expression
+            elif type(node) is cst.Comparison:
+                boolean, node = True, node.left
+            elif type(node) is cst.Call and method_name(node) in ("bool", "logical_not"):
+                boolean, node = True, receiver(node)
+            elif type(node) is cst.Subscript:
+                node = node.value
+            elif type(node) is cst.Call and type(node.func) is cst.Attribute:
+                node = node.func.value
+            else:
+                return False
+        return False
 
     def _tiled_by_heads(self, node: cst.Call) -> cst.BaseExpression | None:
         """The tensor of ``t.repeat(h, 1, ...)`` or ``torch.tile(t, (h, 1, ...))`` where ``h`` is a

@@ -332,7 +332,7 @@ class MaskPolarity(Rule):
             flipped ^= polarity == "zeros"
             stepped = self.tracer.step(underlying, current[1]) if isinstance(underlying, cst.Name) else None
             if stepped is not None:
-                stepped = (self._concatenated_mask(stepped[0]), stepped[1])
+                stepped = (_joined_mask(self._concatenated_mask(stepped[0])), stepped[1])
             if stepped is None or not _changes_nothing_or_polarity(stepped[0]):
                 name = self.context.module.code_for_node(underlying)
                 return name, "zeros" if flipped else "ones"
@@ -350,6 +350,14 @@ class MaskPolarity(Rule):
         masks = [e.value for e in pieces.elements if _is_named_mask(e.value)]
         return masks[0] if len(masks) == 1 else node
 
+    def _comment_entry(self, fn: FunctionFacts, name: str) -> str:
+        """A comment of ``fn`` written as a parameter entry, ``# pad_mask: (b, s), True for padding``,
+        wherever it stands in the function (often at the top of ``forward``, far from the fill)."""
+        span = self.get_metadata(PositionProvider, fn.node)
+        first, last = self.context.file_line(span.start.line), self.context.file_line(span.end.line)
+        comments = (found[1].strip() for text in self.lines[first - 1 : last] for found in _COMMENT.finditer(text))
+        return _parameter_doc("\n".join(comments), name)
+
     @cached_property
     def lines(self) -> list[str]:
         """The file's lines, split only for a file with a fill to judge (most have none)."""
@@ -366,6 +374,8 @@ class MaskPolarity(Rule):
         if self._comments_declare:
             line = self.context.file_line(self.get_metadata(PositionProvider, node).start.line)
             said = declared_blocked(_comments_above(self.lines, line))
+            if said is None:
+                said = declared_blocked(self._comment_entry(fn, mask_name.rsplit(".", 1)[-1]))
             if said is not None:
                 return said, "comment"
         for owner, where in (
@@ -378,6 +388,16 @@ class MaskPolarity(Rule):
                 if said is not None:
                     return said, where
         return None, ""
+
+
+def _joined_mask(node: cst.BaseExpression) -> cst.BaseExpression:
+    """The named mask of ``m | future`` or ``keep & causal`` (the left one if both are named):
+    a join has the polarity of each of its sides, so ``m = pad_mask[:, None]; m = m | future``
+    still blocks where ``pad_mask`` is True. ``node`` itself when it is no join."""
+    if type(node) is not cst.BinaryOperation or type(node.operator) not in (cst.BitOr, cst.BitAnd):
+        return node
+    named = [side for side in (node.left, node.right) if _is_named_mask(side)]
+    return named[0] if named else node
 
 
 def _is_named_mask(node: cst.BaseExpression) -> bool:

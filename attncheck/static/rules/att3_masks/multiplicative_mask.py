@@ -139,7 +139,7 @@ class MultiplicativeMask(Rule):
         such as ``torch.tril(torch.ones(t, t))``, blocks nothing."""
         args = syntax.positional(node)
         mask = args[3] if len(args) > 3 else syntax.keyword(node, "attn_mask")
-        lineage = reaching(mask, fn) if mask is not None and fn is not None else []
+        lineage = _lineage(mask, sem, fn) if mask is not None and fn is not None else []
         facts = self.context.facts
         if not any(_makes_float(n, sem) for n in lineage) or any(_selects_or_blocks(n, facts) for n in lineage):
             return  # a mask of unknown dtype (a parameter passed through) may well be bool
@@ -153,6 +153,17 @@ class MultiplicativeMask(Rule):
             hint="pass a bool mask (True = attend): attn_mask=mask.bool()",
             evidence=[info[0]],
         )
+
+
+def _lineage(mask: cst.BaseExpression, sem: semantics.Semantics, fn: FunctionFacts) -> list[cst.CSTNode]:
+    """What ``mask`` is computed from in ``fn``, and through the ``self.`` attributes and registered
+    buffers it reads (``self.causal[:t, :t]`` with ``register_buffer("causal", torch.tril(torch.ones(...)))``)."""
+    lineage = reaching(mask, fn)
+    for node in list(lineage):
+        if type(node) is cst.Attribute:
+            for value, writer in sem.values(node, fn):
+                lineage.extend(reaching(value, writer))
+    return lineage
 
 
 # Methods that pass a tensor's values through (a shape or a dtype), followed back from a softmax.

@@ -70,6 +70,14 @@ _SDPA = _MODULE.replace(
     "return torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True)",
 )
 _TILED = _MODULE.replace("repeat_interleave(self.num_groups, dim=1)", "repeat(1, self.num_groups, 1, 1)")
+_EINOPS = """
+from einops import repeat
+
+def expand(k, v, num_heads, num_kv_heads):
+    k = repeat(k, 'b h n d -> b (h g) n d', g=num_heads // num_kv_heads)
+    v = repeat(v, 'b h n d -> b (h g) n d', g=num_heads // num_kv_heads)
+    return k, v
+"""
 _MIXED = _MODULE.replace("v.repeat_interleave(self.num_groups, dim=1)", "v.repeat(1, self.num_groups, 1, 1)")
 
 
@@ -80,6 +88,7 @@ class GqaGrouping(Rule):
         _MODULE,
         _REPEAT_KV,
         _SDPA,
+        _EINOPS,
         # the same expansion written with .repeat on a new axis after the KV heads.
         "def repeat_kv(x, n_rep):\n    b, n_kv_heads, s, d = x.shape\n"
         "    return x.unsqueeze(2).repeat(1, 1, n_rep, 1, 1).reshape(b, n_kv_heads * n_rep, s, d)\n",
@@ -105,6 +114,12 @@ class GqaGrouping(Rule):
         Invalid("import torch\ndef widen(memory, n_rep):\n    return torch.cat([memory] * n_rep, dim=1)\n",
                 line=3, message="tiles"),
         Invalid(_SDPA.replace(", enable_gqa=True", ""), line=18, severity=Severity.ERROR, message="enable_gqa"),
+        Invalid(_EINOPS.replace("(h g)", "(g h)"), line=5, message="tiles"),
+        # the group count read through attributes whose names say neither "kv" nor "rep".
+        Invalid(_MODULE.replace("self.num_groups = num_heads // num_kv_heads",
+                                "self.h, self.g = num_heads, num_kv_heads")
+                .replace("k.repeat_interleave(self.num_groups, dim=1)", "torch.cat([k] * (self.h // self.g), dim=1)"),
+                line=18, severity=Severity.ERROR, message="tiles"),
     )
 
     def __init__(self, context: FileContext) -> None:
@@ -122,6 +137,8 @@ class GqaGrouping(Rule):
         elif name in ("repeat_kv", "_repeat_kv"):
             # an imported repeat_kv is HF's; one defined here is judged on its own body.
             self._grouped = self._grouped or not any(fn.name == name for fn in self.context.facts.functions)
+        elif self.context.facts.canonical(node.func) == "einops.repeat":
+            self._check_einops(node)
         elif name in ("repeat", "tile", "expand"):
             self._check_expansion(node, name)
         elif name == "cat":
@@ -189,17 +206,38 @@ class GqaGrouping(Rule):
                 return
         self._tiled.append((node, self._text(node)))
 
+    def _check_einops(self, node: cst.Call) -> None:
+        """``repeat(k, 'b h n d -> b (g h) n d', g=group)``: a new axis sized by the group count joined
+        with the KV-head axis, before it (tiled, head h reads KV head h % Hkv) or after it
+        (``'(h g)'``, grouped)."""
+        args = [a for a in node.args if a.keyword is None]
+        pattern = _string(args[1].value) if len(args) == 2 else None
+        if pattern is None or "->" not in pattern or not self._is_kv_tensor(args[0].value):
+            return
+        source, _, target = pattern.partition("->")
+        known = set(source.replace("(", " ").replace(")", " ").split())
+        sizes = {a.keyword.value: a.value for a in node.args if a.keyword is not None}
+        for group in re.findall(r"\(([^()]*)\)", target):
+            names = group.split()
+            new = [n for n in names if n not in known and n in sizes and self._is_group(sizes[n])]
+            old = [n for n in names if n in known]
+            if len(names) == 2 and len(new) == 1 and len(old) == 1:
+                if names[0] == new[0]:
+                    self._tiled.append((node, self._text(node)))
+                else:
+                    self._grouped = True
+
     def _is_group(self, size: cst.BaseExpression) -> bool:
         """``n_rep``, ``self.num_groups``, ``num_heads // num_kv_heads``, or a name bound to one."""
         resolved = self.context.facts.resolve(size, self.context.function)
         for candidate in (size, resolved):
             if _GROUP.search(self._text(candidate)):
                 return True
-        return (
-            isinstance(resolved, cst.BinaryOperation)
-            and isinstance(resolved.operator, cst.FloorDivide)
-            and bool(_KV_HEADS.search(self._text(resolved.right)))
-        )
+        if not (isinstance(resolved, cst.BinaryOperation) and isinstance(resolved.operator, cst.FloorDivide)):
+            return False
+        # heads over the KV-head count, that count read through ``self.g = num_groups`` if need be.
+        divisor = self.context.facts.resolve(resolved.right, self.context.function)
+        return any(_KV_HEADS.search(self._text(d)) or _GROUP.search(self._text(d)) for d in (resolved.right, divisor))
 
     def _check_concatenation(self, node: cst.Call) -> None:
         """``torch.cat([k] * n_rep, dim=1)`` or ``torch.cat([k for _ in range(n_rep)], 1)``: n_rep copies
@@ -257,6 +295,11 @@ def _copies(pieces: cst.BaseExpression) -> tuple[cst.BaseExpression, cst.BaseExp
         if rp.last_name(loop.func) == "range" and len(loop.args) == 1:
             return pieces.elt, loop.args[0].value
     return None
+
+
+def _string(node: cst.BaseExpression) -> str | None:
+    """The text of a plain string literal."""
+    return node.evaluated_value if type(node) is cst.SimpleString and isinstance(node.evaluated_value, str) else None
 
 
 def _argument(node: cst.Call, position: int, keyword: str) -> cst.BaseExpression | None:

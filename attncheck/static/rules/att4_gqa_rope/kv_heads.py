@@ -18,7 +18,7 @@ import libcst as cst
 
 from attncheck.static.analysis import rope as rp
 from attncheck.static.analysis.flow import reaching
-from attncheck.static.facts import FileFacts, FunctionFacts, integer_value
+from attncheck.static.facts import FileFacts, FunctionFacts, integer_value, self_attribute
 
 _KV_COUNT = re.compile(r"kv_heads?\b|key_value_heads\b|n_kv\b|num_kv\b|kv_head_count")
 _SPLITS = frozenset({"view", "reshape", "unflatten"})
@@ -40,6 +40,27 @@ def kv_split(
             return None
         if split is None and name in _SPLITS:
             counts = [a.value for a in node.args if _KV_COUNT.search(code(a.value))]
-            if counts and integer_value(facts.resolve(counts[0], fn)) != 1:
+            named = bool(counts) and integer_value(facts.resolve(counts[0], fn)) != 1
+            inferred = not counts and _inferred_heads(node) and _projects_to_kv_heads(node, fn, facts, code)
+            if named or inferred:
                 split = node
     return split
+
+
+def _inferred_heads(split: cst.Call) -> bool:
+    """``view(b, s, -1, head_dim)``: the head count is left for the width to decide."""
+    return any(integer_value(a.value) == -1 for a in split.args[:-1])
+
+
+def _projects_to_kv_heads(
+    split: cst.Call, fn: FunctionFacts | None, facts: FileFacts, code: Callable[[cst.CSTNode], str]
+) -> bool:
+    """The split tensor is ``self.k_proj(x)`` where ``self.k_proj = nn.Linear(d, num_kv_heads * head_dim)``:
+    its width, and so the head count ``-1`` stands for, is the KV-head count."""
+    owner = fn.owner if fn is not None else None
+    receiver = split.func.value if type(split.func) is cst.Attribute else None
+    if owner is None or type(receiver) is not cst.Call:
+        return False
+    attr = self_attribute(receiver.func)
+    built = owner.attributes.get(attr, []) if attr is not None else []
+    return len(built) == 1 and type(built[0]) is cst.Call and bool(_KV_COUNT.search(code(built[0])))

@@ -14,7 +14,8 @@ import re
 import libcst as cst
 
 from attncheck.static.analysis import rope as rp
-from attncheck.static.facts import integer_value, number_value, self_attribute
+from attncheck.static.analysis.patterns import tracer
+from attncheck.static.facts import FunctionFacts, integer_value, number_value, self_attribute
 from attncheck.static.rule import Invalid, Rule
 
 _MODEL_WIDTHS = {
@@ -151,6 +152,15 @@ class RopeShape(Rule):
             line=7,
             message="d/2",
         ),
+        Invalid(  # the angles bound to the name of the inverse frequencies, with an interleaved rotation
+            "import torch\ndef rotate_pairs(x):\n"
+            "    return torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)\n"
+            "def rope(q, t, dim):\n    freqs = 1.0 / (10000 ** (torch.arange(0, dim, 2).float() / dim))\n"
+            "    freqs = torch.outer(t, freqs)\n    cos, sin = freqs.cos(), freqs.sin()\n"
+            "    return q * cos + rotate_pairs(q) * sin\n",
+            line=7,
+            message="rotate_every_two",
+        ),
         Invalid(_SEED.replace("self.cos_cached[:, :, :seq_len, :]",
                               "self.cos_cached[:, :, :seq_len, :self.d_k//2]"),
                 line=20, message="d_k//2"),
@@ -200,13 +210,25 @@ class RopeShape(Rule):
             argument = _trig_argument(facts, node)
             if argument is None or _combined_or_transformed(index, facts, node, fn):
                 continue
-            if _half_width(facts, facts.resolve(argument, fn)):
+            if _half_width(facts, self._value_here(argument, fn)):
+                interleaved = index.layouts() == {rp.PAIR}
                 self.report(
                     node,
                     f"{rp.code(facts, node)} has d/2 columns (one per frequency) but multiplies "
-                    "q/k of width head_dim in x * cos + rotate_half(x) * sin",
-                    hint="emb = torch.cat((freqs, freqs), dim=-1) before .cos()/.sin()",
+                    "q/k of width head_dim in x * cos + "
+                    + ("rotate_every_two(x) * sin" if interleaved else "rotate_half(x) * sin"),
+                    hint="emb = freqs.repeat_interleave(2, dim=-1) before .cos()/.sin()" if interleaved
+                    else "emb = torch.cat((freqs, freqs), dim=-1) before .cos()/.sin()",
                 )
+
+    def _value_here(self, argument: cst.BaseExpression, fn: FunctionFacts | None) -> cst.BaseExpression:
+        """What ``argument`` holds where cos/sin are taken: the one value of a name, or for a name
+        bound twice (``freqs = 1.0 / ...; freqs = torch.outer(t, freqs)``) the last one before."""
+        resolved = self.context.facts.resolve(argument, fn)
+        if type(resolved) is cst.Name and fn is not None:
+            stepped = tracer(self.context).step(resolved, fn)
+            return stepped[0] if stepped is not None else resolved
+        return resolved
 
     def _check_odd_width(self, index: rp.RopeIndex, power: rp.FrequencyPower) -> None:
         """``arange(0, rotary_dim, 2)`` for an odd ``rotary_dim`` (a literal, a parameter's default,

@@ -80,6 +80,10 @@ def verdict(judge: JudgeView) -> Outcome | None:
         return Check("gqa-grouping", "skipped", "a head-dependency experiment raised"), None, ""
     base = per_head(judge, "plain", HEADS)
     changed = dependency_matrix(base, [per_head(judge, n, HEADS) for n in names], MOVED)
+    if not bool(changed.any()):  # the child found no K/V columns to perturb: no dependency was measured
+        detail = ("perturbing each KV head moved no query head: the child could not tell the K/V columns by "
+                  "their width (a fused KV projection as wide as the model), so the grouping was not measured")
+        return Check("gqa-grouping", "skipped", detail), None, ""
     found = name_mapping(changed)
     status = "failed" if found.code else ("passed" if found.mapping == "grouped" else "failed")
     if found.mapping == "other":

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from attncheck.dynamic.reference.variant_fit import DECLARED_AS
+from attncheck.dynamic.reference.variant_fit import DECLARED_AS, is_positive
 
 SCALARS = (
     "rope_theta", "base", "rotary_base", "rotary_emb_base", "partial_rotary_factor", "rotary_pct", "rotary_dim",
@@ -98,7 +98,7 @@ def _scalars(owner: Any) -> tuple[dict[str, Any], dict[str, str]]:
     aliased: dict[str, str] = {}
     for name, value in _attributes(owner).items():
         canonical = next((c for pattern, c in ALIASES if pattern.fullmatch(name)), None)
-        if canonical is not None and canonical not in found and _positive_number(value):
+        if canonical is not None and canonical not in found and is_positive(value):
             found[canonical], aliased[canonical] = value, name
     return found, aliased
 
@@ -109,10 +109,6 @@ def _attributes(owner: Any) -> dict[str, Any]:
         return dict(vars(owner))
     except TypeError:
         return {}
-
-
-def _positive_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
 def _norm(layer: nn.Module, out: dict[str, torch.Tensor], key: str) -> dict[str, Any] | None:

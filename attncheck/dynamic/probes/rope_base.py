@@ -11,12 +11,11 @@ evidence, as in ``rope_declared`` (the base an assignment asks for).
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from attncheck.dynamic.binding.bind import Binding
 from attncheck.dynamic.diagnosis.explain import rope_text
 from attncheck.dynamic.probes.base import FunctionProbe, JudgeView, Outcome, plans_nothing
-from attncheck.dynamic.reference.variant_fit import BASE_NAMES, BUFFER_SCHEME, spelled
+from attncheck.dynamic.reference.variant_fit import BASE_NAMES, BUFFER_SCHEME, first_positive, spelled
 from attncheck.findings import Check
 
 NAME = "rope-base"
@@ -33,10 +32,10 @@ def judge(view: JudgeView) -> list[Outcome]:
     scalars = (view.facts.get("declared") or {}).get("scalars", {})
     if scalars.get("rope_scaling") or scalars.get("rope_parameters"):
         return []  # a scaled rotation: its base is read with the scaling, where the declared fit already tried it
-    declared = _declared_base(scalars)
+    declared = first_positive(scalars, BASE_NAMES)
     if declared is None:
         return []
-    name, base = spelled(scalars, declared[0]), declared[1]
+    name, base = spelled(scalars, declared[0]), float(declared[1])
     if fit.rope.frequencies is None:  # a rotation read at a base of the fit's own
         if math.isclose(base, fit.rope.base, rel_tol=1e-9):
             return []
@@ -59,14 +58,6 @@ def _from_base(frequencies: tuple[float, ...], base: float) -> bool:
     """Whether ``frequencies`` are RoPE's standard ones at ``base`` for their width (two angles a pair)."""
     width = 2 * len(frequencies)
     return all(math.isclose(f, base ** (-2 * i / width), rel_tol=1e-4) for i, f in enumerate(frequencies))
-
-
-def _declared_base(scalars: dict[str, Any]) -> tuple[str, float] | None:
-    for name in BASE_NAMES:
-        value = scalars.get(name)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-            return name, float(value)
-    return None
 
 
 PROBE = FunctionProbe(NAME, ("ATT402",), 22, wanted, plans_nothing, judge)

@@ -42,12 +42,14 @@ TERMS = {
 """The terms a probe makes visible with a longer or larger input (``Experiment.variant``)."""
 
 
-def _positive(scalars: Mapping[str, Any], names: tuple[str, ...]) -> tuple[str, float] | None:
-    for name in names:
-        value = scalars.get(name)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-            return name, value
-    return None
+def is_positive(value: Any) -> bool:
+    """A finite number above zero, not a flag: what a declared window, cap or base must be to be one."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+def first_positive(scalars: Mapping[str, Any], names: tuple[str, ...]) -> tuple[str, float] | None:
+    """(name, value) of the first of ``names`` the scalars hold as a positive number; None when none does."""
+    return next(((name, scalars[name]) for name in names if is_positive(scalars.get(name))), None)
 
 
 def spelled(scalars: Mapping[str, Any], name: str) -> str:
@@ -60,9 +62,9 @@ def declared_term(scalars: Mapping[str, Any], term: str) -> tuple[str, Any] | No
     read the same way in the child (whether to run the probe) and in the parent (whether to judge it)."""
     if term == "window":
         switched_off = scalars.get("use_sliding_window") is False  # Qwen2: a sliding_window kept but unused
-        return None if switched_off else _positive(scalars, WINDOW_NAMES + CHUNK_NAMES)
+        return None if switched_off else first_positive(scalars, WINDOW_NAMES + CHUNK_NAMES)
     if term == "softcap":
-        return _positive(scalars, CAP_NAMES)
+        return first_positive(scalars, CAP_NAMES)
     scaling = scalars.get("rope_scaling") or scalars.get("rope_parameters")
     dynamic = isinstance(scaling, Mapping) and rope_scaling.scheme_of(scaling) == "dynamic"
     limit = scalars.get("max_position_embeddings")
@@ -288,7 +290,7 @@ def candidates(declared: Declared, static_codes: Collection[str], rotary: bool) 
     effective = scale if scale is not None else 1.0 / math.sqrt(declared.head_dim)
     cap = declared.scalar(CAP_NAMES)
     caps: tuple[variants.ScoreMod, ...] = ()
-    if isinstance(cap, (int, float)) and not isinstance(cap, bool) and cap > 0:
+    if is_positive(cap):
         caps = (variants.softcap(float(cap)),)
     sinks = declared.tensor("sinks")
     if sinks is not None and sinks.numel() != declared.heads:

@@ -119,10 +119,16 @@ class Recorder(TorchFunctionMode):
 
     def _normalised(self, layer: nn.Module, args: tuple, output: Any) -> None:
         """The pre-norm's output is read as the input it normalised."""
+        self._read_through(args, output)
+
+    def _read_through(self, args: tuple, result: Any, *, parameters_only: bool = False) -> None:
+        """``result`` is read as what its first argument is read as (a pre-norm's output as the input it
+        normalised; with ``parameters_only``, a copy of learned queries as that parameter, ``param:<name>``)."""
         read = self.pointers.get(pointer(args[0])) if args and isinstance(args[0], torch.Tensor) else None
-        if read is not None and isinstance(output, torch.Tensor):
-            self.outputs.append(output)
-            self.pointers.setdefault(pointer(output), read)
+        if read is None or (parameters_only and not read.startswith("param:")) or not isinstance(result, torch.Tensor):
+            return
+        self.outputs.append(result)
+        self.pointers.setdefault(pointer(result), read)
 
     def _record(
         self,
@@ -160,7 +166,7 @@ class Recorder(TorchFunctionMode):
             self._multi_head(args, kwargs)
         result = func(*args, **kwargs)
         if func in _COPIES:
-            self._copied(args, result)
+            self._read_through(args, result, parameters_only=True)
         elif func is F.linear or func is torch._C._nn.linear:
             self._linear(args, kwargs, result)
         elif func in _MATMUL and len(args) == 2:
@@ -177,13 +183,6 @@ class Recorder(TorchFunctionMode):
         self.to_scores = {}
         with contextlib.suppress(Exception):  # no flow is an answer; a crash here would be blamed on the user
             self.to_scores = columns_to_scores(scores, self.features)
-
-    def _copied(self, args: tuple, result: Any) -> None:
-        """A copy of a parameter read as an input (``param:<name>``) is read as that parameter too."""
-        read = self.pointers.get(pointer(args[0])) if args and isinstance(args[0], torch.Tensor) else None
-        if read is not None and read.startswith("param:") and isinstance(result, torch.Tensor):
-            self.outputs.append(result)
-            self.pointers.setdefault(pointer(result), read)
 
     def _parameter(self, tensor: Any) -> str | None:
         """The name of the raw parameter ``tensor`` is, or is rows of (``in_proj_weight[32:64]``)."""

@@ -538,7 +538,7 @@ def bind(target: Target, declaration: Mapping[str, Any] | None = None, source: s
     # module's causality switched off by a mask is a leak, and the runs keep their causality. A caller's mask
     # (transformers' ``attention_mask`` beside ``self.is_causal``) already gets its causal part from the harness.
     mask_replaces_causal = bool(forward.mask_name and forward.mask_name in code.causal_without) and not (
-        forward.caller_mask or documented_shape(docs, forward.mask_name) in ("bk", "b11k"))
+        forward.caller_mask or forward.mask_shape in ("bk", "b11k"))
     if not target.is_class:
         dims = Dims(D_MODEL, 1) if forward.rank == 3 else Dims()
         return Binding(

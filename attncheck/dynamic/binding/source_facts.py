@@ -443,13 +443,13 @@ def _kernel_feature_map(node: ast.AST) -> str:
     calls = [child for child in ast.walk(node) if isinstance(child, ast.Call)]
     if any(_SOFTMAX_ATTENTION.search(_callee(call)) for call in calls):
         return ""
+    if not _has_product(node):
+        return ""
     products = {  # names bound to a product of tensors (``scores = q @ k.T``)
         target.id
         for child in ast.walk(node) if isinstance(child, ast.Assign) and _has_product(child.value)
         for target in child.targets if isinstance(target, ast.Name)
     }
-    if not _has_product(node):
-        return ""
     maps = [
         _callee(call) for call in calls
         if _FEATURE_MAPS.match(_callee(call)) and call.args

@@ -145,12 +145,21 @@ def find_config(start: Path) -> Path | None:
     start = start.resolve()
     folder = start if start.is_dir() else start.parent
     for candidate in (folder, *folder.parents):
-        own = candidate / "attncheck.toml"
-        if own.is_file():
-            return own
-        pyproject = candidate / "pyproject.toml"
-        if pyproject.is_file() and _declares_attncheck(pyproject, pyproject.stat().st_mtime_ns):
-            return pyproject
+        found = config_in(candidate)
+        if found is not None:
+            return found
+    return None
+
+
+def config_in(folder: Path) -> Path | None:
+    """The configuration ``folder`` holds itself: its ``attncheck.toml``, else its
+    ``pyproject.toml`` when that has a ``[tool.attncheck]`` table."""
+    own = folder / "attncheck.toml"
+    if own.is_file():
+        return own
+    pyproject = folder / "pyproject.toml"
+    if pyproject.is_file() and _declares_attncheck(pyproject, pyproject.stat().st_mtime_ns):
+        return pyproject
     return None
 
 

@@ -73,9 +73,24 @@ class Excluder:
 def discover(paths: Iterable[str], exclude: Excluder | None = None) -> Iterator[Candidate | FileError]:
     """Yield each file to check once, in a stable order, and a note for each special file a walk
     skips (a FIFO, a device, a socket). Missing paths raise FileNotFoundError."""
-    seen: set[str] = set()
-    real_folders: dict[str, str] = {}
+    found = Discovery()
     for given in paths:
+        yield from found.files(given, exclude)
+
+
+class Discovery:
+    """The files under paths given one at a time, each file once across them all: ``attncheck
+    a.py a.py ./a.py`` checks one file, as ruff does, and so does a file both named and found
+    in a named folder (the first path that reaches it shows it). The real path of each folder
+    met is resolved once (``real_path``)."""
+
+    def __init__(self) -> None:
+        self._seen: set[str] = set()
+        self.real_folders: dict[str, str] = {}
+
+    def files(self, given: str, exclude: Excluder | None = None) -> Iterator[Candidate | FileError]:
+        """The files of one given path not met before, and the notes of a walk; raises
+        FileNotFoundError for a path that does not exist."""
         path = Path(given)
         if path.is_dir():
             found = _walk(path, given, exclude)
@@ -87,14 +102,15 @@ def discover(paths: Iterable[str], exclude: Excluder | None = None) -> Iterator[
             if isinstance(candidate, FileError):
                 yield candidate
                 continue
-            key = _real_path(candidate.path, real_folders)
-            if key not in seen:
-                seen.add(key)
+            key = real_path(candidate.path, self.real_folders)
+            if key not in self._seen:
+                self._seen.add(key)
                 yield candidate
 
 
-def _real_path(path: Path, real_folders: dict[str, str]) -> str:
-    """``os.path.realpath(path)``, from its folder's, which ``_real_folder`` resolves once."""
+def real_path(path: Path, real_folders: dict[str, str]) -> str:
+    """``os.path.realpath(path)``, from its folder's, which ``_real_folder`` resolves once
+    for all the paths that share ``real_folders``."""
     if ".." in path.parts or os.path.islink(path):  # ``..`` after a link is not lexical
         return os.path.realpath(path)
     folder, name = os.path.split(os.path.abspath(path))

@@ -15,11 +15,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
-from attncheck.config import Settings, find_config, load, with_overrides
-from attncheck.discovery import Candidate, Excluder, discover
+from attncheck.config import Settings, config_in, load, with_overrides
+from attncheck.discovery import Candidate, Discovery, Excluder, real_path
 from attncheck.sources import FileError, Source
 
 
@@ -43,24 +44,36 @@ class Projects:
         self.overrides = dict(overrides)
         with_overrides(Settings(), **self.overrides)  # a bad option is an error before any file is read
         self._loaded: dict[Path | None, Settings] = {}
+        self._real_folders: dict[str, str] = {}  # ``discovery.real_path``'s
+        self._nearest: dict[Path, Path | None] = {}  # each real folder's nearest configuration
 
     def settings_for(self, path: Path) -> Settings:
         """The settings a file (or a folder's walk) is checked under."""
-        folder = path.resolve()
-        if not folder.is_dir():
-            folder = folder.parent
+        real = Path(real_path(path, self._real_folders))
+        folder = real if real.is_dir() else real.parent
         config = self.config_file
         if config is None and not self.overrides.get("isolated"):  # --isolated: no file beside the checked ones
-            config = _nearest_config(folder)
+            config = self._nearest_config(folder)
         if config not in self._loaded:
             self._loaded[config] = with_overrides(load(config), **self.overrides)
         return self._loaded[config]
 
-
-@cache
-def _nearest_config(folder: Path) -> Path | None:
-    """``find_config`` once per folder: a walk meets each folder's files together."""
-    return find_config(folder)
+    def _nearest_config(self, folder: Path) -> Path | None:
+        """``config.find_config`` of a real folder: its own configuration, else its parent's
+        answer. Each folder is asked once: the files of a folder, and the folders of a tree
+        (a model per folder), share their parents, which a search from each would ask again."""
+        climbed: list[Path] = []
+        found = None
+        for here in chain((folder,), folder.parents):  # lazily: most stop at the first
+            if here in self._nearest:
+                found = self._nearest[here]
+                break
+            climbed.append(here)
+            found = config_in(here)
+            if found is not None:
+                break
+        self._nearest.update(dict.fromkeys(climbed, found))
+        return found
 
 
 def excluder(settings: Settings) -> Excluder:
@@ -85,14 +98,15 @@ def plan(paths: list[str], projects: Projects, *, force_exclude: bool, stdin: Ca
     def add(settings: Settings, item: Candidate | Source | FileError) -> None:
         groups.setdefault(id(settings), Group(settings)).items.append(item)
 
+    discovery = Discovery()
     for given in paths:
         if given == "-":
             add(projects.settings_for(stdin_path), stdin())
             continue
         found = 0
         walk_settings = projects.settings_for(Path(given))
-        for candidate in discover([given], excluder(walk_settings)):
-            settings = projects.settings_for(candidate.path)
+        for candidate in discovery.files(given, excluder(walk_settings)):
+            settings = walk_settings if candidate.explicit else projects.settings_for(candidate.path)
             # The walk applied its own exclude; a file of a nested project also gets its own project's.
             asked = force_exclude if candidate.explicit else settings is not walk_settings
             if asked and excluder(settings)(candidate.path, is_dir=False):

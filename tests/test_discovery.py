@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from attncheck.discovery import Excluder, _real_path, discover
+from attncheck.discovery import Excluder, discover, real_path
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -75,7 +75,7 @@ def test_real_paths_are_realpath_through_links_at_every_depth(tree):
     for folder in folders:  # one cache across them, as in a run: a folder seen first must not mislead
         for name in ("model.py", "other.py"):
             path = folder / name
-            assert _real_path(path, real_folders) == os.path.realpath(path)
+            assert real_path(path, real_folders) == os.path.realpath(path)
     assert len(shown([str(folder / "model.py") for folder in folders])) == 1
 
 

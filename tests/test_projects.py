@@ -56,3 +56,30 @@ def test_a_path_with_no_file_is_a_warning(tmp_path):
     result = invoke("empty", cwd=tmp_path)
     assert result.exit_code == 0
     assert "warning: empty: no Python file or notebook to check there" in result.stderr
+
+
+def test_a_file_named_again_or_found_in_a_named_folder_is_checked_once(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "model.py").write_text(BUG)
+    result = invoke("--format", "json", "--no-cache", "pkg/model.py", "pkg/model.py", "./pkg/model.py", "pkg",
+                    cwd=tmp_path)
+    document = json.loads(result.stdout)
+    assert [f["path"] for f in document["findings"]] == ["pkg/model.py"]
+    assert document["summary"]["files"] == 1
+
+
+def test_a_folder_asked_after_its_parent_still_finds_its_own_config(tmp_path):
+    """Each folder's nearest configuration is remembered on the way up: a folder first met
+    through a sibling's search (its parent, the root) must not hide a configuration of a
+    folder met later, nor one deeper down."""
+    deep = tmp_path / "proj" / "models" / "v1"
+    deep.mkdir(parents=True)
+    (tmp_path / "proj" / "attncheck.toml").write_text('select = ["ATT1"]\n')
+    (tmp_path / "other").mkdir()
+    for folder in (deep, tmp_path / "other", tmp_path / "proj"):
+        (folder / "m.py").write_text(SEED.read_text())
+    result = invoke("--format", "json", "--no-cache", "other/m.py", "proj/models/v1/m.py", "proj/m.py", cwd=tmp_path)
+    found = codes_by_path(result)
+    assert any(not code.startswith("ATT1") for code in found["other/m.py"])  # no configuration: every rule
+    for configured in ("proj/models/v1/m.py", "proj/m.py"):
+        assert found[configured] and all(code.startswith("ATT1") for code in found[configured])

@@ -267,3 +267,46 @@ def test_a_mask_tiled_by_a_head_count_keeps_its_class():
     assert "class Tiler" not in reduced.text
     findings = lint(Source("f.py", text), _rules(enabled_codes(Settings()))).findings
     assert [(f.code, f.line) for f in findings] == [("ATT306", text[: text.index("m = pad_mask")].count("\n") + 1)]
+
+
+def test_attention_words_in_docstrings_and_comment_lines_keep_nothing():
+    """Every output class of a model file says "attention softmax" in its docstring, and
+    comments name what the next lines do: neither is attention code. A word after code on
+    its line still counts (``x = y  # softmax later``), and code itself always does."""
+    said = textwrap.dedent('''
+        class ModelOutput(Base):
+            """Attention weights after the attention softmax, used to compute the weighted average."""
+
+            attentions: tuple | None = None
+
+
+        class Block(nn.Module):
+            def forward(self, x):
+                # attention: either the linear or the softmax variant
+                return self.mixer(x)
+
+
+        class Quoted(nn.Module):
+            def forward(self, x):
+                x = self.norm(x)
+                \'\'\'
+                scores.softmax(dim=-1), then masked_fill and tril ... @ v
+                \'\'\'
+                return x
+    ''')
+    coded = textwrap.dedent('''
+        class TrailingComment(nn.Module):
+            def forward(self, x):
+                return self.mixer(x)  # softmax inside
+
+
+        class Coded(nn.Module):
+            def forward(self, s):
+                return s.softmax(dim=-1)  # """
+    ''')
+    fillers = "".join(FILLER.format(n=n) for n in range(MIN_LINES // 10))
+    reduced = attention_regions("import torch\n" + said + coded + fillers)
+    assert reduced is not None
+    kept = reduced.text
+    assert "class ModelOutput" not in kept and "class Block" not in kept and "class Quoted" not in kept
+    assert "class TrailingComment" in kept and "class Coded" in kept

@@ -15,7 +15,8 @@ embeddings, MLPs, heads, docstrings and comments. For files above
   in a helper is applied; a rule must not call it unused),
 - small config classes (the target finder looks them up by name),
 
-and drops every other line, including comment-only lines. ``Reduced.lines``
+and drops every other line, including comment-only lines. The attention words that make code
+relevant count only in code, not in a docstring or on a comment-only line. ``Reduced.lines``
 maps each kept line back to its line in the file, so findings point at the
 user's real lines; columns are untouched because whole lines are dropped.
 
@@ -137,9 +138,9 @@ class _LineIndex:
         self._lines = lines
         self.numbers = {0: 0}  # 0-based line numbers by position (``number``)
         self._openings, self._closings = self._strings()
-        self._strong = self._positions_of(_STRONG_WORDS)
-        self._weak = self._positions_of(_WEAK_WORDS)
-        self._tilings = [p for p in self._positions_of(_TILING_WORDS) if _TILED_BY_HEADS.match(scan, p)]
+        self._strong = self._in_code(self._positions_of(_STRONG_WORDS))
+        self._weak = self._in_code(self._positions_of(_WEAK_WORDS))
+        self._tilings = [p for p in self._in_code(self._positions_of(_TILING_WORDS)) if _TILED_BY_HEADS.match(scan, p)]
 
     @classmethod
     def of_large(cls, text: str) -> _LineIndex | None:
@@ -237,6 +238,22 @@ class _LineIndex:
             if run < 0 or line[0] > closings[run]:
                 outside.append(line)
         return outside
+
+    def _in_code(self, positions: list[int]) -> list[int]:
+        """The sorted ``positions`` less those in a triple-quoted string or on a comment-only
+        line: a docstring that says "attention softmax" (every output class of a model file
+        does) makes nothing relevant. A word after code on its line counts, comment or not."""
+        openings, closings, scan = self._openings, self._closings, self.scan
+        kept, run = [], -1
+        for position in positions:
+            while run + 1 < len(openings) and openings[run + 1] < position:
+                run += 1
+            if run >= 0 and position < closings[run] + 3:
+                continue
+            line = scan.rfind("\n", 0, position) + 1
+            if not scan[line:position].lstrip(" \t").startswith("#"):
+                kept.append(position)
+        return kept
 
     def _positions_of(self, words: tuple[tuple[str, ...], ...]) -> list[int]:
         """Where any of ``words`` (stems and endings) occurs, sorted (a plain search per

@@ -747,7 +747,7 @@ class _Converter:
         if value is Ellipsis:
             return self.at(_new[cst.Ellipsis](), node)
         text = self.positions.text_of(node)
-        if isinstance(value, bool | int):
+        if isinstance(value, int):  # True and False are Names, above
             return self.at(_new[cst.Integer](value=text), node)
         if isinstance(value, float):
             return self.at(_new[cst.Float](value=text), node)

@@ -21,6 +21,8 @@ import re
 from functools import cache
 from pathlib import Path
 
+from attncheck.plain_search import holds_any
+
 # Names an attention target's text must hold (``static/targets.py``), case-insensitively.
 _TARGET_NAMES = ("attention", "attn", "softmax", "scaled_dot_product", "mha", "multihead", "rotary", "rope")
 TARGET_WORDS = re.compile("|".join(_TARGET_NAMES), re.IGNORECASE)
@@ -31,28 +33,10 @@ RULES_DIR = Path(__file__).parent / "static" / "rules"
 
 def could_have_findings(text: str) -> bool:
     """False only when no rule could run on ``text`` and no target could be found in it."""
-    if names_a_target(text):
+    if holds_any(text, _TARGET_NAMES, TARGET_WORDS):
         return True
     words = rule_words()
     return words is None or any(word in text for word in words)
-
-
-def names_a_target(text: str) -> bool:
-    """Whether ``text`` matches ``TARGET_WORDS``. A case-insensitive alternation tries every
-    branch at every character, about a tenth of a microsecond each: a fifth of a second over
-    a tree of model files, which name attention a page or two down. Plain searches for the
-    names as code spells them answer almost every file at once; the rest are lowered and
-    searched again, which finds every match of an ASCII text, and a name found so is a match
-    in any text (lowering makes an ASCII letter of two non-ASCII characters only: ``k`` of the
-    Kelvin sign, in no name, and ``i`` of ``İ``, followed by a combining dot, which no name
-    ends with). Only a non-ASCII text with none is asked of the expression, for its Unicode
-    case folding (``ſ`` matches ``s``)."""
-    if any(name in text for name in _TARGET_NAMES):
-        return True
-    lowered = text.lower()
-    if any(name in lowered for name in _TARGET_NAMES):
-        return True
-    return not text.isascii() and TARGET_WORDS.search(text) is not None
 
 
 @cache

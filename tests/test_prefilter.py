@@ -5,10 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from attncheck.prefilter import TARGET_WORDS, could_have_findings, names_a_target, rule_words
+from attncheck.prefilter import could_have_findings, rule_words
 from attncheck.sources import read_path
 from attncheck.static.rules import all_rules
 from tests.conftest import lint_text
@@ -48,18 +46,3 @@ def test_a_file_passed_over_never_imports_the_parser(tmp_path):
     imported = {line.rsplit("|", 1)[-1].strip() for line in run.stderr.splitlines() if line.startswith("import time:")}
     assert not {name for name in imported if name.startswith(("libcst", "attncheck.static.engine", "torch"))}
 
-
-_NAME_LETTERS = "softmaxscaleddotproductattentionmhamultiheadrotaryrope_"
-
-
-@settings(max_examples=400, deadline=None)
-@given(st.text(alphabet=st.sampled_from(_NAME_LETTERS + _NAME_LETTERS.upper() + " .\nſİKÅé×—"), max_size=60))
-def test_the_fast_target_search_agrees_with_the_expression(text: str):
-    """``names_a_target`` answers what ``TARGET_WORDS.search`` does, for ASCII and non-ASCII texts,
-    mixed case, and the characters whose case folding or lowering is not one ASCII letter."""
-    assert names_a_target(text) == (TARGET_WORDS.search(text) is not None)
-
-
-@pytest.mark.parametrize("text", ["class RoPE:", "x = MultiHead()", "ſoftmax(x)", "uſe rope", "İ attn", "y = 1"])
-def test_the_fast_target_search_on_spellings_a_file_holds(text: str):
-    assert names_a_target(text) == (TARGET_WORDS.search(text) is not None)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
+from attncheck.plain_search import holds_any
 from attncheck.static.facts import FileFacts, FunctionFacts, integer_value, number_value
 from attncheck.static.tree import node_fields, subtree, walk
 
@@ -41,6 +42,8 @@ _KNOWN_ROTATIONS = {"rotate_half": HALF, "rotate_every_two": PAIR}
 
 _COS = re.compile(r"cos", re.IGNORECASE)
 _SIN = re.compile(r"sin", re.IGNORECASE)
+# Spellings ``ROPE_WORDS`` matches, searched for first (``plain_search``): its ``\brope`` is no plain word.
+_ROPE_SPELLINGS = ("rotary", "rotate")
 _FREQ_LIKE = re.compile(r"freq|cos|sin|theta|angle|sinus|phase", re.IGNORECASE)
 ROPE_WORDS = re.compile(r"rotary|\brope|rotate", re.IGNORECASE)
 _CONCAT = {"torch.cat", "torch.concat", "torch.concatenate"}
@@ -120,7 +123,7 @@ class RopeIndex:
 
     @cached_property
     def _says_cos_and_sin(self) -> bool:
-        return bool(_COS.search(self.text)) and bool(_SIN.search(self.text))
+        return holds_any(self.text, ("cos",), _COS) and holds_any(self.text, ("sin",), _SIN)
 
     # -- the parts the rules read ----------------------------------------------
 
@@ -258,7 +261,7 @@ class RopeIndex:
 
     def is_rope_file(self, text: str) -> bool:
         """The file implements RoPE (so sinusoidal absolute encodings are not judged)."""
-        if ROPE_WORDS.search(text):
+        if any(word in text for word in _ROPE_SPELLINGS) or ROPE_WORDS.search(text):
             return True
         return bool(self.applications or self.rotations or self.inline_rotations or self.complex_form)
 

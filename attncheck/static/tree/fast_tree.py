@@ -1049,21 +1049,23 @@ class _Converted:
         self.node = node
         # Counted from the line the text starts on (``first``), and from ``events[0]``, whose
         # index in its tree's events is ``start``: nothing of that tree (``lines``) is kept.
-        self.spans = {key: _moved(_resolved(located, lines), -first) for key, located in spans.items()}
-        self.written = {key: _moved(span, -first) for key, span in written.items()}
+        self.spans = _moved({key: _resolved(located, lines) for key, located in spans.items()}, -first)
+        self.written = _moved(written, -first)
         self.events = [(node, end - start) for node, end in events]
 
     def place(self, converter: _Converter, first: int) -> None:
         """Record this function's spans and events in ``converter``, its text starting at line ``first``."""
-        converter.spans.update({key: _moved(span, first) for key, span in self.spans.items()})
-        converter.positions.written.update({key: _moved(span, first) for key, span in self.written.items()})
+        converter.spans.update(_moved(self.spans, first))
+        converter.positions.written.update(_moved(self.written, first))
         offset = len(converter.events)
         converter.events.extend([(node, end + offset) for node, end in self.events])
 
 
-def _moved(span: Span, lines: int) -> Span:
-    line, column, end_line, end_column = span
-    return line + lines, column, end_line + lines, end_column
+def _moved(spans: Mapping[int, Span], lines: int) -> dict[int, Span]:
+    """``spans`` moved ``lines`` lines down (up, for a negative count): a placed function has
+    thousands, and one comprehension moves them without a call each."""
+    return {key: (line + lines, column, end_line + lines, end_column)
+            for key, (line, column, end_line, end_column) in spans.items()}
 
 
 class _Repeated(dict[str, _Converted]):

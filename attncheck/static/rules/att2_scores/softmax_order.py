@@ -2,31 +2,12 @@
 
 from __future__ import annotations
 
-import re
-
 import libcst as cst
 
-from attncheck.static.analysis import semantics
-from attncheck.static.analysis.patterns import (
-    base_name,
-    constant_value,
-    dim_role,
-    fill_site,
-    is_query_row_mask,
-    literal_value,
-    tracer,
-)
+from attncheck.static.analysis import after_softmax, semantics
+from attncheck.static.analysis.patterns import constant_value, fill_site, is_query_row_mask
 from attncheck.static.context import FileContext
-from attncheck.static.facts import FunctionFacts
 from attncheck.static.rule import Invalid, Rule
-
-_SCALE_NAME = re.compile(r"(scal|sqrt|temper|norm_fact|inv_freq|^d_?k$|head_dim|^dh$)", re.IGNORECASE)
-_RENORMALISED = re.compile(r"/=?\s*\(?\s*(torch\.sum\(|[\w.\[\]]+\.sum\()")
-# A softmax of a parameter is attention (a fragment handed its scores) only under a scores-like
-# name: a spline's ``unnormalized_widths`` or a router's ``router_logits`` are not.
-_SCORES_NAME = re.compile(r"score|attn|attention|weight|sim|energ|^[swa]$|qk", re.IGNORECASE)
-# Multiplying by these after the softmax is legitimate: HF's head_mask, manual dropout.
-_LEGIT_FACTOR = re.compile(r"(head|drop|keep_prob)", re.IGNORECASE)
 
 
 class SoftmaxOrder(Rule):
@@ -102,86 +83,23 @@ class SoftmaxOrder(Rule):
 
     def __init__(self, context: FileContext) -> None:
         super().__init__(context)
-        self.tracer = tracer(context)
-        self._softmax_scopes: dict[int, bool] = {}  # by id of a function or of a class
+        self.weights = after_softmax.of(context)
 
     def _softmax_of(self, node: cst.BaseExpression) -> cst.Call | None:
-        """The softmax call whose attention weights ``node`` holds, or None.
-
-        Attention weights: the softmax reads a q·kᵀ product, or scores handed to
-        this function as a parameter. A softmax of sampling logits or of a
-        router's ``F.linear`` output is no attention.
-        """
-        fn = self.context.function
-        if fn is not None and not self._reaches_a_softmax(fn):
-            return None
-        source, fn = self.tracer.origin(node, fn)
-        taken = self._scores_taken(source, fn)
-        if taken is None or not isinstance(source, cst.Call):
-            return None
-        if semantics.of(self.context).reaches_product(taken, fn):
-            return source
-        origin, _ = self.tracer.origin(taken, fn)
-        handed_in = isinstance(origin, cst.Name) and fn is not None and origin.value in fn.params
-        return source if handed_in and _SCORES_NAME.search(origin.value) else None
-
-    def _reaches_a_softmax(self, fn: FunctionFacts) -> bool:
-        """Whether a value in ``fn`` can come from a softmax: the tracer follows names within
-        ``fn`` and ``self.`` attributes into the methods of its class, so one of their calls
-        must be one. Most functions have none, and need not be traced at all."""
-        if self._calls_a_softmax(fn):
-            return True
-        owner = fn.owner
-        if owner is None:
-            return False
-        found = self._softmax_scopes.get(id(owner))
-        if found is None:
-            found = self._softmax_scopes[id(owner)] = any(map(self._calls_a_softmax, owner.methods.values()))
-        return found
-
-    def _calls_a_softmax(self, fn: FunctionFacts) -> bool:
-        found = self._softmax_scopes.get(id(fn))
-        if found is None:
-            found = self._softmax_scopes[id(fn)] = any(self._scores_taken(c, fn) is not None for c in fn.calls)
-        return found
-
-    def _scores_taken(self, node: cst.BaseExpression, fn: FunctionFacts | None) -> cst.BaseExpression | None:
-        """The scores ``node`` takes the softmax of, else None."""
-        softmax = semantics.of(self.context).softmax(node, fn) if type(node) is cst.Call else None
-        return softmax.input if softmax is not None else None
-
-    def _is_probabilities(self, node: cst.BaseExpression) -> bool:
-        return self._softmax_of(node) is not None
-
-    def _renormalised(self) -> bool:
-        fn = self.context.function
-        return fn is not None and bool(_RENORMALISED.search(self.context.module.code_for_node(fn.node)))
+        return self.weights.softmax_of(node, self.context.function)
 
     def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
-        if type(node.operator) is cst.Divide and self._is_probabilities(node.left):
-            if "sum" not in self.context.module.code_for_node(node.right):
-                self._report_scale(node, node.right)
-            return
-        if not isinstance(node.operator, cst.Multiply) or not (
-            self._may_report(node.left) or self._may_report(node.right)
-        ):
-            return  # no side is a factor worth reporting: which side holds weights does not matter
-        for weights, factor in ((node.left, node.right), (node.right, node.left)):
-            if not self._is_probabilities(weights):
-                continue
-            name = base_name(factor) or ""
-            if _LEGIT_FACTOR.search(name) or self._renormalised():
-                return
-            if "mask" in name.lower():
-                self._report_mask(node, factor)
-            elif self._is_scale(factor):
-                self._report_scale(node, factor)
-            return
+        self._check_rescaling(node)
 
-    def _may_report(self, factor: cst.BaseExpression) -> bool:
-        """A factor that, multiplied into the attention weights, is reported: a mask or a scale."""
-        name = base_name(factor) or ""
-        return not _LEGIT_FACTOR.search(name) and ("mask" in name.lower() or self._is_scale(factor))
+    def _check_rescaling(self, node: cst.BinaryOperation | cst.AugAssign) -> None:
+        found = self.weights.rescaling(node, self.context.function)
+        if found is None:
+            return
+        kind, _, factor = found
+        if kind == "mask":
+            self._report_mask(node, factor)
+        else:
+            self._report_scale(node, factor)
 
     def visit_Call(self, node: cst.Call) -> None:
         facts = self.context.facts
@@ -197,7 +115,7 @@ class SoftmaxOrder(Rule):
                 and ".all(" not in mask_text
                 and not is_query_row_mask(site.mask)
                 and not self._masked_before(softmax, mask_text)
-                and not self._renormalised()
+                and not self.weights.renormalised(self.context.function)
             ):
                 self._report_mask(node, site.mask)
             return
@@ -207,10 +125,10 @@ class SoftmaxOrder(Rule):
         """The same mask already blocked these keys in the scores (ESPnet's and DeBERTa's guard:
         re-zeroing after the softmax keeps the weights summing to 1)."""
         fn = self.context.function
-        taken = self._scores_taken(softmax, fn)
+        taken = self.weights.scores_taken(softmax, fn)
         if taken is None:
             return False
-        origin, _ = self.tracer.origin(taken, fn)
+        origin, _ = self.weights.tracer.origin(taken, fn)
         earlier = fill_site(origin, self.context.facts) if isinstance(origin, cst.Call) else None
         return earlier is not None and self.context.module.code_for_node(earlier.mask) == mask_text
 
@@ -219,13 +137,15 @@ class SoftmaxOrder(Rule):
             node.value
         ):
             self._check_masked_too_late(node, node.target)
+        else:
+            self._check_rescaling(node)
 
     def _check_masked_too_late(self, node: cst.CSTNode, scores: cst.BaseExpression) -> None:
         fn = self.context.function
         if fn is None or not isinstance(scores, cst.Name):
             return
-        flow = self.tracer.flow(fn)
-        softmaxes = [(call, self._scores_taken(call, fn)) for call in fn.calls]
+        flow = self.weights.tracer.flow(fn)
+        softmaxes = [(call, self.weights.scores_taken(call, fn)) for call in fn.calls]
         reaches = semantics.of(self.context).reaches_product
         softmaxes = [(call, taken) for call, taken in softmaxes if taken is not None and reaches(taken, fn)]
         if not softmaxes or any(flow.is_after(call, node) for call, _ in softmaxes):
@@ -244,19 +164,6 @@ class SoftmaxOrder(Rule):
             hint="apply the mask to the scores before the softmax and take the softmax of the masked scores",
             evidence=[f"softmax taken before: {self.context.module.code_for_node(earlier[0])}"],
         )
-
-    def _is_scale(self, node: cst.BaseExpression) -> bool:
-        """A constant, a square root, or a scale-named quantity, alone or in arithmetic
-        (``1 / math.sqrt(d)``); ``1 + g - g_mass`` (a watermark's reweighting) is no scale."""
-        if literal_value(node, self.context.facts) is not None:
-            return True
-        if isinstance(node, cst.BinaryOperation):
-            sides = (node.left, node.right)
-            return any(self._is_scale(side) for side in sides if literal_value(side, self.context.facts) is None)
-        if isinstance(node, cst.Call):
-            return (self.context.facts.canonical(node.func) or "").endswith("sqrt")
-        name = base_name(node) or ""
-        return bool(_SCALE_NAME.search(name)) or dim_role(node) in ("head_dim", "model")
 
     def _report_scale(self, node: cst.CSTNode, factor: cst.BaseExpression) -> None:
         shown = self.context.module.code_for_node(factor)

@@ -7,7 +7,7 @@ from collections import defaultdict
 import libcst as cst
 
 from attncheck.findings import Edit, Severity
-from attncheck.static.analysis import calls, semantics, syntax
+from attncheck.static.analysis import after_softmax, calls, semantics, syntax
 from attncheck.static.analysis.results import Factor, Pipeline, Term
 from attncheck.static.analysis.syntax import DESCRIPTION
 from attncheck.static.context import FileContext
@@ -306,6 +306,8 @@ class WrongScale(Rule):
             sem = semantics.of(self.context)
             if scale_conventions.scaled_by_caller(sem, pipeline, self.context.source.text):
                 return
+            if after_softmax.of(self.context).rescaled_by_a_scale(pipeline.softmax.call, pipeline.fn):
+                return  # the scale is there, after the softmax: ATT203 names that mistake
             design = scale_conventions.unscaled_by_design(sem, pipeline, self.context.source.text)
             self._flag(
                 pipeline.products[0],

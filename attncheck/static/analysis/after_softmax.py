@@ -15,7 +15,7 @@ from typing import Literal
 import libcst as cst
 
 from attncheck.static.analysis import semantics
-from attncheck.static.analysis.patterns import base_name, dim_role, literal_value, tracer
+from attncheck.static.analysis.patterns import Tracer, base_name, dim_role, literal_value, tracer
 from attncheck.static.context import FileContext
 from attncheck.static.facts import FunctionFacts
 
@@ -35,15 +35,21 @@ Rescaling = tuple[Literal["scale", "mask"], cst.Call, cst.BaseExpression]  # wha
 
 def of(context: FileContext) -> AfterSoftmax:
     """The file's ``AfterSoftmax``, shared by the rules that ask."""
-    return context.shared(AfterSoftmax)
+    return context.shared(_build)
+
+
+def _build(context: FileContext) -> AfterSoftmax:
+    # From the context's parts, not the context: it holds the shared analyses, and a cycle
+    # through it would keep the file's trees alive in a worker that pauses the collector.
+    return AfterSoftmax(semantics.of(context), tracer(context))
 
 
 class AfterSoftmax:
     """The attention weights of a file's functions, and what rescales them after the softmax."""
 
-    def __init__(self, context: FileContext) -> None:
-        self.context = context
-        self.tracer = tracer(context)
+    def __init__(self, sem: semantics.Semantics, trace: Tracer) -> None:
+        self.sem = sem
+        self.tracer = trace
         self._softmax_scopes: dict[int, bool] = {}  # by id of a function or of a class
 
     def softmax_of(self, node: cst.BaseExpression, fn: FunctionFacts | None) -> cst.Call | None:
@@ -59,7 +65,7 @@ class AfterSoftmax:
         taken = self.scores_taken(source, fn)
         if taken is None or not isinstance(source, cst.Call):
             return None
-        if semantics.of(self.context).reaches_product(taken, fn):
+        if self.sem.reaches_product(taken, fn):
             return source
         origin, _ = self.tracer.origin(taken, fn)
         handed_in = isinstance(origin, cst.Name) and fn is not None and origin.value in fn.params
@@ -67,7 +73,7 @@ class AfterSoftmax:
 
     def scores_taken(self, node: cst.BaseExpression, fn: FunctionFacts | None) -> cst.BaseExpression | None:
         """The scores ``node`` takes the softmax of, else None."""
-        softmax = semantics.of(self.context).softmax(node, fn) if type(node) is cst.Call else None
+        softmax = self.sem.softmax(node, fn) if type(node) is cst.Call else None
         return softmax.input if softmax is not None else None
 
     def rescaling(self, node: cst.BinaryOperation | cst.AugAssign, fn: FunctionFacts | None) -> Rescaling | None:
@@ -81,7 +87,7 @@ class AfterSoftmax:
             operator, left, right = type(node.operator), node.left, node.right
         if operator is cst.Divide:
             softmax = self.softmax_of(left, fn)
-            if softmax is None or "sum" in self.context.module.code_for_node(right):
+            if softmax is None or "sum" in self.sem.module.code_for_node(right):
                 return None
             return "scale", softmax, right
         if operator is not cst.Multiply:
@@ -110,12 +116,12 @@ class AfterSoftmax:
 
     def renormalised(self, fn: FunctionFacts | None) -> bool:
         """Whether ``fn`` divides something by a sum: weights made to sum to 1 again."""
-        return fn is not None and bool(_RENORMALISED.search(self.context.module.code_for_node(fn.node)))
+        return fn is not None and bool(_RENORMALISED.search(self.sem.module.code_for_node(fn.node)))
 
     def is_scale(self, node: cst.BaseExpression) -> bool:
         """A constant, a square root, or a scale-named quantity, alone or in arithmetic
         (``1 / math.sqrt(d)``); ``1 + g - g_mass`` (a watermark's reweighting) is no scale."""
-        facts = self.context.facts
+        facts = self.sem.facts
         if literal_value(node, facts) is not None:
             return True
         if isinstance(node, cst.BinaryOperation):

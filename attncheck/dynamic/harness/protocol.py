@@ -125,6 +125,7 @@ class ReplyFacts(TypedDict, total=False):
     attempts: list[AttemptFacts]
     grads: dict[str, float | None]  # parameter -> gradient norm; None when it got none
     no_grad: str  # why the target ran without gradients
+    backward_error: ErrorFacts  # the backward that made it run without them raised this
     softmax: list[SoftmaxCall]
     layers: list[LayerFacts]
     docs: str

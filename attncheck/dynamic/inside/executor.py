@@ -349,6 +349,9 @@ class _CallerModule(nn.Module):
 
 LOW_PRECISION = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 _FLEX_NO_BACKWARD = "FlexAttention does not support backward"
+# Autograd's error when the forward changed in place a tensor its backward needs (``attn /= s``
+# on the softmax's output): the module cannot be trained, whatever its input.
+_CHANGED_IN_PLACE = "needed for gradient computation has been modified by an inplace operation"
 
 
 def _lowered(tensor: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
@@ -591,6 +594,12 @@ def _run_experiment(target: _Target, experiment: Experiment, facts: dict, out: T
             # flex_attention checks the tensors' requires_grad flag, not the grad mode: run without either
             target.no_grad = "the forward calls flex_attention, which has no backward on CPU: run without gradients"
             facts["no_grad"] = target.no_grad
+            return _run_experiment(target, experiment, facts, out)
+        if target.no_grad is None and _CHANGED_IN_PLACE in str(failure):
+            # the forward's values can still be judged; the parent reports the backward's error
+            target.no_grad = "its backward raises (a tensor autograd needs was changed in place): run without gradients"
+            facts["no_grad"] = target.no_grad
+            facts["backward_error"] = error_facts(failure, target.file)
             return _run_experiment(target, experiment, facts, out)
         facts["experiments"][name] = {"ok": False, "error": error_facts(failure, target.file)}
         return False

@@ -3,7 +3,9 @@
 The plain run of a class backpropagates its output against a random cotangent and the child
 reports each parameter's gradient norm (None when the parameter got none). A parameter that
 gets no gradient is defined and never used (ATT907): a projection built and skipped, a bias
-that is never added.
+that is never added. A backward that raises because the forward changed in place a tensor
+autograd needs (``attn /= s`` on the softmax's output) is a module that cannot be trained, for
+any input (ATT901); the child then judged its values without gradients.
 """
 
 from __future__ import annotations
@@ -24,6 +26,15 @@ def judge(view: JudgeView) -> list[Outcome]:
     if not wanted(view.binding):
         return []
     grads = view.facts.get("grads")
+    broken = view.facts.get("backward_error")
+    if broken:
+        message = broken.get("message", "").split(" Hint:")[0]
+        return [(
+            Check("gradients", "failed", f"backward raises {broken.get('type')}: {message}"),
+            codes.FORWARD_CRASH,
+            f"backward raises {broken.get('type')}: {message}: the module cannot be trained "
+            "(its values were judged without gradients)",
+        )]
     if view.facts.get("no_grad"):
         return [(Check("gradients", "skipped", view.facts["no_grad"]), None, "")]
     if grads is None:
@@ -41,4 +52,4 @@ def judge(view: JudgeView) -> list[Outcome]:
     )]
 
 
-PROBE = FunctionProbe("gradients", (codes.UNUSED_PARAMETER,), 5, wanted, plans_nothing, judge)
+PROBE = FunctionProbe("gradients", (codes.UNUSED_PARAMETER, codes.FORWARD_CRASH), 5, wanted, plans_nothing, judge)

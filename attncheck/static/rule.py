@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache
 from typing import TYPE_CHECKING, ClassVar
 
 import libcst as cst
@@ -19,6 +18,7 @@ from libcst.metadata import PositionProvider
 
 from attncheck.catalogue import CODES
 from attncheck.findings import Edit, Severity
+from attncheck.static.tree import walk
 
 if TYPE_CHECKING:
     from attncheck.static.context import FileContext
@@ -38,21 +38,13 @@ class Invalid:
     fixed: str | None = None
 
 
-@cache
-def _visitor_names(cls: type) -> tuple[str, ...]:
-    return tuple(
-        name for name in dir(cls)
-        if name.startswith(("visit_", "leave_")) and not getattr(getattr(cls, name), "_is_no_op", False)
-    )
-
-
 def visitor_methods(visitor: cst.BatchableCSTVisitor) -> Mapping[str, cst.BatchableCSTVisitor]:
     """``BatchableCSTVisitor.get_visitors`` with the method names cached per class.
 
     libcst finds them with ``inspect.getmembers`` over some 1,600 stubs on every
     call, about 10 ms per visitor per file: most of the time of a small file.
     """
-    return {name: getattr(visitor, name) for name in _visitor_names(type(visitor))}
+    return {name: getattr(visitor, name) for name in walk.own_methods(type(visitor))}
 
 
 class Rule(cst.BatchableCSTVisitor):

@@ -140,17 +140,6 @@ def parse_selection(values: Iterable[str], where: str) -> tuple[str, ...]:
     return codes
 
 
-def find_config(start: Path) -> Path | None:
-    """The nearest ``attncheck.toml`` (or ``pyproject.toml`` with ``[tool.attncheck]``) from ``start`` up."""
-    start = start.resolve()
-    folder = start if start.is_dir() else start.parent
-    for candidate in (folder, *folder.parents):
-        found = config_in(candidate)
-        if found is not None:
-            return found
-    return None
-
-
 def config_in(folder: Path) -> Path | None:
     """The configuration ``folder`` holds itself: its ``attncheck.toml``, else its
     ``pyproject.toml`` when that has a ``[tool.attncheck]`` table."""

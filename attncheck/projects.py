@@ -59,9 +59,10 @@ class Projects:
         return self._loaded[config]
 
     def _nearest_config(self, folder: Path) -> Path | None:
-        """``config.find_config`` of a real folder: its own configuration, else its parent's
-        answer. Each folder is asked once: the files of a folder, and the folders of a tree
-        (a model per folder), share their parents, which a search from each would ask again."""
+        """The nearest ``attncheck.toml`` (or ``pyproject.toml`` with ``[tool.attncheck]``) from a
+        real folder up: its own configuration (``config.config_in``), else its parent's answer.
+        Each folder is asked once: the files of a folder, and the folders of a tree (a model per
+        folder), share their parents, which a search from each would ask again."""
         climbed: list[Path] = []
         found = None
         for here in chain((folder,), folder.parents):  # lazily: most stop at the first

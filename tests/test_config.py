@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -10,11 +11,11 @@ from attncheck.config import (
     ConfigError,
     DynamicOptions,
     Settings,
-    find_config,
     load,
     parse_codes,
     with_overrides,
 )
+from attncheck.projects import Projects
 
 
 def write(path, text):
@@ -67,15 +68,20 @@ def test_bad_configuration_is_one_clear_error(tmp_path, table, message):
         load(config)
 
 
+def _nearest(path: Path) -> Settings:
+    """The settings a fresh run gives ``path`` (a new ``Projects``: it remembers each folder's answer)."""
+    return Projects(None, {"select": (), "ignore": (), "timeout": None, "device": None}).settings_for(path)
+
+
 def test_nearest_config_wins_and_pyproject_without_table_is_passed_over(tmp_path):
     write(tmp_path / "pyproject.toml", "[tool.attncheck]\nselect = ['ATT1']\n")
     write(tmp_path / "pkg" / "pyproject.toml", "[project]\nname = 'x'\n")
     module = write(tmp_path / "pkg" / "sub" / "m.py", "x = 1\n")
-    assert find_config(module) == tmp_path / "pyproject.toml"
+    assert _nearest(module).config_file == tmp_path / "pyproject.toml"
     write(tmp_path / "pkg" / "attncheck.toml", "select = ['ATT3']\n")
-    found = find_config(module)
-    assert found == tmp_path / "pkg" / "attncheck.toml"
-    assert load(found).select == ("ATT3",)
+    found = _nearest(module)
+    assert found.config_file == tmp_path / "pkg" / "attncheck.toml"
+    assert found.select == ("ATT3",)
 
 
 def test_no_config_means_defaults():

@@ -348,10 +348,17 @@ class _CallerModule(nn.Module):
 
 
 LOW_PRECISION = {"float16": torch.float16, "bfloat16": torch.bfloat16}
-_FLEX_NO_BACKWARD = "FlexAttention does not support backward"
-# Autograd's error when the forward changed in place a tensor its backward needs (``attn /= s``
-# on the softmax's output): the module cannot be trained, whatever its input.
-_CHANGED_IN_PLACE = "needed for gradient computation has been modified by an inplace operation"
+# Errors of a backward whose forward can still be judged, run without gradients: the error's
+# words, why the run goes without them, and whether the error is the user's (kept for the parent).
+_NO_BACKWARD = (
+    # flex_attention checks the tensors' requires_grad flag, not the grad mode: run without either
+    ("FlexAttention does not support backward",
+     "the forward calls flex_attention, which has no backward on CPU: run without gradients", False),
+    # the forward changed in place a tensor its backward needs (``attn /= s`` on the softmax's
+    # output): the module cannot be trained, whatever its input
+    ("needed for gradient computation has been modified by an inplace operation",
+     "its backward raises (a tensor autograd needs was changed in place): run without gradients", True),
+)
 
 
 def _lowered(tensor: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
@@ -590,16 +597,12 @@ def _run_experiment(target: _Target, experiment: Experiment, facts: dict, out: T
             recorder.close()
             facts["softmax"] = recorder.softmax
     if failure is not None:
-        if target.no_grad is None and _FLEX_NO_BACKWARD in str(failure):
-            # flex_attention checks the tensors' requires_grad flag, not the grad mode: run without either
-            target.no_grad = "the forward calls flex_attention, which has no backward on CPU: run without gradients"
+        found = next((entry for entry in _NO_BACKWARD if entry[0] in str(failure)), None)
+        if target.no_grad is None and found is not None:
+            _, target.no_grad, users = found
             facts["no_grad"] = target.no_grad
-            return _run_experiment(target, experiment, facts, out)
-        if target.no_grad is None and _CHANGED_IN_PLACE in str(failure):
-            # the forward's values can still be judged; the parent reports the backward's error
-            target.no_grad = "its backward raises (a tensor autograd needs was changed in place): run without gradients"
-            facts["no_grad"] = target.no_grad
-            facts["backward_error"] = error_facts(failure, target.file)
+            if users:  # the parent reports it
+                facts["backward_error"] = error_facts(failure, target.file)
             return _run_experiment(target, experiment, facts, out)
         facts["experiments"][name] = {"ok": False, "error": error_facts(failure, target.file)}
         return False

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from attncheck.static.analysis import after_softmax, semantics
+from attncheck.static.analysis import after_softmax
 from attncheck.static.analysis.patterns import constant_value, fill_site, is_query_row_mask
 from attncheck.static.context import FileContext
 from attncheck.static.rule import Invalid, Rule
@@ -146,7 +146,7 @@ class SoftmaxOrder(Rule):
             return
         flow = self.weights.tracer.flow(fn)
         softmaxes = [(call, self.weights.scores_taken(call, fn)) for call in fn.calls]
-        reaches = semantics.of(self.context).reaches_product
+        reaches = self.weights.sem.reaches_product
         softmaxes = [(call, taken) for call, taken in softmaxes if taken is not None and reaches(taken, fn)]
         if not softmaxes or any(flow.is_after(call, node) for call, _ in softmaxes):
             return
